@@ -1,0 +1,56 @@
+# Boxmaker's front doors: `make run` and `make test`. Everything else is a habit (STYLE.md R6).
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
+EXT_STAMP := .stamp-build
+
+.PHONY: install build test bench run annotate debug lint clean llama-server
+
+# The venv with the package (editable), its test dependencies and the build tools.
+$(VENV)/.stamp-install: pyproject.toml setup.py
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
+	touch $@
+
+install: $(VENV)/.stamp-install $(EXT_STAMP)
+
+# The compiled twins, in place. Rebuilt when a .pyx or .pxd changes.
+$(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py
+	$(PY) setup.py --quiet build_ext --inplace
+	touch $@
+
+build: $(EXT_STAMP)
+
+test: install
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+$(VENV)/.stamp-bench: $(VENV)/.stamp-install
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[bench]'
+	touch $@
+
+bench: install $(VENV)/.stamp-bench
+	$(PY) -m bench $(BENCH_ARGS)
+
+# `cython -a`: open boxmaker/_fast/*.html and look for yellow lines in the hot loops.
+annotate: $(VENV)/.stamp-install
+	$(VENV)/bin/cython -a -3 $(wildcard boxmaker/_fast/*.pyx)
+
+# Line tracing in the compiled twins (for coverage); `make clean build` undoes it.
+debug: $(VENV)/.stamp-install
+	BOXMAKER_CYTHON_TRACE=1 $(PY) setup.py --quiet build_ext --inplace --force
+	rm -f $(EXT_STAMP)
+
+# Builds llama-server and fetches the model once per machine, into ~/.cache/boxmaker.
+llama-server:
+	PYTHON=$(PYTHON) bash scripts/build_llama_server.sh
+
+lint: $(VENV)/.stamp-install
+	$(PY) -m pip install --quiet ruff
+	$(VENV)/bin/ruff check boxmaker tests bench
+
+clean:
+	rm -f boxmaker/_fast/*.c boxmaker/_fast/*.so boxmaker/_fast/*.html $(EXT_STAMP)
+	rm -rf build

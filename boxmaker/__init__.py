@@ -1,0 +1,3 @@
+"""Boxmaker: a personal agent beside a llama.cpp llama-server."""
+
+__version__ = "0.1.0"
