@@ -31,7 +31,9 @@ $(VENV)/.stamp-bench: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[bench]'
 	touch $@
 
+# socat is the proxy's peer in the benchmark (Debian's package).
 bench: install $(VENV)/.stamp-bench
+	@command -v socat >/dev/null || { apt-get update -qq && apt-get install -y -qq socat; }
 	$(PY) -m bench $(BENCH_ARGS)
 
 # `cython -a`: open boxmaker/_fast/*.html and look for yellow lines in the hot loops.

@@ -1,0 +1,22 @@
+"""Runs the benchmarks: `python -m bench [sse] [proxy]` (all of them when none is named)."""
+
+import importlib
+import sys
+
+SUITES = ("sse", "proxy")
+
+
+def main(argv: list[str]) -> int:
+    names = argv or list(SUITES)
+    unknown = [n for n in names if n not in SUITES]
+    if unknown:
+        print(f"unknown benchmark {unknown[0]!r}; choose from {', '.join(SUITES)}", file=sys.stderr)
+        return 2
+    for name in names:
+        importlib.import_module(f"bench.{name}").main([])
+        print()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
