@@ -1,0 +1,13 @@
+"""Types for the compiled twin; the same signatures as `_sse_py.py`, the reference."""
+
+from typing import Final
+
+DEFAULT_MAX_LINE_BYTES: Final[int]
+
+class SSELineSplitter:
+    def __init__(self, max_line_bytes: int = ...) -> None: ...
+    @property
+    def max_line_bytes(self) -> int: ...
+    @property
+    def pending_bytes(self) -> int: ...
+    def feed(self, data: bytes) -> list[bytes]: ...
