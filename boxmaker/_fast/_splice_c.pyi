@@ -1,0 +1,3 @@
+METHOD: str
+
+def pump(src_fd: int, dst_fd: int) -> int: ...

@@ -1,0 +1,39 @@
+# The Linux system calls the compiled splice twin makes, declared `nogil` so the copy loop can run
+# without the GIL (uvloop includes/system.pxd style). Python.h defines _GNU_SOURCE before these
+# headers are included, which is what exposes splice(), pipe2() and F_SETPIPE_SZ.
+
+cdef extern from "<errno.h>" nogil:
+    int errno
+    int EINTR
+    int EINVAL
+    int ENOSYS
+    int ENOMEM
+
+cdef extern from "<fcntl.h>" nogil:
+    int O_CLOEXEC
+    int F_SETPIPE_SZ
+    int F_GETPIPE_SZ
+
+    unsigned int SPLICE_F_MOVE
+    unsigned int SPLICE_F_MORE
+
+    ctypedef long long loff_t
+    int fcntl(int fd, int cmd, ...)
+    ssize_t splice(int fd_in, loff_t *off_in, int fd_out, loff_t *off_out,
+                   size_t length, unsigned int flags)
+
+cdef extern from "<unistd.h>" nogil:
+    int pipe2(int *pipefd, int flags)
+    ssize_t read(int fd, void *buf, size_t count)
+    ssize_t write(int fd, const void *buf, size_t count)
+    int close(int fd)
+
+cdef extern from "<sys/stat.h>" nogil:
+    struct stat:
+        unsigned int st_mode
+    int fstat(int fd, stat *buf)
+    bint S_ISFIFO(unsigned int mode)
+
+cdef extern from "<stdlib.h>" nogil:
+    void *malloc(size_t size)
+    void free(void *ptr)

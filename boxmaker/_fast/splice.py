@@ -1,0 +1,20 @@
+"""pump(src_fd, dst_fd): the byte splice under inferproxy, compiled (splice(2)) or pure Python.
+
+See `_splice_py.py` for the contract both twins keep; `_splice_c.pyx` moves the bytes with splice(2)
+without the GIL. METHOD names the mechanism for the daemon's start line.
+"""
+
+from typing import TYPE_CHECKING
+
+from . import IMPLEMENTATIONS, NO_EXTENSIONS
+
+if TYPE_CHECKING or NO_EXTENSIONS:
+    from ._splice_py import METHOD, pump
+
+    IMPLEMENTATIONS["splice"] = "py"
+else:
+    from ._splice_c import METHOD, pump
+
+    IMPLEMENTATIONS["splice"] = "c"
+
+__all__ = ["METHOD", "pump"]
