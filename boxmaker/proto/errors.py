@@ -23,3 +23,20 @@ class FrameError(ProtocolError):
 
 class RecordError(ProtocolError):
     """A session log line does not decode to a LogRecord."""
+
+
+class BadRequest(ProtocolError):
+    """A request is well framed but its content is refused (a bad session id, say)."""
+
+
+class BodyError(ProtocolError):
+    """A JSON value (a frame body, a tool call, a message) does not have its type's shape."""
+
+
+class EncodeError(ValueError):
+    """A value cannot be encoded: it breaks its own format or a limit.
+
+    Deliberately not a ProtocolError: the caller built the value, so it is never the peer's fault,
+    and an edge that answers ProtocolError with `bad_request` must not blame the peer for it (h11
+    keeps the same line between LocalProtocolError and RemoteProtocolError).
+    """

@@ -1,0 +1,248 @@
+"""The bodies of the channel's frames on `loop.sock` (M2b section 6), typed and strict.
+
+| kind         | direction | final | body                                   |
+|--------------|-----------|-------|----------------------------------------|
+| `turn`       | to loopd  | true  | Turn: `{session, content, resume}`     |
+| `turn_event` | from      | false | `{"event": <TurnEvent>}`               |
+| `turn_done`  | from      | true  | TurnDone: `{content, usage}`           |
+| `error`      | from      | true  | WireError: `{code, message}`           |
+
+A TurnEvent is an object tagged by `type`, then its fields in the brief's order, e.g.
+`{"type": "progress", "total": 900, "cache": 512, "processed": 128}`.
+
+`channel_frame(body)` encodes any of these as its frame; `decode_body(frame)` turns a decoded frame
+back into its typed body, checking that `final` is what the kind requires. Body errors raise
+BodyError (a ProtocolError: the edge answers `bad_request`).
+"""
+
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from ._codec import (
+    BOOL,
+    OPT_STR,
+    SESSION_ID,
+    STR,
+    UINT,
+    JsonObj,
+    enum_codec,
+    from_obj,
+    json_type,
+    quote,
+    struct,
+    to_obj,
+    wire,
+    wrong,
+)
+from .errors import BodyError, EncodeError
+from .frame import Frame, encode_frame
+from .tool import ResultClass
+from .wire import WireError
+
+
+@dataclass(frozen=True, slots=True)
+class Turn:
+    """One user message for a session. `resume: false` requires that the session does not
+    exist yet; `true` requires that it does."""
+
+    session: str = field(metadata=wire(SESSION_ID))
+    content: str = field(metadata=wire(STR))
+    resume: bool = field(metadata=wire(BOOL))
+
+
+# --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueuedEvent:
+    TAG: ClassVar[str] = "queued"
+    ahead: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class WaitingEvent:
+    TAG: ClassVar[str] = "waiting"
+    slot_busy: bool = field(metadata=wire(BOOL))
+
+
+@dataclass(frozen=True, slots=True)
+class ProgressEvent:
+    TAG: ClassVar[str] = "progress"
+    total: int = field(metadata=wire(UINT))
+    cache: int = field(metadata=wire(UINT))
+    processed: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class ReasoningEvent:
+    TAG: ClassVar[str] = "reasoning"
+    text: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class ContentEvent:
+    TAG: ClassVar[str] = "content"
+    text: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolCallStartedEvent:
+    TAG: ClassVar[str] = "tool_call_started"
+    name: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class ToolResultEvent:
+    """The JSON key of `class_` is `class`."""
+
+    TAG: ClassVar[str] = "tool_result"
+    name: str = field(metadata=wire(STR))
+    class_: ResultClass = field(metadata=wire(enum_codec(ResultClass), key="class"))
+    truncated: bool = field(metadata=wire(BOOL))
+
+
+@dataclass(frozen=True, slots=True)
+class ThinkingCappedEvent:
+    TAG: ClassVar[str] = "thinking_capped"
+    tokens: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class RetryingEvent:
+    TAG: ClassVar[str] = "retrying"
+    attempt: int = field(metadata=wire(UINT))
+    after_ms: int = field(metadata=wire(UINT))
+    error: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheLossEvent:
+    TAG: ClassVar[str] = "cache_loss"
+    expected: int = field(metadata=wire(UINT))
+    got: int = field(metadata=wire(UINT))
+
+
+TurnEvent = (
+    QueuedEvent
+    | WaitingEvent
+    | ProgressEvent
+    | ReasoningEvent
+    | ContentEvent
+    | ToolCallStartedEvent
+    | ToolResultEvent
+    | ThinkingCappedEvent
+    | RetryingEvent
+    | CacheLossEvent
+)
+
+EVENT_TYPES: dict[str, type[TurnEvent]] = {
+    c.TAG: c
+    for c in (
+        QueuedEvent,
+        WaitingEvent,
+        ProgressEvent,
+        ReasoningEvent,
+        ContentEvent,
+        ToolCallStartedEvent,
+        ToolResultEvent,
+        ThinkingCappedEvent,
+        RetryingEvent,
+        CacheLossEvent,
+    )
+}
+
+
+def event_to_json(event: TurnEvent) -> JsonObj:
+    if type(event) not in _EVENT_CLASSES:
+        raise EncodeError(f"event: expected a TurnEvent, got {type(event).__name__}")
+    return to_obj(event, f"event.{event.TAG}", into={"type": event.TAG})
+
+
+_EVENT_CLASSES = frozenset(EVENT_TYPES.values())
+
+
+def event_from_json(obj: object, path: str = "event") -> TurnEvent:
+    if not isinstance(obj, dict):
+        raise wrong(path, "object", obj)
+    if "type" not in obj:
+        raise BodyError(f'{path}: missing key "type"')
+    tag = obj["type"]
+    cls = EVENT_TYPES.get(tag) if isinstance(tag, str) else None
+    if cls is None:
+        shown = quote(tag) if isinstance(tag, str) else json_type(tag)
+        raise BodyError(
+            f"{path}.type: expected an event type ({', '.join(EVENT_TYPES)}), got {shown}"
+        )
+    return from_obj(cls, obj, f"{path}.{tag}", extra_keys=("type",))
+
+
+# --- the end of a turn ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnUsage:
+    """The last Usage record's fields, without its time."""
+
+    cache_n: int = field(metadata=wire(UINT))
+    prompt_n: int = field(metadata=wire(UINT))
+    predicted_n: int = field(metadata=wire(UINT))
+    reasoning_tokens: int = field(metadata=wire(UINT))
+    thinking_capped: bool = field(metadata=wire(BOOL))
+
+
+@dataclass(frozen=True, slots=True)
+class TurnDone:
+    """The turn's answer: the last completion's content (null if it had only reasoning)."""
+
+    content: str | None = field(metadata=wire(OPT_STR))
+    usage: TurnUsage = field(metadata=wire(struct(TurnUsage)))
+
+
+ChannelBody = Turn | TurnEvent | TurnDone | WireError
+
+# kind -> the `final` the kind requires. A `turn` is the only frame the channel sends, so it is
+# final too.
+_FINAL: dict[str, bool] = {
+    "turn": True,
+    "turn_event": False,
+    "turn_done": True,
+    "error": True,
+}
+
+
+def channel_frame(body: ChannelBody) -> bytes:
+    """The frame that carries `body`, with the kind and `final` the table above gives it."""
+    if isinstance(body, Turn):
+        return encode_frame("turn", to_obj(body, "turn"), True)
+    if isinstance(body, TurnDone):
+        return encode_frame("turn_done", to_obj(body, "turn_done"), True)
+    if isinstance(body, WireError):
+        return encode_frame("error", body.to_json(), True)
+    return encode_frame("turn_event", {"event": event_to_json(body)}, False)
+
+
+def decode_body(frame: Frame) -> ChannelBody:
+    """The typed body of a channel frame.
+
+    Raises:
+        BodyError: the kind is not a channel kind, `final` is not what the kind requires, or the
+            body breaks its type; the message names the field.
+    """
+    kind = frame.kind
+    if kind not in _FINAL:
+        raise BodyError(f"frame kind {quote(kind)} is not a channel kind ({', '.join(_FINAL)})")
+    need = _FINAL[kind]
+    if frame.final is not need:
+        raise BodyError(f"{kind}: final must be {str(need).lower()}")
+    body: Any = frame.body
+    if kind == "turn":
+        return from_obj(Turn, body, "turn")
+    if kind == "turn_done":
+        return from_obj(TurnDone, body, "turn_done")
+    if kind == "error":
+        return WireError.from_json(body)
+    if not isinstance(body, dict):
+        raise wrong("turn_event", "object", body)
+    if "event" not in body or len(body) != 1:
+        raise BodyError('turn_event: the body is {"event": {...}} and nothing else')
+    return event_from_json(body["event"], "turn_event.event")

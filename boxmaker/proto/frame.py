@@ -1,0 +1,219 @@
+"""The channel frame codec (DECISIONS.md, "The channel frame format"), sans-IO in h11's shape.
+
+A frame is a 4-byte big-endian unsigned length N, then N bytes of UTF-8 JSON, an object
+`{"kind": "<kind>", "final": <bool>, "body": {...}}`, with 1 <= N <= MAX_FRAME_BYTES. The same
+framing runs on `loop.sock` and on the pipes between `loopd` and its session workers; each passes
+its own set of kinds.
+
+Decoding follows h11's verbs: `receive_data(data)` (b"" is EOF), then `next_frame()` until it
+returns NEED_DATA (more bytes needed) or CLOSED (EOF at a frame boundary). A malformed frame raises
+FrameError, whose message says what was wrong and is meant for an `error` frame with code
+`bad_request` (`error_frame`); the decoder then stays broken, as the connection is to be closed.
+Only the frame's shape is checked here; what a body holds is the receiver's business.
+"""
+
+import enum
+from collections.abc import Collection
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import orjson
+
+from ._codec import json_type, quote
+from .errors import EncodeError, FrameError
+from .wire import ErrorCode, WireError
+
+# DECISIONS.md's limit. A turn's content and a tool result (16 KiB capped) fit with a wide margin;
+# the limit exists so that a peer cannot make us buffer without bound.
+MAX_FRAME_BYTES = 1_048_576
+LENGTH_BYTES = 4
+
+# The channel's kinds (M2b section 6). The worker pipes add their own.
+CHANNEL_KINDS: frozenset[str] = frozenset({"turn", "turn_event", "turn_done", "error"})
+
+# An error frame's message is cut to this many characters, so that error_frame never fails.
+MAX_ERROR_MESSAGE_CHARS = 4096
+
+_KEYS = ("kind", "final", "body")
+
+
+class _Sentinel(enum.Enum):
+    NEED_DATA = "NEED_DATA"
+    CLOSED = "CLOSED"
+
+    def __repr__(self) -> str:
+        return self.value
+
+    __str__ = __repr__
+
+
+NEED_DATA: Literal[_Sentinel.NEED_DATA] = _Sentinel.NEED_DATA
+"""next_frame() needs more bytes before it can return a frame."""
+CLOSED: Literal[_Sentinel.CLOSED] = _Sentinel.CLOSED
+"""next_frame() saw EOF at a frame boundary: the peer closed cleanly, and no frame will follow."""
+
+
+@dataclass(frozen=True, slots=True)
+class Frame:
+    kind: str
+    final: bool
+    body: dict[str, Any]
+
+    def to_bytes(self, kinds: Collection[str] = CHANNEL_KINDS) -> bytes:
+        return encode_frame(self.kind, self.body, self.final, kinds)
+
+
+def encode_frame(
+    kind: str,
+    body: dict[str, Any],
+    final: bool,
+    kinds: Collection[str] = CHANNEL_KINDS,
+) -> bytes:
+    """The bytes of one frame: the length prefix, then the JSON object.
+
+    Raises:
+        EncodeError: `kind` is not one of `kinds`, `body` is not a dict of JSON values, `final` is
+            not a bool, or the JSON is longer than MAX_FRAME_BYTES.
+    """
+    if kind not in kinds:
+        raise EncodeError(f"frame kind {quote(kind)} is unknown (known: {_listed(kinds)})")
+    if not isinstance(final, bool):
+        raise EncodeError(f"frame final must be a bool, got {type(final).__name__}")
+    if not isinstance(body, dict):
+        raise EncodeError(f"frame body must be a dict, got {type(body).__name__}")
+    try:
+        payload = orjson.dumps({"kind": kind, "final": final, "body": body})
+    except orjson.JSONEncodeError as e:
+        raise EncodeError(f"frame body of kind {quote(kind)} is not JSON: {e}") from None
+    if len(payload) > MAX_FRAME_BYTES:
+        raise EncodeError(
+            f"frame of kind {quote(kind)} is {len(payload)} bytes, over the limit of "
+            f"{MAX_FRAME_BYTES}; split what it carries"
+        )
+    return len(payload).to_bytes(LENGTH_BYTES, "big") + payload
+
+
+def error_frame(code: ErrorCode, message: str) -> bytes:
+    """An `error` frame (final) carrying WireError(code, message). Never fails for a str message:
+    a long one is cut, and characters UTF-8 cannot carry are replaced."""
+    if len(message) > MAX_ERROR_MESSAGE_CHARS:
+        message = message[: MAX_ERROR_MESSAGE_CHARS - 3] + "..."
+    message = message.encode("utf-8", "replace").decode("utf-8")
+    return encode_frame("error", WireError(code, message).to_json(), True)
+
+
+def _listed(kinds: Collection[str]) -> str:
+    return ", ".join(sorted(kinds))
+
+
+class FrameDecoder:
+    """Frames out of a byte stream fed in pieces of any size.
+
+    Args:
+        kinds: the kinds this end accepts; any other is an error.
+        max_frame_bytes: the largest N accepted; checked from the prefix, before the body is
+            buffered. At most MAX_FRAME_BYTES.
+    """
+
+    def __init__(
+        self,
+        kinds: Collection[str] = CHANNEL_KINDS,
+        max_frame_bytes: int = MAX_FRAME_BYTES,
+    ) -> None:
+        if not 1 <= max_frame_bytes <= MAX_FRAME_BYTES:
+            raise ValueError(
+                f"max_frame_bytes must be 1 to {MAX_FRAME_BYTES}, got {max_frame_bytes}"
+            )
+        self._kinds = frozenset(kinds)
+        self._max = max_frame_bytes
+        self._buf = bytearray()
+        self._eof = False
+        self._error: FrameError | None = None
+
+    @property
+    def buffered(self) -> int:
+        """Bytes received and not yet returned as a frame."""
+        return len(self._buf)
+
+    def receive_data(self, data: bytes) -> None:
+        """Adds bytes from the peer; b"" means the peer closed (EOF).
+
+        Raises:
+            RuntimeError: bytes after EOF (the caller's bug, not the peer's).
+        """
+        if not data:
+            self._eof = True  # again is harmless, as in h11
+        elif self._eof:
+            raise RuntimeError("receive_data after EOF: the stream has ended")
+        else:
+            self._buf += data
+
+    def next_frame(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+        """The next complete frame, NEED_DATA, or CLOSED.
+
+        Raises:
+            FrameError: the stream broke the frame format; every later call raises it again.
+        """
+        if self._error is not None:
+            raise self._error
+        try:
+            return self._next()
+        except FrameError as e:
+            self._error = e
+            raise
+
+    def _next(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+        buf = self._buf
+        if len(buf) < LENGTH_BYTES:
+            return self._short(f"{len(buf)} of {LENGTH_BYTES} length bytes")
+        n = int.from_bytes(buf[:LENGTH_BYTES], "big")
+        # The prefix alone decides: an over-long frame is refused before its body is buffered.
+        if n == 0:
+            raise FrameError("frame length is 0; a frame carries 1 to 1048576 bytes of JSON")
+        if n > self._max:
+            raise FrameError(f"frame length {n} is over the limit of {self._max} bytes")
+        end = LENGTH_BYTES + n
+        if len(buf) < end:
+            return self._short(f"{len(buf) - LENGTH_BYTES} of {n} body bytes")
+        payload = bytes(buf[LENGTH_BYTES:end])
+        del buf[:end]
+        return self._parse(payload)
+
+    def _short(self, have: str) -> Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+        if not self._eof:
+            return NEED_DATA
+        if not self._buf:
+            return CLOSED
+        raise FrameError(f"connection closed in the middle of a frame (after {have})")
+
+    def _parse(self, payload: bytes) -> Frame:
+        try:
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise FrameError(f"frame is not UTF-8 ({e.reason} at byte {e.start})") from None
+        try:
+            obj = orjson.loads(text)
+        except orjson.JSONDecodeError as e:
+            raise FrameError(f"frame is not JSON ({e})") from None
+        if not isinstance(obj, dict):
+            raise FrameError(f"frame is not a JSON object (got {json_type(obj)})")
+        for key in _KEYS:
+            if key not in obj:
+                raise FrameError(
+                    f"frame is missing key {quote(key)} (a frame is kind, final, body)"
+                )
+        if len(obj) != len(_KEYS):
+            extra = next(k for k in obj if k not in _KEYS)
+            raise FrameError(
+                f"frame has unexpected key {quote(extra)} (a frame is kind, final, body)"
+            )
+        kind, final, body = obj["kind"], obj["final"], obj["body"]
+        if not isinstance(kind, str):
+            raise FrameError(f"frame kind must be a string, got {json_type(kind)}")
+        if not isinstance(final, bool):
+            raise FrameError(f"frame final must be a boolean, got {json_type(final)}")
+        if not isinstance(body, dict):
+            raise FrameError(f"frame body must be an object, got {json_type(body)}")
+        if kind not in self._kinds:
+            raise FrameError(f"frame kind {quote(kind)} is unknown (known: {_listed(self._kinds)})")
+        return Frame(kind, final, body)
