@@ -155,15 +155,18 @@ def chunked_h11(reads: Reads) -> int:
 # --- the harness ---------------------------------------------------------------------------------
 
 
-def median_seconds(fn: Callable[[Reads], int], reads: Reads, expect: int) -> float:
-    times = []
+def measure(cases: list[tuple[str, Callable[[Reads], int], Reads, int]]) -> dict[str, float]:
+    """Median seconds per case. The repetitions are interleaved (one run of each case per round),
+    so load from elsewhere on this shared machine falls on every case alike and the ratios hold."""
+    times: dict[str, list[float]] = {name: [] for name, _, _, _ in cases}
     for _ in range(REPEATS):
-        t0 = time.perf_counter()
-        got = fn(reads)
-        times.append(time.perf_counter() - t0)
-        if got != expect:
-            raise AssertionError(f"{fn.__name__} gave {got}, expected {expect}")
-    return statistics.median(times)
+        for name, fn, reads, expect in cases:
+            t0 = time.perf_counter()
+            got = fn(reads)
+            times[name].append(time.perf_counter() - t0)
+            if got != expect:
+                raise AssertionError(f"{name} gave {got}, expected {expect}")
+    return {name: statistics.median(ts) for name, ts in times.items()}
 
 
 def table(title: str, rows: list[tuple[str, float, int, int]], baseline: str, unit: str) -> None:
@@ -181,36 +184,35 @@ def main(argv: list[str] | None = None) -> None:
     evs = stream.events()
     sse = stream.sse_body(evs)
     n_events = len(evs)
-    print(f"bench sse: {n_events:,} events, {len(sse) / 1e6:.2f} MB of SSE; median of {REPEATS} runs")
+    print(f"bench sse: {n_events:,} events, {len(sse) / 1e6:.2f} MB of SSE; median of {REPEATS} interleaved runs")
 
+    splitters = (
+        ("boxmaker SSELineSplitter (c)", split_c),
+        ("boxmaker SSELineSplitter (py)", split_py),
+        ("openai SSEDecoder", split_openai),
+        ("httpx-sse", split_httpx_sse),
+        ("floor: bare memchr scan", split_floor),
+    )
     for size in (1024, 16384, 65536):
         reads = stream.reads(sse, size)
-        rows = [
-            (name, median_seconds(fn, reads, expect), n_events, len(sse))
-            for name, fn, expect in (
-                ("boxmaker SSELineSplitter (c)", split_c, n_events),
-                ("boxmaker SSELineSplitter (py)", split_py, n_events),
-                ("openai SSEDecoder", split_openai, n_events),
-                ("httpx-sse", split_httpx_sse, n_events),
-                ("floor: bare memchr scan", split_floor, n_events),
-            )
-        ]
+        med = measure([(name, fn, reads, n_events) for name, fn in splitters])
+        rows = [(name, med[name], n_events, len(sse)) for name, _ in splitters]
         table(f"SSE splitting, {size // 1024} KiB reads", rows, "openai SSEDecoder", "events")
-        table(f"SSE splitting, {size // 1024} KiB reads (vs httpx-sse)", rows[:1] + rows[3:4], "httpx-sse", "events")
+        print(f"  compiled vs httpx-sse: {med['httpx-sse'] / med[splitters[0][0]]:.2f}x")
 
     response = stream.HEAD + stream.chunked_body(evs)
     n_json = n_events - 1  # all but [DONE]
+    paths = (
+        ("chunked+SSE+orjson (boxmaker c)", full_boxmaker),
+        ("httptools+openai SSE+json", full_httptools_openai),
+        ("h11+openai SSE+json", full_h11_openai),
+    )
     for size in (16384, 65536):
         reads = stream.reads(response, size)
-        rows = [
-            (name, median_seconds(fn, reads, n_json), n_json, len(response))
-            for name, fn in (
-                ("chunked+SSE+orjson (boxmaker c)", full_boxmaker),
-                ("httptools+openai SSE+json", full_httptools_openai),
-                ("h11+openai SSE+json", full_h11_openai),
-            )
-        ]
-        table(f"full path, chunked HTTP -> JSON chunks, {size // 1024} KiB reads", rows, "httptools+openai SSE+json", "events")
+        med = measure([(name, fn, reads, n_json) for name, fn in paths])
+        rows = [(name, med[name], n_json, len(response)) for name, _ in paths]
+        table(f"full path, chunked HTTP -> JSON chunks, {size // 1024} KiB reads", rows,
+              "httptools+openai SSE+json", "events")
 
     big = [bytes([65 + i % 26]) * (1 << 20) for i in range(8)]
     for label, pieces in (("many small chunks (one event each)", evs), ("8 chunks of 1 MiB", big)):
@@ -218,12 +220,14 @@ def main(argv: list[str] | None = None) -> None:
         decoded = sum(len(p) for p in pieces)
         body_reads = stream.reads(body, 16384)
         resp_reads = stream.reads(stream.HEAD + body, 16384)
-        rows = [
-            ("ChunkedDecoder (c)", median_seconds(chunked_c, body_reads, decoded), len(pieces), len(body)),
-            ("ChunkedDecoder (py)", median_seconds(chunked_py, body_reads, decoded), len(pieces), len(body)),
-            ("httptools", median_seconds(chunked_httptools, resp_reads, decoded), len(pieces), len(body)),
-            ("h11", median_seconds(chunked_h11, resp_reads, decoded), len(pieces), len(body)),
+        cases = [
+            ("ChunkedDecoder (c)", chunked_c, body_reads, decoded),
+            ("ChunkedDecoder (py)", chunked_py, body_reads, decoded),
+            ("httptools", chunked_httptools, resp_reads, decoded),
+            ("h11", chunked_h11, resp_reads, decoded),
         ]
+        med = measure(cases)
+        rows = [(name, med[name], len(pieces), len(body)) for name, _, _, _ in cases]
         table(f"chunked decoding, {label}, 16 KiB reads", rows, "httptools", "chunks")
 
 
