@@ -1,0 +1,1 @@
+"""loopd: the agent daemon. Its inference path (config, http, sse, llama.*) and, later, sessions."""
