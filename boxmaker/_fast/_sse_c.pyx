@@ -12,6 +12,7 @@ stays fast:
 - A data value becomes a bytes object straight from the input, and an event with one data line
   (nearly all of them) dispatches that very object. Only the second data line of an event starts
   a join buffer. So the Python calls in the loop are the output bytes and the list append.
+- The event cap costs one comparison per data line, made before the value is copied.
 """
 
 cimport cython
@@ -19,11 +20,14 @@ from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
 from libc.string cimport memchr, memcmp, memcpy
 
-from boxmaker._fast._sse_py import check_max_line_bytes
+from boxmaker._fast._sse_py import check_cap
 from boxmaker.proto.errors import SSEError
 
 # m2a-inference-path.md, "Size caps in the client": 1 MiB per SSE line.
 DEFAULT_MAX_LINE_BYTES = 1_048_576
+# Per event, so that data lines with no blank line cannot pile up; 4 MiB, the size the client
+# allows a body that is not a stream.
+DEFAULT_MAX_EVENT_BYTES = 4_194_304
 
 cdef enum:
     LF = 0x0A
@@ -70,7 +74,8 @@ cdef inline Py_ssize_t find_byte(const unsigned char *s, Py_ssize_t i, Py_ssize_
 cdef class SSELineSplitter:
     """Splits a text/event-stream into the `data` payloads of its events, one feed at a time."""
 
-    cdef Py_ssize_t _max
+    cdef Py_ssize_t _max  # the line cap
+    cdef Py_ssize_t _max_event  # the event cap
     # Bytes of the BOM seen at the stream start; 3 once the start is past (BOM or not).
     cdef int _bom_seen
     # The last feed ended with a CR: an LF at the start of the next one is part of a CRLF.
@@ -78,11 +83,12 @@ cdef class SSELineSplitter:
     # The start of a line whose end has not come yet (never more than _max bytes).
     cdef ByteBuf _partial
     # Data lines since the last dispatch. The first value is kept as the bytes object to
-    # dispatch; from the second on, the values are joined with LF in _joined.
+    # dispatch; from the second on, the values are joined with LF in _joined (never more than
+    # the event cap).
     cdef Py_ssize_t _ndata
     cdef bytes _first
     cdef ByteBuf _joined
-    # The SSEError message once the cap was broken; the splitter stays broken.
+    # The SSEError message once a cap was broken; the splitter stays broken.
     cdef str _error
 
     def __cinit__(self):
@@ -95,8 +101,10 @@ cdef class SSELineSplitter:
         PyMem_Free(self._partial.ptr)
         PyMem_Free(self._joined.ptr)
 
-    def __init__(self, max_line_bytes=DEFAULT_MAX_LINE_BYTES):
-        self._max = check_max_line_bytes(max_line_bytes)
+    def __init__(self, max_line_bytes=DEFAULT_MAX_LINE_BYTES, *,
+                 max_event_bytes=DEFAULT_MAX_EVENT_BYTES):
+        self._max = check_cap("max_line_bytes", max_line_bytes)
+        self._max_event = check_cap("max_event_bytes", max_event_bytes)
         self._bom_seen = 0
         self._skip_lf = False
         self._partial.len = 0
@@ -111,15 +119,25 @@ cdef class SSELineSplitter:
         return self._max
 
     @property
+    def max_event_bytes(self):
+        """The longest event payload accepted, in bytes: data values and the LFs joining them."""
+        return self._max_event
+
+    @property
     def pending_bytes(self):
-        """Bytes of an unfinished line held for the next feed (never more than the cap)."""
+        """Bytes of an unfinished line held for the next feed (never more than the line cap)."""
         return self._partial.len
+
+    @property
+    def event_bytes(self):
+        """The payload length of the event being built (never more than the event cap)."""
+        return self._payload_len()
 
     def feed(self, data):
         """Takes the next bytes of the stream; returns the payload of every event it completed.
 
-        Raises TypeError if `data` is not bytes, SSEError if a line is longer than the cap (now
-        or in an earlier feed).
+        Raises TypeError if `data` is not bytes, SSEError if a line or an event is longer than its
+        cap (now or in an earlier feed).
         """
         if not isinstance(data, bytes):
             raise TypeError(f"feed() wants bytes, got {type(data).__name__}")
@@ -151,12 +169,12 @@ cdef class SSELineSplitter:
             length = eol - i
             if self._partial.len == 0:
                 if length > self._max:
-                    return self._fail()
+                    return self._fail_line()
                 self._line(s + i, length, events)
             else:
                 # Check the length before joining, so an over-long line is never copied.
                 if self._partial.len + length > self._max:
-                    return self._fail()
+                    return self._fail_line()
                 buf_append(&self._partial, s + i, length)
                 self._line(self._partial.ptr, self._partial.len, events)
                 self._partial.len = 0
@@ -169,7 +187,7 @@ cdef class SSELineSplitter:
         # The rest is the start of a line whose end is in a later feed.
         if i < n:
             if self._partial.len + (n - i) > self._max:
-                return self._fail()
+                return self._fail_line()
             buf_append(&self._partial, s + i, n - i)
         return 0
 
@@ -213,8 +231,20 @@ cdef class SSELineSplitter:
             start = 5
         return self._data(s + start, n - start)
 
+    cdef inline Py_ssize_t _payload_len(self) noexcept:
+        """The length of the event's payload so far: its data values and the LFs joining them."""
+        if self._ndata == 0:
+            return 0
+        if self._ndata == 1:
+            return PyBytes_GET_SIZE(self._first)
+        return self._joined.len
+
     cdef int _data(self, const unsigned char *value, Py_ssize_t n) except -1:
         """Adds one data value to the event being built."""
+        # The payload with this value added; checked before anything is copied.
+        cdef Py_ssize_t size = n if self._ndata == 0 else self._payload_len() + 1 + n
+        if size > self._max_event:
+            return self._fail_event()
         if self._ndata == 0:
             self._first = PyBytes_FromStringAndSize(<const char *>value, n)
         else:
@@ -227,9 +257,17 @@ cdef class SSELineSplitter:
         self._ndata += 1
         return 0
 
-    cdef int _fail(self) except -1:
-        """Breaks the splitter for good and raises the cap error; frees what it held."""
-        self._error = f"SSE line longer than {self._max} bytes"
+    cdef int _fail_line(self) except -1:
+        """Raises the line cap error (see _fail)."""
+        return self._fail(f"SSE line longer than {self._max} bytes")
+
+    cdef int _fail_event(self) except -1:
+        """Raises the event cap error (see _fail)."""
+        return self._fail(f"SSE event longer than {self._max_event} bytes")
+
+    cdef int _fail(self, str message) except -1:
+        """Breaks the splitter for good and raises SSEError(message); frees what it held."""
+        self._error = message
         PyMem_Free(self._partial.ptr)
         PyMem_Free(self._joined.ptr)
         self._partial.ptr = self._joined.ptr = NULL

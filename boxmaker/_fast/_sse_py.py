@@ -21,20 +21,30 @@ The rules are the parts of the WHATWG event-stream parser that a chat-completion
 - An event with no blank line after it yet is kept for the next feed; there is no close method, so
   one left incomplete at the end of the stream is never returned.
 
-One limit, in the core (STYLE.md R2): a line longer than `max_line_bytes`, not counting its line
-end, raises SSEError as soon as the bytes held for it pass the cap, so a peer that never sends a
-line end cannot make the splitter buffer without bound. A line of exactly the cap is accepted.
-After that error the splitter is broken: every later feed raises the same error.
+Two limits, in the core (STYLE.md R2), so that no peer can make the splitter buffer without bound:
+
+- A line longer than `max_line_bytes`, not counting its line end, raises SSEError as soon as the
+  bytes held for it pass the cap, so a peer that never sends a line end is stopped.
+- An event whose payload (its data values joined with LF) would grow past `max_event_bytes` raises
+  SSEError when the data line that would take it over is complete, so a peer that sends data
+  lines and never a blank line is stopped too. Only data values and the LFs that join them count.
+  The line cap is checked first: a line over both caps raises the line error.
+
+A line or an event of exactly its cap is accepted. After either error the splitter is broken:
+every later feed raises the same error.
 """
 
 import re
 import sys
-from typing import Final
+from typing import Final, NoReturn
 
 from boxmaker.proto.errors import SSEError
 
 # m2a-inference-path.md, "Size caps in the client": 1 MiB per SSE line.
 DEFAULT_MAX_LINE_BYTES: Final = 1_048_576
+# Per event, so that data lines with no blank line cannot pile up; 4 MiB, the size the client
+# allows a body that is not a stream.
+DEFAULT_MAX_EVENT_BYTES: Final = 4_194_304
 
 BOM: Final = b"\xef\xbb\xbf"
 
@@ -42,40 +52,52 @@ BOM: Final = b"\xef\xbb\xbf"
 _LINE_END = re.compile(rb"\r\n|\r|\n")
 
 
-def check_max_line_bytes(max_line_bytes: object) -> int:
-    """Returns the cap if it is an int in 1..sys.maxsize; raises TypeError or ValueError if not."""
-    if not isinstance(max_line_bytes, int) or isinstance(max_line_bytes, bool):
-        raise TypeError(f"max_line_bytes must be an int, got {type(max_line_bytes).__name__}")
-    if not 1 <= max_line_bytes <= sys.maxsize:
-        raise ValueError(
-            f"max_line_bytes must be between 1 and {sys.maxsize}, got {max_line_bytes}"
-        )
-    return max_line_bytes
+def check_cap(name: str, cap: object) -> int:
+    """Returns `cap` if it is an int in 1..sys.maxsize; raises TypeError or ValueError if not.
+
+    `name` is the parameter's name, for the message.
+    """
+    if not isinstance(cap, int) or isinstance(cap, bool):
+        raise TypeError(f"{name} must be an int, got {type(cap).__name__}")
+    if not 1 <= cap <= sys.maxsize:
+        raise ValueError(f"{name} must be between 1 and {sys.maxsize}, got {cap}")
+    return cap
 
 
 class SSELineSplitter:
     """Splits a text/event-stream into the `data` payloads of its events, one feed at a time."""
 
-    __slots__ = ("_at_start", "_bom_seen", "_data", "_error", "_max", "_partial", "_skip_lf")
+    __slots__ = (
+        "_at_start", "_bom_seen", "_data", "_error", "_max", "_max_event", "_partial", "_skip_lf"
+    )  # fmt: skip
 
-    def __init__(self, max_line_bytes: int = DEFAULT_MAX_LINE_BYTES) -> None:
+    def __init__(
+        self,
+        max_line_bytes: int = DEFAULT_MAX_LINE_BYTES,
+        *,
+        max_event_bytes: int = DEFAULT_MAX_EVENT_BYTES,
+    ) -> None:
         """Args:
         max_line_bytes: the longest line accepted, in bytes without its line end.
+        max_event_bytes: the longest event payload accepted: its data values and the LFs
+            that join them.
 
         Raises:
-            TypeError, ValueError: the cap is not an int in 1..sys.maxsize.
+            TypeError, ValueError: a cap is not an int in 1..sys.maxsize.
         """
-        self._max = check_max_line_bytes(max_line_bytes)
+        self._max = check_cap("max_line_bytes", max_line_bytes)
+        self._max_event = check_cap("max_event_bytes", max_event_bytes)
         # The start of the stream: BOM bytes may still come. _bom_seen of them have come so far.
         self._at_start = True
         self._bom_seen = 0
         # The last feed ended with a CR: an LF at the start of the next one is part of a CRLF.
         self._skip_lf = False
-        # The start of a line whose end has not come yet (never more than the cap).
+        # The start of a line whose end has not come yet (never more than the line cap).
         self._partial = bytearray()
-        # The event's data buffer: value + LF for each data line since the last dispatch.
+        # The event's data buffer: value + LF for each data line since the last dispatch
+        # (never more than the event cap + 1).
         self._data = bytearray()
-        # The SSEError message once the cap was broken; the splitter stays broken.
+        # The SSEError message once a cap was broken; the splitter stays broken.
         self._error: str | None = None
 
     @property
@@ -84,9 +106,19 @@ class SSELineSplitter:
         return self._max
 
     @property
+    def max_event_bytes(self) -> int:
+        """The longest event payload accepted, in bytes: data values and the LFs joining them."""
+        return self._max_event
+
+    @property
     def pending_bytes(self) -> int:
-        """Bytes of an unfinished line held for the next feed (never more than the cap)."""
+        """Bytes of an unfinished line held for the next feed (never more than the line cap)."""
         return len(self._partial)
+
+    @property
+    def event_bytes(self) -> int:
+        """The payload length of the event being built (never more than the event cap)."""
+        return len(self._data) - 1 if self._data else 0
 
     def feed(self, data: bytes) -> list[bytes]:
         """Takes the next bytes of the stream.
@@ -99,7 +131,7 @@ class SSELineSplitter:
 
         Raises:
             TypeError: `data` is not bytes.
-            SSEError: a line is longer than the cap (now, or in an earlier feed).
+            SSEError: a line or an event is longer than its cap (now, or in an earlier feed).
         """
         if not isinstance(data, bytes):
             raise TypeError(f"feed() wants bytes, got {type(data).__name__}")
@@ -116,7 +148,7 @@ class SSELineSplitter:
         while (end := _LINE_END.search(data, pos)) is not None:
             # Check the length before joining, so an over-long line is never copied.
             if len(self._partial) + end.start() - pos > self._max:
-                self._fail()
+                self._fail_line()
             line = data[pos : end.start()]
             if self._partial:
                 line = bytes(self._partial) + line
@@ -127,7 +159,7 @@ class SSELineSplitter:
                 self._skip_lf = True  # a CR ends the feed: its LF may open the next one
         # The rest is the start of a line whose end is in a later feed.
         if len(self._partial) + len(data) - pos > self._max:
-            self._fail()
+            self._fail_line()
         self._partial += data[pos:]
         return events
 
@@ -161,12 +193,23 @@ class SSELineSplitter:
             return  # event, id, retry and unknown fields: nothing a payload needs
         if value[:1] == b" ":
             value = value[1:]  # one optional space after the colon, no more
+        # _data ends with the LF that will join this value, so this is the new payload length.
+        if len(self._data) + len(value) > self._max_event:
+            self._fail_event()
         self._data += value
         self._data += b"\n"
 
-    def _fail(self) -> None:
-        """Breaks the splitter for good and raises the cap error; frees what it held."""
-        self._error = f"SSE line longer than {self._max} bytes"
+    def _fail_line(self) -> NoReturn:
+        """Raises the line cap error (see _fail)."""
+        self._fail(f"SSE line longer than {self._max} bytes")
+
+    def _fail_event(self) -> NoReturn:
+        """Raises the event cap error (see _fail)."""
+        self._fail(f"SSE event longer than {self._max_event} bytes")
+
+    def _fail(self, message: str) -> NoReturn:
+        """Breaks the splitter for good and raises SSEError(message); frees what it held."""
+        self._error = message
         self._partial = bytearray()
         self._data = bytearray()
         raise SSEError(self._error)

@@ -22,9 +22,11 @@ def sse_feed_mode(request: pytest.FixtureRequest) -> str:
     return mode
 
 
-def payloads(cls: Splitter, data: bytes, mode: str, max_line_bytes: int = MIB) -> list[bytes]:
+def payloads(
+    cls: Splitter, data: bytes, mode: str, max_line_bytes: int = MIB, max_event_bytes: int = 4 * MIB
+) -> list[bytes]:
     """Feeds `data` one way; returns every payload that came out, checking each is bytes."""
-    splitter = cls(max_line_bytes)
+    splitter = cls(max_line_bytes, max_event_bytes=max_event_bytes)
     out = [p for batch in FEED_MODES[mode](splitter.feed, data) for p in batch]
     assert all(type(p) is bytes for p in out), out
     return out
@@ -244,37 +246,55 @@ def test_huge_feed_raises_without_buffering_it(sse_cls: Splitter) -> None:
     assert splitter.pending_bytes == 0
 
 
-def test_error_is_sticky(sse_cls: Splitter) -> None:
-    splitter = sse_cls(8)
-    with pytest.raises(SSEError):
-        splitter.feed(b"data: a\n" + line_of(20))
+@pytest.mark.parametrize(
+    ("first", "message"),
+    [
+        (b"data: a\n" + line_of(20), "SSE line longer than 8 bytes"),
+        (b"data:a\ndata:123\ndata:4\ndata", "SSE event longer than 6 bytes"),
+    ],
+    ids=["line", "event"],
+)
+def test_error_is_sticky(sse_cls: Splitter, first: bytes, message: str) -> None:
+    splitter = sse_cls(8, max_event_bytes=6)
+    with pytest.raises(SSEError, match=rf"^{message}$"):
+        splitter.feed(first)
     # The half-read event and line are gone; the splitter refuses everything after.
     for later in [b"\n\ndata: b\n\n", b""]:
-        with pytest.raises(SSEError, match=r"^SSE line longer than 8 bytes$"):
+        with pytest.raises(SSEError, match=rf"^{message}$"):
             splitter.feed(later)
     assert splitter.pending_bytes == 0
+    assert splitter.event_bytes == 0
 
 
 def test_sse_error_is_a_protocol_error() -> None:
     assert issubclass(SSEError, ProtocolError)
 
 
+@pytest.mark.parametrize("name", ["max_line_bytes", "max_event_bytes"])
 @pytest.mark.parametrize(
     ("cap", "error", "message"),
     [
-        (0, ValueError, r"^max_line_bytes must be between 1 and \d+, got 0$"),
-        (-5, ValueError, r"^max_line_bytes must be between 1 and \d+, got -5$"),
-        (2**63, ValueError, r"^max_line_bytes must be between 1 and \d+, got 9223372036854775808$"),
-        (1.5, TypeError, r"^max_line_bytes must be an int, got float$"),
-        ("10", TypeError, r"^max_line_bytes must be an int, got str$"),
-        (True, TypeError, r"^max_line_bytes must be an int, got bool$"),
+        (0, ValueError, r"must be between 1 and 9223372036854775807, got 0$"),
+        (-5, ValueError, r"must be between 1 and 9223372036854775807, got -5$"),
+        (2**63, ValueError, r"must be between 1 and 9223372036854775807, got 9223372036854775808$"),
+        (1.5, TypeError, r"must be an int, got float$"),
+        ("10", TypeError, r"must be an int, got str$"),
+        (True, TypeError, r"must be an int, got bool$"),
     ],
 )
 def test_bad_cap_is_refused(
-    sse_cls: Splitter, cap: object, error: type[Exception], message: str
+    sse_cls: Splitter, name: str, cap: object, error: type[Exception], message: str
 ) -> None:
-    with pytest.raises(error, match=message):
-        sse_cls(cap)  # type: ignore[arg-type]
+    with pytest.raises(error, match=f"^{name} {message}"):
+        sse_cls(**{name: cap})  # type: ignore[arg-type]
+
+
+def test_max_event_bytes_is_keyword_only(sse_cls: Splitter) -> None:
+    # Two int caps side by side are too easy to swap.
+    with pytest.raises(TypeError, match="positional argument"):
+        sse_cls(8, 16)  # type: ignore[call-arg]
+    splitter = sse_cls(8, max_event_bytes=16)
+    assert (splitter.max_line_bytes, splitter.max_event_bytes) == (8, 16)
 
 
 @pytest.mark.parametrize(
@@ -284,6 +304,145 @@ def test_bad_cap_is_refused(
 def test_feed_wants_bytes(sse_cls: Splitter, data: object, name: str) -> None:
     with pytest.raises(TypeError, match=rf"^feed\(\) wants bytes, got {name}$"):
         sse_cls().feed(data)  # type: ignore[arg-type]
+
+
+# --- the event cap ------------------------------------------------------------------------------
+
+# Small enough that every feed mode is quick; the payload counts data values and joining LFs only.
+EVENT_CAP = 12
+
+# (id, stream, payloads): each has an event of exactly EVENT_CAP bytes, and must be accepted.
+EVENT_AT_CAP: list[tuple[str, bytes, list[bytes]]] = [
+    ("one_line", b"data: 123456789012\n\n", [b"123456789012"]),
+    ("lines_and_lfs", b"data: 1234\ndata: 56\ndata: 7890\n\n", [b"1234\n56\n7890"]),
+    ("bare_data_lines", b"data\n" * 13 + b"\n", [b"\n" * 12]),
+    (
+        "other_lines_not_counted",
+        b"data: 12345\n: a long comment\nevent: x\nid: 1\ndata:123456\n\n",
+        [b"12345\n123456"],
+    ),
+    ("crlf_and_space_not_counted", b"data:  12345\r\ndata: 12345\r\n\r\n", [b" 12345\n12345"]),
+    ("bom_not_counted", BOM + b"data: 123456789012\r\r", [b"123456789012"]),
+    (
+        "reset_after_dispatch",
+        b"data: 123456\ndata: 89012\n\ndata: abcdef\ndata: hijkl\n\n",
+        [b"123456\n89012", b"abcdef\nhijkl"],
+    ),
+    ("unfinished_line_not_counted_yet", b"data: 123456\ndata: 8901234567", []),
+]
+
+
+@pytest.mark.parametrize(
+    ("stream", "expected"), [c[1:] for c in EVENT_AT_CAP], ids=[c[0] for c in EVENT_AT_CAP]
+)
+def test_event_of_exactly_the_cap_is_accepted(
+    sse_cls: Splitter, sse_feed_mode: str, stream: bytes, expected: list[bytes]
+) -> None:
+    out = payloads(sse_cls, stream, sse_feed_mode, max_event_bytes=EVENT_CAP)
+    assert out == expected
+    assert max(map(len, out), default=EVENT_CAP) == EVENT_CAP
+
+
+# (id, stream): each has an event of EVENT_CAP + 1 bytes, refused when its last data line ends.
+EVENT_OVER_CAP: list[tuple[str, bytes]] = [
+    ("one_line", b"data: 1234567890123\n\n"),
+    ("lines_and_lfs", b"data: 1234\ndata: 56\ndata: 78901\n\n"),
+    ("bare_data_lines", b"data\n" * 14 + b"\n"),
+    ("lf_tips_it_over", b"data: 123456789012\ndata\n\n"),
+    ("other_lines_not_counted", b"data: 12345\n: comment\nid: 1\ndata:1234567\n\n"),
+    ("no_blank_line_needed", b"data: 123456\ndata: 890123\n"),
+    ("cr_ends_the_line_at_once", b"data: 123456\rdata: 890123\r"),
+    ("second_event", b"data: 123456789012\n\ndata: 123456\ndata: 890123\n\n"),
+]
+
+
+@pytest.mark.parametrize(
+    "stream", [c[1] for c in EVENT_OVER_CAP], ids=[c[0] for c in EVENT_OVER_CAP]
+)
+def test_event_one_byte_over_the_cap_raises(
+    sse_cls: Splitter, sse_feed_mode: str, stream: bytes
+) -> None:
+    with pytest.raises(SSEError, match=rf"^SSE event longer than {EVENT_CAP} bytes$"):
+        payloads(sse_cls, stream, sse_feed_mode, max_event_bytes=EVENT_CAP)
+
+
+def test_event_error_comes_out_of_the_feed_that_ends_the_line(sse_cls: Splitter) -> None:
+    splitter = sse_cls(max_event_bytes=EVENT_CAP)
+    assert splitter.feed(b"data: 1234\n\ndata: 123456\ndata: 890") == [b"1234"]
+    assert splitter.feed(b"123") == []  # the line that will break the cap is not complete yet
+    with pytest.raises(SSEError, match=rf"^SSE event longer than {EVENT_CAP} bytes$"):
+        splitter.feed(b"\n\n")
+
+
+@pytest.mark.parametrize(
+    ("stream", "message"),
+    [
+        (line_of(9) + b"\n", "SSE line longer than 8 bytes"),  # over both: the line cap first
+        (line_of(8) + b"\n", "SSE event longer than 1 bytes"),
+        (b"data\ndata\ndata\n", "SSE event longer than 1 bytes"),
+    ],
+)
+def test_line_cap_is_checked_before_the_event_cap(
+    sse_cls: Splitter, sse_feed_mode: str, stream: bytes, message: str
+) -> None:
+    with pytest.raises(SSEError, match=rf"^{message}$"):
+        payloads(sse_cls, stream, sse_feed_mode, max_line_bytes=8, max_event_bytes=1)
+
+
+def test_event_bytes_reports_the_payload_so_far(sse_cls: Splitter) -> None:
+    splitter = sse_cls()
+    seen = []
+    for piece in [b"data: ab", b"c\n", b"data\n", b": x\n", b"data: de\n", b"\n", b"data:\n"]:
+        splitter.feed(piece)
+        seen.append((splitter.pending_bytes, splitter.event_bytes))
+    # "abc", then "abc\n", then "abc\n\nde"; the blank line dispatches; then "" (one data line).
+    assert seen == [(8, 0), (0, 3), (0, 4), (0, 4), (0, 7), (0, 0), (0, 0)]
+
+
+@pytest.mark.parametrize(
+    ("cap", "line"),
+    [(1000, b"data: x\n"), (4 * MIB, b"data: " + b"y" * (16_384 - 7) + b"\n")],
+    ids=["small_cap_tiny_lines", "default_cap_16k_lines"],
+)
+def test_many_data_lines_in_small_feeds_raise_without_growing_past_the_cap(
+    sse_cls: Splitter, cap: int, line: bytes
+) -> None:
+    """A peer that sends data lines and never a blank line: one line per feed, as it trickles in."""
+    splitter = sse_cls(max_event_bytes=cap)
+    value = len(line) - 7  # without "data: " and the LF
+    held = []
+    with pytest.raises(SSEError, match=rf"^SSE event longer than {cap} bytes$"):  # noqa: PT012
+        for _ in range(cap // value + 10):
+            assert splitter.feed(line) == []
+            held.append(splitter.event_bytes)
+    # Every line that fit was held; the one that would take the payload past the cap raised.
+    fits = (cap + 1) // (value + 1)  # k values and k - 1 LFs fit while k * (value + 1) - 1 <= cap
+    assert held == [k * (value + 1) - 1 for k in range(1, fits + 1)]
+    assert max(held) <= cap
+    assert (splitter.event_bytes, splitter.pending_bytes) == (0, 0)  # the error let go of them
+
+
+def default_cap_event(size: int) -> bytes:
+    """An event whose payload is `size` bytes, in data lines that each fit the 1 MiB line cap."""
+    values = []
+    while size > 0:
+        take = min(MIB - 6, size)
+        values.append(b"z" * take)
+        size -= take + 1  # the LF before the next value
+    if size == 0:
+        values.append(b"")  # the last LF was the whole remainder: an empty last value
+    return b"".join(b"data: " + v + b"\n" for v in values) + b"\n"
+
+
+@pytest.mark.parametrize("mode", ["whole", "thirds"])  # 4 MiB byte by byte is too slow
+def test_default_event_cap_is_four_mib(sse_cls: Splitter, mode: str) -> None:
+    assert _sse_py.DEFAULT_MAX_EVENT_BYTES == _sse_c.DEFAULT_MAX_EVENT_BYTES == 4 * MIB
+    assert sse_cls().max_event_bytes == 4 * MIB
+    feed = FEED_MODES[mode]
+    out = feed(sse_cls().feed, default_cap_event(4 * MIB))  # built with no arguments: the default
+    assert [len(p) for batch in out for p in batch] == [4 * MIB]
+    with pytest.raises(SSEError, match=r"^SSE event longer than 4194304 bytes$"):
+        feed(sse_cls().feed, default_cap_event(4 * MIB + 1))
 
 
 # --- which twin the selector picked ---------------------------------------------------------------
@@ -298,3 +457,4 @@ def test_selector_uses_the_compiled_twin() -> None:
         assert sse.SSELineSplitter.__module__ == "boxmaker._fast._sse_c"
         assert IMPLEMENTATIONS["sse"] == "c"
     assert sse.DEFAULT_MAX_LINE_BYTES == MIB
+    assert sse.DEFAULT_MAX_EVENT_BYTES == 4 * MIB
