@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run annotate debug lint clean llama-server
+.PHONY: install build test bench run annotate debug lint clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -48,6 +48,10 @@ debug: $(VENV)/.stamp-install
 # Builds llama-server and fetches the model once per machine, into ~/.cache/boxmaker.
 llama-server:
 	PYTHON=$(PYTHON) bash scripts/build_llama_server.sh
+
+# Records raw responses from a real llama-server into recordings/ (never edited by hand).
+record: install
+	$(PY) scripts/record.py $(RECORD_ARGS)
 
 lint: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet ruff
