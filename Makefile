@@ -24,7 +24,8 @@ $(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py
 
 build: $(EXT_STAMP)
 
-test: install
+# The real-server tests need llama-server and the model: built once per machine, then cached.
+test: install llama-server
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-install

@@ -82,7 +82,9 @@ def _sink() -> Iterator[int]:
     repo = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     proc = subprocess.Popen(
         [sys.executable, "-c", "import bench.proxy as b; b.sink_main()"],
-        cwd=repo, stdout=subprocess.PIPE, text=True,
+        cwd=repo,
+        stdout=subprocess.PIPE,
+        text=True,
     )
     try:
         assert proc.stdout is not None
@@ -180,9 +182,21 @@ def _paths(port: int, folder: str) -> Iterator[list[Path]]:
     try:
         sock = os.path.join(folder, "inferproxy.sock")
         proc = _start(
-            [sys.executable, "-m", "boxmaker.inferproxy", "--listen", sock,
-             "--upstream", f"127.0.0.1:{port}", "--accept-burst", "1000000",
-             "--accept-rate", "1000000", "--max-connections", "64"],
+            [
+                sys.executable,
+                "-m",
+                "boxmaker.inferproxy",
+                "--listen",
+                sock,
+                "--upstream",
+                f"127.0.0.1:{port}",
+                "--accept-burst",
+                "1000000",
+                "--accept-rate",
+                "1000000",
+                "--max-connections",
+                "64",
+            ],
             sock,
         )
         assert proc.stdout is not None
@@ -249,39 +263,56 @@ def _bulk_down(path: Path, size: int) -> None:
     path.add("down_cpu", (path.cpu() - cpu0) * GiB / size)
 
 
-def _setup(path: Path, count: int) -> None:
-    times = []
-    for _ in range(count):
-        start = time.perf_counter()
-        s = path.connect()
-        s.sendall(b"P")
-        if s.recv(1) != b"p":
-            raise RuntimeError(f"bench: {path.name} lost a set-up answer")
-        times.append(time.perf_counter() - start)
-        s.close()
-    path.settle()
-    path.results["setup"] = times
+def _setup_once(path: Path) -> float:
+    start = time.perf_counter()
+    s = path.connect()
+    s.sendall(b"P")
+    if s.recv(1) != b"p":
+        raise RuntimeError(f"bench: {path.name} lost a set-up answer")
+    elapsed = time.perf_counter() - start
+    s.close()
+    return elapsed
 
 
-def _latency(path: Path, writes: int) -> None:
+def _setup(paths: list[Path], count: int) -> None:
+    """`count` set-ups per path, the paths taking turns (so a noisy moment hits all alike)."""
+    for i in range(count):
+        for p in paths[i % len(paths) :] + paths[: i % len(paths)]:
+            p.add("setup", _setup_once(p))
+    for p in paths:
+        p.settle()
+
+
+def _latency(paths: list[Path], writes: int) -> None:
+    """Once a millisecond, a 100-byte write on each path's echo connection in turn; its RTT."""
     payload = b"x" * 100
-    buf = bytearray(100)
-    times = []
-    with path.connect() as s:
-        s.sendall(b"E")
+    buf = memoryview(bytearray(100))
+    conns = [p.connect() for p in paths]
+    try:
+        for s in conns:
+            s.sendall(b"E")
         tick = time.perf_counter()
-        for _ in range(writes):
-            start = time.perf_counter()
-            s.sendall(payload)
-            got = 0
-            while got < 100:
-                got += s.recv_into(memoryview(buf)[got:])
-            times.append(time.perf_counter() - start)
+        for i in range(writes):
+            order = list(range(len(paths)))
+            order = order[i % len(order) :] + order[: i % len(order)]
+            for k in order:
+                s = conns[k]
+                start = time.perf_counter()
+                s.sendall(payload)
+                got = 0
+                while got < 100:
+                    n = s.recv_into(buf[got:])
+                    if n == 0:
+                        raise RuntimeError(f"bench: {paths[k].name} closed the echo connection")
+                    got += n
+                paths[k].add("rtt", time.perf_counter() - start)
             tick += 0.001
             pause = tick - time.perf_counter()
             if pause > 0:
                 time.sleep(pause)
-    path.results["rtt"] = times
+    finally:
+        for s in conns:
+            s.close()
 
 
 def _pct(values: list[float], q: float) -> float:
@@ -292,64 +323,92 @@ def _pct(values: list[float], q: float) -> float:
 # --- The table -----------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Row:
+    label: str
+    get: Callable[[Path], float | None]
+    ratio: bool = True  # show inferproxy / socat -b 65536 and inferproxy / direct
+
+
+def _rows(direct: Path) -> list[Row]:
+    def med(key: str) -> Callable[[Path], float | None]:
+        return lambda p: statistics.median(p.results[key]) if key in p.results else None
+
+    def cpu(key: str) -> Callable[[Path], float | None]:
+        return lambda p: statistics.median(p.results[key]) if p.proc is not None else None
+
+    def pct(key: str, q: float) -> Callable[[Path], float | None]:
+        return lambda p: _pct(p.results[key], q) * 1e6
+
+    def added(q: float) -> Callable[[Path], float | None]:
+        return lambda p: (_pct(p.results["rtt"], q) - _pct(direct.results["rtt"], q)) * 1e6
+
+    return [
+        Row("bulk client->upstream, MB/s", med("up_mbps")),
+        Row("bulk upstream->client, MB/s", med("down_mbps")),
+        Row("proxy CPU s/GiB, client->upstream", cpu("up_cpu")),
+        Row("proxy CPU s/GiB, upstream->client", cpu("down_cpu")),
+        Row("set-up p50, us", pct("setup", 0.5)),
+        Row("set-up p99, us", pct("setup", 0.99)),
+        Row("100 B echo RTT p50, us", pct("rtt", 0.5)),
+        Row("100 B echo RTT p99, us", pct("rtt", 0.99)),
+        Row("added latency p50, us", added(0.5), ratio=False),
+        Row("added latency p99, us", added(0.99), ratio=False),
+    ]
+
+
+def _cell(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}"
+
+
+def _ratio(mine: float | None, other: float | None) -> str:
+    if mine is None or other is None or other <= 0:
+        return "-"
+    return f"{mine / other:.2f}x"
+
+
 def _table(paths: list[Path], args: argparse.Namespace) -> str:
     by = {p.name: p for p in paths}
-    direct = by["direct"]
-
-    def med(p: Path, key: str) -> float:
-        return statistics.median(p.results[key])
-
-    rows: list[tuple[str, Callable[[Path], float | None], bool]] = [
-        ("bulk client->upstream, MB/s", lambda p: med(p, "up_mbps"), True),
-        ("bulk upstream->client, MB/s", lambda p: med(p, "down_mbps"), True),
-        ("proxy CPU s/GiB, client->upstream", lambda p: med(p, "up_cpu") if p.proc else None, False),
-        ("proxy CPU s/GiB, upstream->client", lambda p: med(p, "down_cpu") if p.proc else None, False),
-        ("set-up p50, us", lambda p: _pct(p.results["setup"], 0.5) * 1e6, False),
-        ("set-up p99, us", lambda p: _pct(p.results["setup"], 0.99) * 1e6, False),
-        ("100 B echo RTT p50, us", lambda p: _pct(p.results["rtt"], 0.5) * 1e6, False),
-        ("100 B echo RTT p99, us", lambda p: _pct(p.results["rtt"], 0.99) * 1e6, False),
-        (
-            "added latency p50, us",
-            lambda p: (_pct(p.results["rtt"], 0.5) - _pct(direct.results["rtt"], 0.5)) * 1e6,
-            False,
-        ),
-        (
-            "added latency p99, us",
-            lambda p: (_pct(p.results["rtt"], 0.99) - _pct(direct.results["rtt"], 0.99)) * 1e6,
-            False,
-        ),
-    ]
-    names = [p.name for p in paths]
-    header = ["", *names, "inferproxy / socat -b 65536", "inferproxy / direct"]
+    mine, socat64, direct = by["inferproxy"], by["socat -b 65536"], by["direct"]
+    header = ["", *(p.name for p in paths), "inferproxy / socat -b 65536", "inferproxy / direct"]
     lines = [header]
-    for label, get, _higher_is_better in rows:
-        values = [get(p) for p in paths]
-        cells = [label, *("-" if v is None else f"{v:,.0f}" if abs(v) >= 100 else f"{v:.2f}" for v in values)]
-        mine, ref, base = get(by["inferproxy"]), get(by["socat -b 65536"]), get(direct)
-        for other in (ref, base):
-            ok = mine is not None and other is not None and other > 0 and not label.startswith("added")
-            cells.append(f"{mine / other:.2f}x" if ok else "-")
+    for row in _rows(direct):
+        cells = [row.label, *(_cell(row.get(p)) for p in paths)]
+        cells += [
+            _ratio(row.get(mine), row.get(o)) if row.ratio else "-" for o in (socat64, direct)
+        ]
         lines.append(cells)
     widths = [max(len(row[i]) for row in lines) for i in range(len(header))]
-    out = [
-        "| " + " | ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths, strict=True))) + " |"
-        for row in lines
-    ]
+
+    def fmt(row: list[str]) -> str:
+        cells = (
+            c.ljust(w) if i == 0 else c.rjust(w)
+            for i, (c, w) in enumerate(zip(row, widths, strict=True))
+        )
+        return "| " + " | ".join(cells) + " |"
+
+    out = [fmt(row) for row in lines]
     out.insert(1, "|" + "|".join("-" * (w + 2) for w in widths) + "|")
     notes = [
-        f"Bulk: {args.size_mib} MiB each way, median of {args.repeat} runs; MB = 10^6 bytes. "
-        "CPU: the proxy process's utime+stime (all threads; socat's forked children included).",
-        f"Set-up: {args.connections} connections (connect, 1 request byte, 1 response byte). "
-        f"Echo: {args.writes} writes of 100 bytes, one per ms. Added latency: RTT minus direct's.",
-        "inferproxy ran with --accept-burst 1000000 --accept-rate 1000000 --max-connections 64 "
-        "(its defaults, burst 10 and 2/s, would refuse most of the set-up test).",
-        f"inferproxy: {by['inferproxy'].note}; {os.cpu_count()} cores; sink in its own process.",
+        f"Bulk: {args.size_mib} MiB each way, median of {args.repeat} runs, paths interleaved; "
+        "MB = 10^6 bytes. CPU: the proxy process's utime+stime, all threads (socat: its forked "
+        "children too); direct has no proxy.",
+        f"Set-up: {args.connections} connections per path (connect, 1 request byte, 1 response "
+        f"byte). Echo: {args.writes} writes of 100 bytes per path, one per ms, paths taking "
+        "turns. Added latency: a path's RTT percentile minus direct's.",
+        "inferproxy ran with --accept-burst 1000000 --accept-rate 1000000 --max-connections 64: "
+        "its defaults (burst 10, 2/s) would refuse most of the set-up test.",
+        f"{mine.note}; {os.cpu_count()} cores, shared with this client and the sink (own process).",
     ]
-    return "\n".join(out + [""] + notes)
+    return "\n".join([*out, "", *notes])
 
 
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="python -m bench.proxy", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.proxy", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--size-mib", type=int, default=1024, help="bulk bytes each way (MiB)")
     parser.add_argument("--repeat", type=int, default=3, help="bulk runs per path and direction")
     parser.add_argument("--connections", type=int, default=500, help="set-up test connections")
@@ -364,14 +423,13 @@ def main(argv: list[str] | None = None) -> None:
                 for p in paths:
                     _bulk_up(p, size)
                     _bulk_down(p, size)
-            for p in paths:
-                _setup(p, args.connections)
-            for p in paths:
-                _latency(p, args.writes)
+            _setup(paths, args.connections)
+            _latency(paths, args.writes)
             print("inferproxy vs socat vs direct TCP (one run, this machine)")
             print(_table(paths, args))
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
 
 if __name__ == "__main__":
     main(sys.argv[1:])

@@ -167,8 +167,13 @@ HTTP_BODY_CAP_BYTES = 4096  # an error body kept in HttpStatus, so a huge page c
 def event_to_json(event: ChatEvent) -> dict[str, Any]:
     """One ChatEvent as a JSON object tagged by `type` (for `loopd complete`)."""
     if isinstance(event, ToolCallDelta):
-        return {"type": event.TAG, "index": event.index, "id": event.id, "name": event.name,
-                "arguments": event.arguments}
+        return {
+            "type": event.TAG,
+            "index": event.index,
+            "id": event.id,
+            "name": event.name,
+            "arguments": event.arguments,
+        }
     return proto_event_to_json(event)
 
 
@@ -184,4 +189,3 @@ def completion_to_json(c: Completion) -> dict[str, Any]:
         "reasoning_tokens": c.reasoning_tokens,
         "thinking_capped": c.thinking_capped,
     }
-
