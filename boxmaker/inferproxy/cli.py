@@ -1,0 +1,99 @@
+"""`inferproxy --listen <socket path> --upstream <host:port>`. No config file (m2a spec, section 2).
+
+The limit flags exist so tests and benchmarks can set them; their defaults are the brief's.
+"""
+
+import argparse
+import sys
+
+from .limits import DEFAULT_ACCEPT_BURST, DEFAULT_ACCEPT_RATE, DEFAULT_MAX_CONNECTIONS
+from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings, SetupError
+
+
+def parse_upstream(text: str) -> tuple[str, int]:
+    """`host:port` or `[v6addr]:port` -> (host, port)."""
+    host, sep, port_text = text.rpartition(":")
+    if not sep or not host:
+        raise SetupError(f"--upstream must be host:port, got {text!r}")
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    elif ":" in host:
+        raise SetupError(
+            f"--upstream: write an IPv6 address in brackets, as [::1]:8080; got {text!r}"
+        )
+    if not port_text.isdigit() or not 1 <= int(port_text) <= 65535:
+        raise SetupError(f"--upstream port must be a number from 1 to 65535, got {port_text!r}")
+    return host, int(port_text)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected at least 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="inferproxy",
+        description="Forward a Unix socket to one TCP upstream, bytes only.",
+    )
+    parser.add_argument("--listen", required=True, metavar="PATH", help="Unix socket to create")
+    parser.add_argument("--upstream", required=True, metavar="HOST:PORT", help="TCP upstream")
+    parser.add_argument(
+        "--max-connections",
+        type=_positive_int,
+        default=DEFAULT_MAX_CONNECTIONS,
+        help=f"connections open at once (default {DEFAULT_MAX_CONNECTIONS})",
+    )
+    parser.add_argument(
+        "--accept-burst",
+        type=_positive_int,
+        default=DEFAULT_ACCEPT_BURST,
+        help=f"token bucket size on accept (default {DEFAULT_ACCEPT_BURST})",
+    )
+    parser.add_argument(
+        "--accept-rate",
+        type=_positive_float,
+        default=DEFAULT_ACCEPT_RATE,
+        help=f"token bucket refill per second (default {DEFAULT_ACCEPT_RATE:g})",
+    )
+    parser.add_argument(
+        "--connect-timeout",
+        type=_positive_float,
+        default=DEFAULT_CONNECT_TIMEOUT,
+        help=f"seconds to reach the upstream (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        host, port = parse_upstream(args.upstream)
+        settings = Settings(
+            listen=args.listen,
+            upstream_host=host,
+            upstream_port=port,
+            max_connections=args.max_connections,
+            accept_burst=args.accept_burst,
+            accept_rate=args.accept_rate,
+            connect_timeout=args.connect_timeout,
+        )
+        return Proxy(settings).serve()
+    except SetupError as exc:
+        print(f"inferproxy: {exc}", file=sys.stderr, flush=True)
+        return 2
