@@ -1,0 +1,138 @@
+"""The slot gate: one request in flight per slot, first come first served, a bounded queue.
+
+M2a brief, section 4, step 1. `SlotQueue` is the core: the holder of one slot and the tickets
+waiting for it, with no threads and no clock, so its rules get plain tests. `SlotGate` is the
+shell: one `threading.Condition` over a `SlotQueue` per slot, used as a context manager around
+exactly one request (never across a tool call or an approval):
+
+    with gate.hold(slot, on_event):
+        ...one request...
+
+A request that finds the slot taken waits in line and gets `Queued(ahead)`, then another one each
+time the number ahead of it changes. With `queue_length` already waiting it gets `Busy` at once. A
+waiter that leaves early (its `on_event` raised, or it was interrupted) leaves the line cleanly
+and the ones behind it move up. Holding has no time limit of its own: each holder's request is
+bounded by its own waits and liveness.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from boxmaker.loopd.llama.types import Busy, ChatEvent
+from boxmaker.proto import QueuedEvent
+
+
+class Ticket:
+    """One request's place at one slot."""
+
+    __slots__ = ()
+
+
+class SlotQueue:
+    """The holder of one slot and the tickets waiting for it, in arrival order. [core]"""
+
+    def __init__(self, slot: int, queue_length: int) -> None:
+        self.slot = slot
+        self.queue_length = queue_length  # the most tickets that may wait (the holder not counted)
+        self.holder: Ticket | None = None
+        self.waiting: deque[Ticket] = deque()
+
+    def arrive(self, ticket: Ticket) -> int:
+        """Puts `ticket` in line. Returns how many are ahead of it (0: it holds the slot now).
+
+        Raises:
+            Busy: `queue_length` tickets are already waiting.
+        """
+        if self.holder is None and not self.waiting:
+            self.holder = ticket
+            return 0
+        if len(self.waiting) >= self.queue_length:
+            raise Busy(
+                f"slot {self.slot} is busy and {len(self.waiting)} requests are already waiting "
+                f"for it (queue_length = {self.queue_length})"
+            )
+        self.waiting.append(ticket)
+        return self.ahead(ticket)
+
+    def ahead(self, ticket: Ticket) -> int:
+        """How many are ahead of a waiting ticket: the holder, if any, and those before it."""
+        if ticket is self.holder:
+            return 0
+        return (self.holder is not None) + self.waiting.index(ticket)
+
+    def try_enter(self, ticket: Ticket) -> bool:
+        """True if `ticket` holds the slot (taking it if it is free and the ticket is first)."""
+        if self.holder is ticket:
+            return True
+        if self.holder is None and self.waiting and self.waiting[0] is ticket:
+            self.holder = self.waiting.popleft()
+            return True
+        return False
+
+    def leave(self, ticket: Ticket) -> None:
+        """Gives the slot up, or leaves the line. Doing it twice does nothing."""
+        if self.holder is ticket:
+            self.holder = None
+        elif ticket in self.waiting:
+            self.waiting.remove(ticket)
+
+
+class SlotGate:
+    """The gate for every slot of one loopd: the threading shell over one SlotQueue per slot."""
+
+    def __init__(self, queue_length: int) -> None:
+        self._queue_length = queue_length
+        self._cond = threading.Condition()
+        self._queues: dict[int, SlotQueue] = {}
+
+    def _queue(self, slot: int) -> SlotQueue:
+        if slot not in self._queues:
+            self._queues[slot] = SlotQueue(slot, self._queue_length)
+        return self._queues[slot]
+
+    def waiting(self, slot: int) -> int:
+        """How many requests are waiting for `slot` now (the holder not counted)."""
+        with self._cond:
+            return len(self._queue(slot).waiting)
+
+    @contextmanager
+    def hold(self, slot: int, on_event: Callable[[ChatEvent], None]) -> Iterator[None]:
+        """Holds `slot` for the body of the `with`, after waiting in line if need be.
+
+        Raises:
+            Busy: the line for the slot is full.
+        """
+        ticket = Ticket()
+        with self._cond:
+            queue = self._queue(slot)
+            ahead = queue.arrive(ticket)  # Busy leaves nothing behind
+        try:
+            if ahead:
+                self._wait(queue, ticket, ahead, on_event)
+            yield
+        finally:
+            with self._cond:
+                queue.leave(ticket)
+                self._cond.notify_all()  # the next in line, and those whose `ahead` changed
+
+    def _wait(
+        self,
+        queue: SlotQueue,
+        ticket: Ticket,
+        ahead: int,
+        on_event: Callable[[ChatEvent], None],
+    ) -> None:
+        # on_event is called without the lock, so a slow caller never blocks the gate.
+        on_event(QueuedEvent(ahead))
+        while True:
+            with self._cond:
+                while not queue.try_enter(ticket) and queue.ahead(ticket) == ahead:
+                    self._cond.wait()
+                if queue.holder is ticket:
+                    return
+                ahead = queue.ahead(ticket)
+            on_event(QueuedEvent(ahead))

@@ -1,0 +1,153 @@
+"""What loopd asks llama-server besides completions, and the cache-loss rule. [core]
+
+The requests (`props_target`, `slots_target`, `tokenize_body`, `control_body`) always carry the
+configured model id: a llama-server router answers /slots and /props without `?model=<id>` with
+its own view or HTTP 400 "model name is missing from the request", and routes POST bodies by their
+"model" key (issue 4, item 10). A single-model server ignores both. The parsers turn the answers
+into small typed results and raise BadResponse, naming the field, when a shape is wrong. The
+client (`llama.client`) and the chat loop (`llama.chat`) make the calls.
+
+`cache_outcome` is the brief's pure function (section 4, "Cache loss").
+"""
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from boxmaker.loopd.http import target
+from boxmaker.loopd.llama.types import BadResponse
+from boxmaker.proto import Timings
+
+PROPS_PATH: Final = "/props"
+SLOTS_PATH: Final = "/slots"
+TOKENIZE_PATH: Final = "/tokenize"
+
+# More than this many tokens short of the previous total is a cache loss (M2a brief, section 4).
+CACHE_LOSS_SLACK_TOKENS: Final = 64
+
+
+@dataclass(frozen=True, slots=True)
+class Props:
+    chat_template: str
+    total_slots: int
+    n_ctx: int  # per slot: default_generation_settings.n_ctx
+
+
+@dataclass(frozen=True, slots=True)
+class SlotState:
+    id: int
+    is_processing: bool
+    n_ctx: int | None
+
+
+@dataclass(frozen=True, slots=True)
+class CacheHit:
+    pass
+
+
+@dataclass(frozen=True, slots=True)
+class CacheLoss:
+    expected: int  # the previous request's total: what the cache should have held
+    got: int  # this request's cache_n
+
+
+CacheOutcome = CacheHit | CacheLoss
+
+
+def cache_outcome(previous: Timings, current: Timings) -> CacheOutcome:
+    """Whether `current` reused the cache that `previous` left.
+
+    The slot held `previous.total` tokens after the previous request; a request that extends it
+    should find nearly all of them cached. More than 64 tokens short is a loss.
+    """
+    expected = previous.total
+    if expected - current.cache_n > CACHE_LOSS_SLACK_TOKENS:
+        return CacheLoss(expected=expected, got=current.cache_n)
+    return CacheHit()
+
+
+# ---- requests ----------------------------------------------------------------------------------
+
+
+def props_target(model: str) -> str:
+    return target(PROPS_PATH, model=model)
+
+
+def slots_target(model: str) -> str:
+    return target(SLOTS_PATH, model=model)
+
+
+def tokenize_body(model: str, text: str) -> bytes:
+    return orjson.dumps({"model": model, "content": text})
+
+
+def control_body(completion_id: str, model: str) -> bytes:
+    """The body of POST /v1/chat/completions/control that ends the reasoning block."""
+    return orjson.dumps({"id": completion_id, "action": "reasoning_end", "model": model})
+
+
+# ---- answers -----------------------------------------------------------------------------------
+
+
+def _load(body: bytes, what: str) -> Any:
+    try:
+        return orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        raise BadResponse(f"{what}: the answer is not JSON ({exc}): {body[:80]!r}") from None
+
+
+def _field(obj: object, key: str, kind: type, path: str) -> Any:
+    if not isinstance(obj, dict) or key not in obj:
+        raise BadResponse(f"{path}: missing {key!r}")
+    value = obj[key]
+    if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
+        raise BadResponse(f"{path}.{key}: expected {kind.__name__}, got {value!r:.80}")
+    return value
+
+
+def parse_props(body: bytes) -> Props:
+    """GET /props: the chat template, the slot count and the per-slot context size."""
+    obj = _load(body, "/props")
+    settings = _field(obj, "default_generation_settings", dict, "/props")
+    return Props(
+        chat_template=_field(obj, "chat_template", str, "/props"),
+        total_slots=_field(obj, "total_slots", int, "/props"),
+        n_ctx=_field(settings, "n_ctx", int, "/props.default_generation_settings"),
+    )
+
+
+def parse_slots(body: bytes) -> tuple[SlotState, ...]:
+    """GET /slots: each slot's id, whether it is processing, and its n_ctx when given."""
+    items = _load(body, "/slots")
+    if not isinstance(items, list):
+        raise BadResponse(f"/slots: expected an array, got {items!r:.80}")
+    slots = []
+    for i, item in enumerate(items):
+        path = f"/slots[{i}]"
+        if not isinstance(item, dict):
+            raise BadResponse(f"{path}: expected an object, got {item!r:.80}")
+        n_ctx = _field(item, "n_ctx", int, path) if "n_ctx" in item else None
+        slots.append(
+            SlotState(
+                _field(item, "id", int, path), _field(item, "is_processing", bool, path), n_ctx
+            )
+        )
+    return tuple(slots)
+
+
+def parse_tokenize(body: bytes) -> tuple[int, ...]:
+    """POST /tokenize: the token ids."""
+    tokens = _field(_load(body, "/tokenize"), "tokens", list, "/tokenize")
+    if not all(isinstance(t, int) and not isinstance(t, bool) for t in tokens):
+        raise BadResponse("/tokenize.tokens: expected an array of integers")
+    return tuple(tokens)
+
+
+def parse_control(body: bytes) -> tuple[bool, str | None]:
+    """The control call's answer: (success, message). Anything not `success: true` is False."""
+    obj = _load(body, "/v1/chat/completions/control")
+    if not isinstance(obj, dict):
+        return False, f"not a JSON object: {body[:80]!r}"
+    message = obj.get("message")
+    return obj.get("success") is True, message if isinstance(message, str) else None

@@ -1,0 +1,170 @@
+"""The only socket code in loopd: a Unix-socket connection to infer.sock (M2a brief, section 2).
+
+loopd never opens TCP; `inferproxy` does that. A `Connection` carries one request: connect,
+send it whole, then receive with a timeout on each read. Closing the connection is how loopd
+cancels a generation, so every path closes it. `exchange()` is one short request (/slots, /props,
+the control call) read whole under one deadline, computed from an injected monotonic clock.
+
+Failures come out as the client's own errors: a connect or send that fails is `ConnectFailed`
+(retryable: inferproxy may be restarting), naming the socket path and the errno.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from boxmaker.loopd.http import HeadParser, ResponseHead, body_decoder, build_request
+from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
+from boxmaker.proto import NEED_DATA
+
+Clock = Callable[[], float]
+RECV_BYTES = 65_536
+
+
+def _errno_text(exc: OSError) -> str:
+    code = errno.errorcode.get(exc.errno or 0, str(exc.errno))
+    return f"{code}: {exc.strerror or exc}"
+
+
+class Connection:
+    """One request's connection to infer.sock."""
+
+    def __init__(self, sock: socket.socket, path: Path) -> None:
+        self._sock = sock
+        self.path = path
+        self.closed = False
+
+    @classmethod
+    def open(cls, path: Path, timeout_s: float) -> Connection:
+        """Connects to the Unix socket at `path`.
+
+        Raises:
+            ConnectFailed: naming the path and the errno, with a hint.
+        """
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(timeout_s)
+        try:
+            sock.connect(os.fspath(path))
+        except OSError as exc:
+            sock.close()
+            hint = "is inferproxy running, and is [inference] socket its --listen path?"
+            if isinstance(exc, TimeoutError):
+                what = f"no answer in {timeout_s * 1000:.0f} ms"
+            else:
+                what = _errno_text(exc)
+            raise ConnectFailed(f"cannot connect to {path} ({what}); {hint}") from None
+        return cls(sock, path)
+
+    def send(self, data: bytes, timeout_s: float) -> None:
+        """Sends all of `data`.
+
+        Raises:
+            ConnectFailed: the peer closed or reset the connection.
+            Stalled: the peer took nothing for `timeout_s`.
+        """
+        self._sock.settimeout(timeout_s)
+        try:
+            self._sock.sendall(data)
+        except TimeoutError:
+            raise Stalled(
+                f"the server took no request bytes for {timeout_s * 1000:.0f} ms"
+            ) from None
+        except OSError as exc:
+            raise ConnectFailed(
+                f"the connection to {self.path} broke while sending ({_errno_text(exc)})"
+            ) from None
+
+    def recv(self, timeout_s: float) -> bytes | None:
+        """The next bytes: b"" at EOF (a reset counts as EOF), None when `timeout_s` passed."""
+        self._sock.settimeout(max(timeout_s, 0.001))
+        try:
+            return self._sock.recv(RECV_BYTES)
+        except TimeoutError:
+            return None
+        except (ConnectionResetError, BrokenPipeError):
+            return b""
+
+    def close(self) -> None:
+        """Closes the connection (which cancels a generation in flight). Idempotent."""
+        if not self.closed:
+            self.closed = True
+            self._sock.close()
+
+    def __enter__(self) -> Connection:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    head: ResponseHead
+    body: bytes
+
+    @property
+    def status(self) -> int:
+        return self.head.status
+
+    def json(self) -> Any:
+        """The body as JSON. Raises BadResponse if it is not."""
+        try:
+            return orjson.loads(self.body)
+        except orjson.JSONDecodeError as exc:
+            raise BadResponse(f"the body is not JSON ({exc}): {self.body[:80]!r}") from None
+
+
+def exchange(
+    path: Path,
+    method: str,
+    target: str,
+    body: bytes | None,
+    *,
+    timeout_ms: int,
+    max_header_bytes: int,
+    max_body_bytes: int,
+    clock: Clock = time.monotonic,
+) -> Response:
+    """One short request on its own connection, the whole response read within `timeout_ms`.
+
+    Raises:
+        ConnectFailed: no connection, or it closed before a response head.
+        Stalled: the response was not complete within `timeout_ms`.
+        BadResponse: a malformed or over-long head or body, or a body cut short.
+    """
+    deadline = clock() + timeout_ms / 1000
+    what = f"{method} {target}"
+    with Connection.open(path, timeout_ms / 1000) as conn:
+        conn.send(build_request(method, target, body), timeout_ms / 1000)
+        parser = HeadParser(max_header_bytes)
+
+        def read() -> bytes:
+            data = conn.recv(deadline - clock())
+            if data is None:
+                raise Stalled(f"{what}: no complete answer within {timeout_ms} ms")
+            return data
+
+        while (head := parser.next_head()) is NEED_DATA:
+            parser.receive_data(read())
+        assert isinstance(head, ResponseHead)
+        decoder = body_decoder(head, max_body_bytes)
+        parts = [decoder.feed(parser.rest)]
+        while not decoder.done:
+            data = read()
+            if not data:
+                try:
+                    decoder.end()
+                except BadResponse as exc:
+                    raise type(exc)(f"{what}: {exc}") from None
+                break
+            parts.append(decoder.feed(data))
+        return Response(head, b"".join(parts))
