@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run annotate debug lint clean llama-server record
+.PHONY: install build test bench run stop annotate debug lint clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -27,6 +27,14 @@ build: $(EXT_STAMP)
 # The real-server tests need llama-server and the model: built once per machine, then cached.
 test: install llama-server
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# Starts llama-server and inferproxy under supervisord (in run/), runs the self-test, opens a chat.
+run: install llama-server
+	bash scripts/run.sh
+
+stop:
+	BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= \
+	  $(VENV)/bin/supervisorctl -c conf/supervisord.conf shutdown
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[bench]'

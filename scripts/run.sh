@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# `make run`: starts supervisord with a local llama-server and inferproxy (everything under the
+# checkout's run/ folder), waits for them, runs `loopd selftest`, then opens a chat.
+# `make stop` shuts it all down. Set BOXMAKER_LLAMA_PORT to move llama-server off 18080.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$PWD
+PY=$ROOT/.venv/bin/python
+CACHE=${BOXMAKER_CACHE:-$HOME/.cache/boxmaker}
+
+export BOXMAKER_RUN=$ROOT/run
+export BOXMAKER_PYTHON=$PY
+export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
+export BOXMAKER_UPSTREAM=127.0.0.1:$BOXMAKER_LLAMA_PORT
+export BOXMAKER_LLAMA_SERVER=$(bash scripts/build_llama_server.sh | tail -n 1)/bin/llama-server
+export BOXMAKER_MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
+export BOXMAKER_TEMPLATE=$ROOT/conf/templates/chatml-tools.jinja
+CONF=$ROOT/conf/supervisord.conf
+CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
+
+mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home"
+chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
+cp conf/programs/llama-server.conf "$BOXMAKER_RUN/supervisord.d/"
+
+if "${CTL[@]}" pid >/dev/null 2>&1; then
+  echo "run: supervisord is already running; restarting its programs"
+  "${CTL[@]}" update >/dev/null
+  "${CTL[@]}" restart all
+else
+  "$ROOT/.venv/bin/supervisord" -c "$CONF"
+fi
+
+# Wait (bounded) for llama-server to answer /health and for inferproxy's socket.
+"$PY" - <<'PYEOF'
+import http.client, os, sys, time
+port = int(os.environ["BOXMAKER_LLAMA_PORT"])
+sock = os.path.join(os.environ["BOXMAKER_RUN"], "infer.sock")
+deadline = time.monotonic() + 120
+while time.monotonic() < deadline:
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn.request("GET", "/health")
+        if conn.getresponse().status == 200 and os.path.exists(sock):
+            sys.exit(0)
+    except OSError:
+        pass
+    time.sleep(0.25)
+sys.exit(f"run: llama-server on port {port} or {sock} not ready after 120 s; "
+         f"see {os.environ['BOXMAKER_RUN']}/llama-server.log and inferproxy.log")
+PYEOF
+"${CTL[@]}" status
+
+"$PY" -m boxmaker.loopd selftest --config conf/loopd.local.toml
+if [ -t 0 ]; then
+  exec "$PY" scripts/chat_preview.py --config conf/loopd.local.toml
+else
+  echo "run: standard input is not a terminal, so no chat; try:"
+  echo "  $PY scripts/chat_preview.py --config conf/loopd.local.toml"
+fi

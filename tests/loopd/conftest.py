@@ -1,0 +1,327 @@
+"""A real llama-server behind a real inferproxy, for the tests that need the real upstream.
+
+`stacks` (session scope) starts, on first use, one llama-server per mode ("single", "router") on
+127.0.0.1, each behind its own `python -m boxmaker.inferproxy` on a Unix socket in a short
+temporary folder, and stops them all at the end of the session. `stack` is parametrised over the
+two modes, so a test that takes it runs against both. A server that cannot be built or started
+makes the tests that use it fail (a fixture error), never skip.
+
+The servers are what conf/loopd.local.toml describes (the SmolLM2 model, Boxmaker's ChatML tool
+template, 2 slots of 2,048 tokens), with a prompt batch of 64 tokens so a prompt of a few hundred
+tokens gives several progress events. `Stack.write_config` writes that profile with the stack's
+socket and any overrides, so the real-server tests also prove the local profile matches.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import shutil
+import socket
+import tempfile
+import threading
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmaker.loopd.config import Config, load_config
+from boxmaker.loopd.llama.client import Client
+from tests.support.llama import LlamaServer, Mode, ensure_built
+from tests.support.procs import Daemon, python_module, wait_for_socket
+
+REPO = Path(__file__).resolve().parents[2]
+LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"
+MODES: tuple[Mode, ...] = ("single", "router")
+PROXY_START_LINE = "inferproxy: listening on"
+BOUND = 30.0  # seconds for a daemon to start on a loaded 2-core machine
+# The proxy's accept bucket (burst 10, refill 2/s) is for retry storms, and is tested in
+# tests/inferproxy. Here many short requests come back to back, so it is opened wide.
+PROXY_FLAGS = ("--accept-burst", "1000", "--accept-rate", "1000")
+# Limits for the tests: short answers, and waits that still leave a loaded machine room.
+TEST_INFERENCE: dict[str, Any] = {"max_tokens": 48, "poll_ms": 1000, "control_timeout_ms": 10_000}
+
+
+def short_tmpdir(prefix: str) -> Path:
+    """A folder under /tmp: a Unix socket path may have at most 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
+
+
+# ---- a TOML writer for the small tables a config needs -----------------------------------------
+
+
+def _toml_value(value: object) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, int | float):
+        return repr(value)
+    if isinstance(value, str):
+        return json.dumps(value)  # a JSON string is a TOML basic string
+    if isinstance(value, list | tuple):
+        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+    raise TypeError(f"no TOML form for {value!r}")
+
+
+def toml_dumps(table: Mapping[str, Any], where: str = "") -> str:
+    """Top-level dicts become [sections] (recursively); deeper values are written inline."""
+    lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    for key, value in table.items():
+        if isinstance(value, dict):
+            name = f"{where}.{key}" if where else key
+            lines += ["", f"[{name}]", toml_dumps(value, name)]
+    return "\n".join(lines) + "\n"
+
+
+def local_profile() -> dict[str, Any]:
+    return tomllib.loads(LOCAL_PROFILE.read_text())
+
+
+# ---- the proxy tee: what the client sent and received, byte for byte ---------------------------
+
+
+@dataclass
+class Exchange:
+    """One connection through the Tee: the bytes each way; `closed` once both ways have ended."""
+
+    request: bytearray = field(default_factory=bytearray)
+    response: bytearray = field(default_factory=bytearray)
+    closed: threading.Event = field(default_factory=threading.Event)
+    _ended: int = 0
+
+    def wait_closed(self) -> None:
+        if not self.closed.wait(BOUND):
+            raise AssertionError(f"the tee's connection stayed open {BOUND:g} s after the request")
+
+
+class Tee:
+    """A Unix socket in front of another: copies both ways and keeps every byte of each connection.
+
+    It lets a test fold the exact stream the client read, independently of the client.
+    """
+
+    def __init__(self, listen: Path, upstream: Path) -> None:
+        self.listen = listen
+        self.upstream = upstream
+        self.exchanges: list[Exchange] = []
+        self._lock = threading.Lock()
+        self._listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self._listener.bind(str(listen))
+        self._listener.listen(16)
+        self._threads: list[threading.Thread] = []
+        self._accepter = threading.Thread(target=self._accept, daemon=True)
+        self._accepter.start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                near, _ = self._listener.accept()
+            except OSError:
+                return  # closed by stop()
+            far = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                far.connect(str(self.upstream))
+            except OSError:
+                near.close()  # as a dead proxy would: the client sees a closed connection
+                far.close()
+                continue
+            ex = Exchange()
+            self.exchanges.append(ex)
+            for src, dst, into in ((near, far, ex.request), (far, near, ex.response)):
+                t = threading.Thread(target=self._copy, args=(ex, src, dst, into), daemon=True)
+                self._threads.append(t)
+                t.start()
+
+    def _copy(self, ex: Exchange, src: socket.socket, dst: socket.socket, into: bytearray) -> None:
+        # Reads `src` to its end even when `dst` has gone (a client closes once it has what it
+        # needs): the recording keeps every byte the sender wrote.
+        forwarding = True
+        while True:
+            try:
+                data = src.recv(65536)
+            except OSError:
+                break
+            if not data:
+                break
+            into += data
+            if forwarding:
+                try:
+                    dst.sendall(data)
+                except OSError:
+                    forwarding = False
+        if forwarding:
+            with contextlib.suppress(OSError):
+                dst.shutdown(socket.SHUT_WR)  # pass the half-close on
+        with self._lock:
+            ex._ended += 1
+            last = ex._ended == 2
+        if last:
+            src.close()
+            dst.close()
+            ex.closed.set()
+
+    def chat_exchanges(self) -> list[Exchange]:
+        return [ex for ex in self.exchanges if ex.request.startswith(b"POST /v1/chat/completions ")]
+
+    def stop(self) -> None:
+        self._listener.close()
+        for t in self._threads:
+            t.join(BOUND)
+
+
+# ---- the stack ----------------------------------------------------------------------------------
+
+
+class Stack:
+    """One llama-server and the inferproxy in front of it."""
+
+    def __init__(self, mode: Mode) -> None:
+        self.mode = mode
+        built = ensure_built()  # first: a failed build leaves no folder behind
+        self.dir = short_tmpdir(f"loopd-{mode}-")
+        self.socket = self.dir / "infer.sock"
+        self.server = LlamaServer(
+            mode=mode,
+            ctx=2048,
+            slots=2,
+            batch=64,
+            built=built,
+            workdir=self.dir / "llama",
+        )
+        self.proxy: Daemon | None = None
+        self._configs = 0
+
+    @property
+    def model_id(self) -> str:
+        return self.server.model_id
+
+    def start(self) -> Stack:
+        self.server.start()
+        self.start_proxy()
+        return self
+
+    def start_proxy(self) -> Daemon:
+        """Starts inferproxy on `socket` (a stale socket file from a killed one is taken over)."""
+        upstream = f"{self.server.host}:{self.server.port}"
+        self.proxy = Daemon(
+            python_module(
+                "boxmaker.inferproxy",
+                "--listen",
+                str(self.socket),
+                "--upstream",
+                upstream,
+                *PROXY_FLAGS,
+            )
+        )
+        self.proxy.wait_for_line(PROXY_START_LINE, BOUND)
+        wait_for_socket(str(self.socket), BOUND)
+        return self.proxy
+
+    def kill_proxy(self) -> None:
+        """SIGKILL: no clean-up at all, as when the process dies under a request."""
+        assert self.proxy is not None
+        self.proxy.kill()
+        self.proxy = None
+
+    def stop(self) -> None:
+        try:
+            if self.proxy is not None:
+                self.proxy.stop()
+        finally:
+            self.server.stop()
+            shutil.rmtree(self.dir, ignore_errors=True)
+
+    def config_table(
+        self,
+        inference: Mapping[str, Any] | None = None,
+        expect: Mapping[str, Any] | None = None,
+        selftest: Mapping[str, Any] | None = None,
+        socket_path: Path | None = None,
+    ) -> dict[str, Any]:
+        """The local profile, pointed at this stack, with TEST_INFERENCE and the overrides."""
+        table = local_profile()
+        for section in ("channel", "paths"):  # the profile's run/ folder is not for tests
+            table.pop(section, None)
+        table["inference"] |= {"socket": str(socket_path or self.socket), "model": self.model_id}
+        table["inference"] |= TEST_INFERENCE | dict(inference or {})
+        table["expect"] |= dict(expect or {})
+        chosen = table.setdefault("selftest", {})
+        for key, value in (selftest or {}).items():
+            if value is None:
+                chosen.pop(key, None)  # back to the config's default
+            else:
+                chosen[key] = value
+        return table
+
+    def write_config(self, **overrides: Any) -> Path:
+        """Writes `config_table(**overrides)` to a new file in the stack's folder."""
+        self._configs += 1
+        path = self.dir / f"loopd-{self._configs}.toml"
+        path.write_text(toml_dumps(self.config_table(**overrides)))
+        return path
+
+    def config(self, **overrides: Any) -> Config:
+        return load_config(self.write_config(**overrides), env={})
+
+    def client(self, **overrides: Any) -> Client:
+        return Client(self.config(**overrides).inference)
+
+
+class Stacks:
+    def __init__(self) -> None:
+        self._started: dict[str, Stack] = {}
+
+    def get(self, mode: Mode) -> Stack:
+        if mode not in self._started:
+            stack = Stack(mode)
+            try:
+                stack.start()
+            except BaseException:
+                stack.stop()
+                raise
+            self._started[mode] = stack
+        return self._started[mode]
+
+    def stop_all(self) -> None:
+        for stack in self._started.values():
+            stack.stop()
+
+
+@pytest.fixture(scope="session")
+def stacks() -> Iterator[Stacks]:
+    all_stacks = Stacks()
+    try:
+        yield all_stacks
+    finally:
+        all_stacks.stop_all()
+
+
+@pytest.fixture(params=MODES)
+def stack(request: pytest.FixtureRequest, stacks: Stacks) -> Stack:
+    """The stack of each mode in turn: a test that takes it runs against both."""
+    return stacks.get(request.param)
+
+
+@pytest.fixture
+def single_stack(stacks: Stacks) -> Stack:
+    return stacks.get("single")
+
+
+@pytest.fixture
+def router_stack(stacks: Stacks) -> Stack:
+    return stacks.get("router")
+
+
+@pytest.fixture
+def tee(stack: Stack) -> Iterator[Tee]:
+    """A Tee in front of the stack's inferproxy, on a socket of its own."""
+    t = Tee(stack.dir / "tee.sock", stack.socket)
+    try:
+        yield t
+    finally:
+        t.stop()
+        (stack.dir / "tee.sock").unlink(missing_ok=True)
