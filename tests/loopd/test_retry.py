@@ -25,6 +25,8 @@ from boxmaker.loopd.llama.types import (
 from tests.loopd import client_support
 from tests.loopd.client_support import make_config
 
+RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+
 # Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
 sock_dir = client_support.sock_dir
 
@@ -64,6 +66,14 @@ def test_every_error_kind_has_a_decision(cls: type[InferError]) -> None:
 @pytest.mark.parametrize("status", [400, 404, 500, 502, 504])
 def test_other_statuses_are_not_retried(status: int) -> None:
     assert not is_retryable(HttpStatus(status, "x"))
+
+
+def test_router_proxy_error_is_retried_like_a_503() -> None:
+    raw = (RECORDINGS / "loading_proxy_error.http").read_bytes()
+    body = raw.split(b"\r\n\r\n", 1)[1].split(b"\r\n")[1].decode()  # the one chunk's data
+    assert body.startswith("proxy error:")
+    assert is_retryable(HttpStatus(500, body))
+    assert not is_retryable(HttpStatus(500, "Internal Server Error"))
 
 
 @pytest.mark.parametrize(

@@ -1,7 +1,8 @@
 """What `chat_with_retry` retries, and when (M2a brief, section 4, "Retry"). [core]
 
 Retried: the server could not be reached, went away, went silent, or was still loading -
-`ConnectFailed`, `StreamClosedEarly`, `Stalled`, `LoadTimeout` and HTTP 503. Retrying is safe
+`ConnectFailed`, `StreamClosedEarly`, `Stalled`, `LoadTimeout` and HTTP 503 (and a router's
+500 "proxy error", its way of saying the same while a child server starts). Retrying is safe
 because nothing is recorded until a completion is final, so a retry sends the same bytes again.
 Everything else is returned at once: `WaitTimeout` has already waited its limit, HTTP 400 includes
 "the prompt does not fit" (M2b answers it with compaction), and the rest (`BadResponse`,
@@ -37,6 +38,9 @@ RETRYABLE: Final[dict[type[InferError], str]] = {
 }
 # HTTP statuses that are retried: 503 is "Loading model" or a server not ready yet.
 RETRYABLE_STATUSES: Final = frozenset({503})
+# A llama-server router answers 500 with this plain-text body while the child server it forwards
+# to is still starting (recordings/loading_proxy_error.http): the same case as a 503.
+ROUTER_PROXY_ERROR: Final = "proxy error:"
 
 
 class Rng(Protocol):
@@ -45,6 +49,8 @@ class Rng(Protocol):
 
 def is_retryable(err: InferError) -> bool:
     if isinstance(err, HttpStatus):
+        if err.status == 500 and err.body.startswith(ROUTER_PROXY_ERROR):
+            return True
         return err.status in RETRYABLE_STATUSES
     return type(err) in RETRYABLE
 
