@@ -1,6 +1,6 @@
 # The Linux system calls the compiled splice twin makes, declared `nogil` so the copy loop can run
 # without the GIL (uvloop includes/system.pxd style). Python.h defines _GNU_SOURCE before these
-# headers are included, which is what exposes splice(), pipe2() and F_SETPIPE_SZ.
+# headers are included, which is what exposes splice(), pipe2(), F_SETPIPE_SZ and SO_DOMAIN.
 
 cdef extern from "<errno.h>" nogil:
     int errno
@@ -33,6 +33,22 @@ cdef extern from "<sys/stat.h>" nogil:
         unsigned int st_mode
     int fstat(int fd, stat *buf)
     bint S_ISFIFO(unsigned int mode)
+    bint S_ISSOCK(unsigned int mode)
+
+cdef extern from "<sys/socket.h>" nogil:
+    ctypedef unsigned int socklen_t
+    int SOL_SOCKET
+    int SO_DOMAIN
+    int SO_TYPE
+    int SO_PROTOCOL
+    int AF_UNIX
+    int AF_INET
+    int AF_INET6
+    int SOCK_STREAM
+    int getsockopt(int fd, int level, int optname, void *optval, socklen_t *optlen)
+
+cdef extern from "<netinet/in.h>" nogil:
+    int IPPROTO_TCP
 
 cdef extern from "<stdlib.h>" nogil:
     void *malloc(size_t size)

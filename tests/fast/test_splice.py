@@ -46,11 +46,16 @@ def pump(request: pytest.FixtureRequest) -> Pump:
 class Worker:
     """Runs fn(*args) in a daemon thread; result() joins with a bound and re-raises its error."""
 
+    # The running test's workers: the `sockets` fixture waits for them before closing any fd, so
+    # none outlives its test and reads from an fd number the next test has reused.
+    started: list["Worker"] = []
+
     def __init__(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
         self.name = name
         self.value: Any = None
         self.error: BaseException | None = None
         self.thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
+        Worker.started.append(self)
         self.thread.start()
 
     def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
@@ -97,21 +102,45 @@ class Sockets:
         return a, b
 
     def close(self) -> None:
+        """Shuts every socket down, waits for the test's workers to see it, then closes them."""
         for s in self.all:
             with contextlib.suppress(OSError):  # already shut down by the test
                 s.shutdown(socket.SHUT_RDWR)
+        for worker in Worker.started:
+            worker.thread.join(BOUND_S)
+        alive = [w.name for w in Worker.started if w.thread.is_alive()]
+        for s in self.all:
             s.close()
+        assert not alive, f"still running {BOUND_S} s after their sockets were shut down: {alive}"
 
 
 @pytest.fixture
 def sockets() -> Iterator[Sockets]:
+    Worker.started.clear()
     made = Sockets()
     yield made
     made.close()
+    Worker.started.clear()
 
 
-@pytest.fixture(params=["unix", "tcp"])
+# A route names the socket kind on the client side of the pump, then ">" and the upstream side
+# ("unix>tcp" is inferproxy's). A lone kind is the same on both sides.
+ROUTES = ["unix", "tcp", "unix>tcp", "tcp>unix"]
+
+
+def ends(route: str) -> tuple[str, str]:
+    near, _, far = route.partition(">")
+    return near, far or near
+
+
+@pytest.fixture(params=ROUTES)
 def kind(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["unix", "unix>tcp"])
+def unix_src(request: pytest.FixtureRequest) -> str:
+    """Routes from a Unix socket: to a Unix socket (splice) and to TCP (read/write)."""
     return request.param  # type: ignore[no-any-return]
 
 
@@ -167,8 +196,9 @@ class Proxy:
     """client <-> [near | far] <-> server with two pumps, near->far and far->near."""
 
     def __init__(self, pump: Pump, sockets: Sockets, kind: str) -> None:
-        self.client, near = sockets.pair(kind)
-        far, self.server = sockets.pair(kind)
+        near_kind, far_kind = ends(kind)
+        self.client, near = sockets.pair(near_kind)
+        far, self.server = sockets.pair(far_kind)
         self.up = Worker("pump up", forward, pump, near, far)
         self.down = Worker("pump down", forward, pump, far, near)
 
@@ -179,8 +209,9 @@ class OneWay:
     def __init__(
         self, pump: Pump, sockets: Sockets, kind: str, dst_send_buffer: int | None = None
     ) -> None:
-        self.writer, self.src = sockets.pair(kind)
-        self.dst, self.reader = sockets.pair(kind)
+        src_kind, dst_kind = ends(kind)
+        self.writer, self.src = sockets.pair(src_kind)
+        self.dst, self.reader = sockets.pair(dst_kind)
         if dst_send_buffer is not None:
             self.dst.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, dst_send_buffer)
         self.pump = Worker("pump", pump, self.src.fileno(), self.dst.fileno())
@@ -239,11 +270,11 @@ def test_selected_twin_is_the_compiled_one_unless_disabled() -> None:
         assert selected.pump.__module__ == "boxmaker._fast._splice_c"
         assert selected.pump is _splice_c.pump
         assert IMPLEMENTATIONS["splice"] == "c"
-        assert selected.METHOD == "splice"
+        assert selected.METHOD == "splice+read/write"
 
 
 def test_twins_name_their_mechanism() -> None:
-    assert _splice_c.METHOD == "splice"
+    assert _splice_c.METHOD == "splice+read/write"
     assert _splice_py.METHOD == "read/write"
 
 
@@ -357,8 +388,9 @@ def test_dst_closed_by_its_peer_mid_stream_raises(pump: Pump, sockets: Sockets, 
 
 
 def test_pump_opens_no_fd_it_does_not_close(pump: Pump, sockets: Sockets, kind: str) -> None:
-    writer, src = sockets.pair(kind)
-    dst, reader = sockets.pair(kind)
+    src_kind, dst_kind = ends(kind)
+    writer, src = sockets.pair(src_kind)
+    dst, reader = sockets.pair(dst_kind)
     before = open_fds()
     sender = Worker("writer", send_all_then_eof, writer, payload(2 * MIB, 7))
     received = Worker("reader", digest_until_eof, reader)
@@ -396,6 +428,45 @@ def test_bad_dst_fd_raises_ebadf_before_taking_any_input(pump: Pump, sockets: So
         assert caught.value.errno == errno.EBADF, caught.value
         assert open_fds() == before
     assert receive_exactly(src, 4) == b"kept"
+
+
+# --- Which mechanism for which socket pair -------------------------------------------------------
+
+
+def open_pipes() -> set[int]:
+    pipes = set()
+    for fd in open_fds():
+        # The listing's own fd is gone by now: readlink fails on it.
+        with contextlib.suppress(FileNotFoundError):
+            if os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:"):
+                pipes.add(fd)
+    return pipes
+
+
+# The compiled twin splices through a pipe of its own (two fds) except from a Unix socket to TCP,
+# where a read/write loop is faster (measured: see _splice_c.pyx); the Python twin never splices.
+@pytest.mark.parametrize(
+    ("route", "c_splices"),
+    [("unix>tcp", False), ("tcp>unix", True), ("unix", True), ("tcp", True)],
+)
+def test_pump_splices_except_from_unix_to_tcp(
+    pump: Pump, sockets: Sockets, route: str, c_splices: bool
+) -> None:
+    data = payload(4 * MIB + 3, 10)
+    before = open_pipes()
+    path = OneWay(pump, sockets, route)
+    wait_blocked(path.pump, path.src.fileno(), "the pump to block reading src")
+    made = open_pipes() - before
+    assert len(made) == (2 if pump is _splice_c.pump and c_splices else 0), (
+        f"{route}: the pump holds these pipe fds while it waits: {sorted(made)}"
+    )
+    sender = Worker("writer", send_all_then_eof, path.writer, data)
+    received = Worker("reader", digest_until_eof, path.reader)
+    assert path.pump.result() == len(data)
+    path.dst.shutdown(socket.SHUT_WR)
+    assert received.result() == (len(data), hashlib.sha256(data).hexdigest())
+    sender.result()
+    assert open_pipes() == before
 
 
 # --- Pipes and files: direct splice and the read/write fallback -----------------------------------
@@ -513,9 +584,11 @@ def test_pipes_and_files_copy_exactly(
 # --- Threads and signals -------------------------------------------------------------------------
 
 
-def test_other_threads_run_while_a_pump_waits_for_data(pump: Pump, sockets: Sockets) -> None:
+def test_other_threads_run_while_a_pump_waits_for_data(
+    pump: Pump, sockets: Sockets, unix_src: str
+) -> None:
     writer, src = sockets.pair("unix")
-    dst, reader = sockets.pair("unix")
+    dst, reader = sockets.pair(ends(unix_src)[1])
     # A pump that kept the GIL while blocked would stop this very test; SO_RCVTIMEO makes it give
     # up (EAGAIN) after 10 s, so the test fails below instead of hanging.
     set_receive_timeout(src, 10)
@@ -564,10 +637,10 @@ def interrupt(worker: Worker, fd: int, handled: list[int], times: int, what: str
 
 
 def test_signals_during_a_blocked_read_are_retried(
-    pump: Pump, sockets: Sockets, sigusr1_count: list[int]
+    pump: Pump, sockets: Sockets, sigusr1_count: list[int], unix_src: str
 ) -> None:
     writer, src = sockets.pair("unix")
-    dst, reader = sockets.pair("unix")
+    dst, reader = sockets.pair(ends(unix_src)[1])
     set_receive_timeout(src, 10)
     worker = Worker("pump", pump, src.fileno(), dst.fileno())
     # Each signal interrupts the pump thread's blocked call (EINTR); the pump must go back in.
@@ -579,11 +652,12 @@ def test_signals_during_a_blocked_read_are_retried(
 
 
 def test_signals_during_a_blocked_write_lose_no_bytes(
-    pump: Pump, sockets: Sockets, sigusr1_count: list[int]
+    pump: Pump, sockets: Sockets, sigusr1_count: list[int], unix_src: str
 ) -> None:
     data = payload(8 * MIB, 9)
-    # A send buffer smaller than one read makes the pump block in the middle of a write.
-    path = OneWay(pump, sockets, "unix", dst_send_buffer=32 * KIB)
+    # A send buffer smaller than one read makes the pump block in the middle of a write. (A TCP
+    # receive buffer only grows while its owner reads, so an idle reader stops TCP too.)
+    path = OneWay(pump, sockets, unix_src, dst_send_buffer=32 * KIB)
     sender = Worker("writer", send_all_then_eof, path.writer, data)
     # Nobody reads yet, so the pump blocks writing to dst. A signal then cuts the write short: the
     # call returns the bytes it took (a partial write), and the pump must write the rest.
@@ -600,13 +674,13 @@ class Interrupted(Exception):
 
 
 def test_an_exception_from_a_signal_handler_ends_a_blocked_pump(
-    pump: Pump, sockets: Sockets
+    pump: Pump, sockets: Sockets, unix_src: str
 ) -> None:
     def raise_interrupted(signum: int, frame: Any) -> None:
         raise Interrupted(signum)
 
     _, src = sockets.pair("unix")
-    dst, _ = sockets.pair("unix")
+    dst, _ = sockets.pair(ends(unix_src)[1])
     set_receive_timeout(src, 10)
     main_tid, main_ident = threading.get_native_id(), threading.get_ident()
 

@@ -22,7 +22,7 @@ def test_start_line_names_listen_upstream_and_the_compiled_splice(
 ) -> None:
     proxy = start_proxy(sock_path, address(upstream))
     line = proxy.wait_for_line(START_LINE)
-    expected = "splice=py (read/write)" if NO_EXTENSIONS else "splice=c (splice)"
+    expected = "splice=py (read/write)" if NO_EXTENSIONS else "splice=c (splice+read/write)"
     assert line == f"inferproxy: listening on {sock_path}, upstream {address(upstream)}, {expected}"
     assert proxy.lines == [line]  # one line at start, nothing else until something is refused
     client = connect(sock_path)
