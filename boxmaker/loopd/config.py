@@ -130,7 +130,9 @@ def _choice(*options: str) -> Kind:
 
 def _path(socket: bool = False) -> Kind:
     def resolve(value: object, ctx: _Ctx) -> Path:
-        path = ctx.base_dir / str(value)
+        # normpath folds "conf/../run" so paths read well in messages; a path is taken as written
+        # (no symlinks resolved), as the owner wrote it.
+        path = Path(os.path.normpath(ctx.base_dir / str(value)))
         size = len(os.fsencode(path))
         if socket and size > MAX_UNIX_SOCKET_PATH_BYTES:
             limit = f"a Unix socket path of at most {MAX_UNIX_SOCKET_PATH_BYTES} bytes"

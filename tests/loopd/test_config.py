@@ -356,7 +356,7 @@ def test_relative_paths_resolve_against_the_config_folder() -> None:
     )
     assert config.inference.socket == BASE / "infer.sock"
     assert config.channel.socket == BASE / "run/loop.sock"
-    assert config.paths.home == BASE / "../home"
+    assert config.paths.home == BASE.parent / "home"  # "conf/../home" folded, as messages show it
     assert config.baseline.system == BASE / "prompts/system.md"
     absolute = parse(text(baseline='system = "/etc/boxmaker/system.md"'))
     assert absolute.baseline.system == Path("/etc/boxmaker/system.md")
