@@ -412,7 +412,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--size-mib", type=int, default=1024, help="bulk bytes each way (MiB)")
     parser.add_argument("--repeat", type=int, default=3, help="bulk runs per path and direction")
     parser.add_argument("--connections", type=int, default=500, help="set-up test connections")
-    parser.add_argument("--writes", type=int, default=2000, help="echoed 100-byte writes")
+    parser.add_argument("--writes", type=int, default=5000, help="echoed 100-byte writes")
     args = parser.parse_args(argv if argv is not None else [])
     size = args.size_mib * MiB
 

@@ -173,18 +173,19 @@ def table(title: str, rows: list[tuple[str, float, int, int]], baseline: str, un
     """rows: (name, seconds, units, bytes); ratios are to the row named `baseline`."""
     base = next(s for name, s, _, _ in rows if name == baseline)
     print(f"\n{title}")
-    print(f"  {'implementation':<34} {'median ms':>10} {unit + '/s':>14} {'MB/s':>9} {'vs ' + baseline:>22}")
+    head = ("implementation", "median ms", unit + "/s", "MB/s", "vs " + baseline)
+    print(f"  {head[0]:<34} {head[1]:>10} {head[2]:>14} {head[3]:>9} {head[4]:>22}")
     for name, s, units, nbytes in rows:
-        print(
-            f"  {name:<34} {s * 1e3:>10.2f} {units / s:>14,.0f} {nbytes / s / 1e6:>9.1f} {base / s:>21.2f}x"
-        )
+        rate, mbs, ratio = units / s, nbytes / s / 1e6, base / s
+        print(f"  {name:<34} {s * 1e3:>10.2f} {rate:>14,.0f} {mbs:>9.1f} {ratio:>21.2f}x")
 
 
 def main(argv: list[str] | None = None) -> None:
     evs = stream.events()
     sse = stream.sse_body(evs)
     n_events = len(evs)
-    print(f"bench sse: {n_events:,} events, {len(sse) / 1e6:.2f} MB of SSE; median of {REPEATS} interleaved runs")
+    mb = len(sse) / 1e6
+    print(f"bench sse: {n_events:,} events, {mb:.2f} MB of SSE; median of {REPEATS} rounds")
 
     splitters = (
         ("boxmaker SSELineSplitter (c)", split_c),
@@ -211,8 +212,12 @@ def main(argv: list[str] | None = None) -> None:
         reads = stream.reads(response, size)
         med = measure([(name, fn, reads, n_json) for name, fn in paths])
         rows = [(name, med[name], n_json, len(response)) for name, _ in paths]
-        table(f"full path, chunked HTTP -> JSON chunks, {size // 1024} KiB reads", rows,
-              "httptools+openai SSE+json", "events")
+        table(
+            f"full path, chunked HTTP -> JSON chunks, {size // 1024} KiB reads",
+            rows,
+            "httptools+openai SSE+json",
+            "events",
+        )
 
     big = [bytes([65 + i % 26]) * (1 << 20) for i in range(8)]
     for label, pieces in (("many small chunks (one event each)", evs), ("8 chunks of 1 MiB", big)):

@@ -20,14 +20,36 @@ HEAD = (
 )
 
 WORDS = (
-    " the", " model", " answer", ",", " is", " a", " token", " stream", ".", " and", " of",
-    " llama", " café", " 42", "\n", " naïve", " ok", " server", " cache", " slot",
+    " the",
+    " model",
+    " answer",
+    ",",
+    " is",
+    " a",
+    " token",
+    " stream",
+    ".",
+    " and",
+    " of",
+    " llama",
+    " café",
+    " 42",
+    "\n",
+    " naïve",
+    " ok",
+    " server",
+    " cache",
+    " slot",
 )
 
 
-def _chunk(n: int, delta: dict[str, object], timings: dict[str, float], extra: dict[str, object]) -> bytes:
+def _chunk(
+    n: int, delta: dict[str, object], timings: dict[str, float], extra: dict[str, object]
+) -> bytes:
     obj: dict[str, object] = {
-        "choices": [{"finish_reason": extra.pop("finish_reason", None), "index": 0, "delta": delta}],
+        "choices": [
+            {"finish_reason": extra.pop("finish_reason", None), "index": 0, "delta": delta}
+        ],
         "created": 1764474517,
         "id": "chatcmpl-bench0000000000000000000000",
         "model": "SmolLM2-135M-Instruct",

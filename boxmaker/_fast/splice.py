@@ -1,8 +1,9 @@
 """pump(src_fd, dst_fd): the byte splice under inferproxy, compiled (splice(2)) or pure Python.
 
-See `_splice_py.py` for the contract both twins keep; `_splice_c.pyx` moves the bytes without the
-GIL, with splice(2) through a pipe, or a read/write loop from a Unix socket to TCP, where that
-measured cheaper (its docstring has the figures). METHOD names the mechanism for the daemon's start line.
+See `_splice_py.py` for the contract both twins keep. `_splice_c.pyx` moves the bytes without
+the GIL, with splice(2) through a pipe, or with a read/write loop from a Unix socket to TCP,
+where that measured cheaper (its docstring has the figures). METHOD names the mechanism for
+the daemon's start line.
 """
 
 from typing import TYPE_CHECKING

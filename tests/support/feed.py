@@ -4,6 +4,7 @@ A decoder here is anything with `feed(data) -> output`. Each helper feeds one in
 way and returns what came out, so a test can check that the way the input was cut changes nothing.
 """
 
+import itertools
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -13,7 +14,7 @@ Feed = Callable[[bytes], Any]
 def pieces_at(data: bytes, cuts: Iterable[int]) -> list[bytes]:
     """Splits `data` at the given offsets (any order, duplicates and ends allowed)."""
     points = sorted({0, len(data), *(min(max(c, 0), len(data)) for c in cuts)})
-    return [data[a:b] for a, b in zip(points, points[1:], strict=False)]
+    return [data[a:b] for a, b in itertools.pairwise(points)]
 
 
 def feed_pieces(feed: Feed, pieces: Sequence[bytes]) -> list[Any]:
