@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run stop annotate debug lint clean llama-server record
+.PHONY: install build test bench run stop annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -64,7 +64,11 @@ record: install
 
 lint: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet ruff
-	$(VENV)/bin/ruff check boxmaker tests bench
+	$(VENV)/bin/ruff check boxmaker tests bench scripts
+
+typecheck: $(VENV)/.stamp-install
+	$(PY) -m pip install --quiet mypy
+	$(VENV)/bin/mypy
 
 clean:
 	rm -f boxmaker/_fast/*.c boxmaker/_fast/*.so boxmaker/_fast/*.html $(EXT_STAMP)

@@ -10,12 +10,12 @@ import codecs
 import json
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 import h11
 import httptools
 import orjson
-import pyximport
+import pyximport  # type: ignore[import-untyped]
 from httpx_sse._decoders import SSEDecoder as HttpxSSEDecoder
 from httpx_sse._decoders import SSELineDecoder as HttpxSSELineDecoder
 from openai._streaming import SSEDecoder as OpenAISSEDecoder
@@ -25,7 +25,7 @@ from boxmaker._fast import _chunked_c, _chunked_py, _sse_c, _sse_py
 from . import stream
 
 pyximport.install(language_level=3, inplace=False)
-from . import _floor  # noqa: E402  (compiled on first use by pyximport)
+from . import _floor  # type: ignore[attr-defined]  # noqa: E402  (built on first use by pyximport)
 
 REPEATS = 7
 Reads = list[bytes]
@@ -61,7 +61,8 @@ def split_httpx_sse(reads: Reads) -> int:
 
 
 def split_floor(reads: Reads) -> int:
-    return _floor.count_lines(reads) // 2  # two line ends per event
+    lines: int = _floor.count_lines(reads)
+    return lines // 2  # two line ends per event
 
 
 # --- full path: reads of a raw chunked HTTP response -> parsed JSON chunks ----------------------
@@ -70,7 +71,7 @@ def split_floor(reads: Reads) -> int:
 def full_boxmaker(reads: Reads) -> int:
     chunked = _chunked_c.ChunkedDecoder()
     feed = _sse_c.SSELineSplitter().feed
-    head = b""
+    head: bytes | None = b""
     n = 0
     for r in reads:
         if head is not None:  # skip the status line and headers once
@@ -155,7 +156,7 @@ def chunked_h11(reads: Reads) -> int:
 # --- the harness ---------------------------------------------------------------------------------
 
 
-def measure(cases: list[tuple[str, Callable[[Reads], int], Reads, int]]) -> dict[str, float]:
+def measure(cases: Sequence[tuple[str, Callable[[Reads], int], Reads, int]]) -> dict[str, float]:
     """Median seconds per case. The repetitions are interleaved (one run of each case per round),
     so load from elsewhere on this shared machine falls on every case alike and the ratios hold."""
     times: dict[str, list[float]] = {name: [] for name, _, _, _ in cases}

@@ -73,7 +73,8 @@ def main() -> int:
             print(f"\n[error: {err.TAG}: {err}]")
             continue
         print()
-        history = [*messages, AssistantMessage(done.content, done.reasoning_content, done.tool_calls)]
+        answer = AssistantMessage(done.content, done.reasoning_content, done.tool_calls)
+        history = [*messages, answer]
 
 
 if __name__ == "__main__":

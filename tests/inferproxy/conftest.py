@@ -52,7 +52,8 @@ def closed_port() -> int:
     """A 127.0.0.1 port nothing listens on (bound once, then released)."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+        port: int = s.getsockname()[1]
+        return port
 
 
 @pytest.fixture

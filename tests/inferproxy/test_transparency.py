@@ -42,7 +42,9 @@ def make_pair(
 ) -> Callable[[], tuple[socket.socket, socket.socket]]:
     if request.param == "socketpair":
         return bare_pair
-    return request.getfixturevalue("proxied_pair")
+    pair: Callable[[], tuple[socket.socket, socket.socket]]
+    pair = request.getfixturevalue("proxied_pair")
+    return pair
 
 
 def test_kit(make_pair: check_stream.PairMaker) -> None:
