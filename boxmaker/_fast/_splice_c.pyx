@@ -20,6 +20,19 @@ per call from the two fds, and METHOD = "splice+read/write" says that both are i
   e.g. src is /proc/self/environ or dst is a file opened O_APPEND): a read/write loop through a
   heap buffer. Bytes already spliced into our pipe are drained through that buffer first, in order.
 
+Waiting for input on an AF_UNIX source is done in poll(2), not in a blocking read or splice. A Unix
+socket has one wait queue for both directions, and every time its peer reads something this socket
+sent, the kernel wakes everything asleep on it (unix_write_space), readers too. In inferproxy the
+thread pumping client -> upstream sleeps on the client socket while the other thread writes the
+answers to it, so each answer the client read woke that thread for nothing: a context switch, on a
+2-core machine often right in front of the client, on every round trip. poll() sleeps on POLLIN
+alone and is not woken by that. Through inferproxy, 100-byte echoes once a millisecond, 6 x 3,000
+interleaved with socat on 2 busy cores: p50 / p99 added latency 21.8 / 51.7 us with a blocking
+read, 19.5 / 39.0 us with poll; socat 21.4 / 51.0 us. The cost is a recv(MSG_DONTWAIT) that finds
+nothing, once per burst; a busy source never gets to poll. SO_RCVTIMEO still applies: it becomes
+the poll timeout, and its expiry the same EAGAIN a blocking read reports. TCP wakes its sleepers
+on new send space only after a sender ran out of it, so a TCP source blocks in the call as before.
+
 The whole copy loop runs without the GIL. It leaves the loop only at EOF, on an error, or on EINTR,
 where it runs the signal handlers with the GIL (PyErr_CheckSignals, as PEP 475 asks of the stdlib)
 and goes back in with its state (bytes still in the pipe or the buffer) intact.
@@ -33,7 +46,9 @@ MSG_MORE by itself between segments of one splice when more of the pipe is still
 from cpython.exc cimport PyErr_CheckSignals
 
 from ._syscalls cimport (
+    EAGAIN,
     EINTR,
+    EWOULDBLOCK,
     EINVAL,
     ENOMEM,
     ENOSYS,
@@ -43,6 +58,10 @@ from ._syscalls cimport (
     S_ISFIFO,
     S_ISSOCK,
     SPLICE_F_MOVE,
+    SPLICE_F_NONBLOCK,
+    MSG_DONTWAIT,
+    POLLIN,
+    SO_RCVTIMEO,
     AF_INET,
     AF_INET6,
     AF_UNIX,
@@ -61,9 +80,13 @@ from ._syscalls cimport (
     malloc,
     socklen_t,
     pipe2,
+    poll,
+    pollfd,
     read,
+    recv,
     splice,
     stat,
+    timeval,
     write,
 )
 
@@ -111,6 +134,9 @@ cdef struct Copy:
     size_t buf_end
     unsigned long long moved  # bytes written to dst
     int err
+    bint poll_src         # src is an AF_UNIX socket: wait for input in poll() (see above)
+    int poll_ms           # the poll timeout: src's SO_RCVTIMEO, -1 for none
+    unsigned int in_flags # flags for the splice into the pipe
 
 
 cdef inline Status _failed(Copy *c, int err) noexcept nogil:
@@ -123,9 +149,29 @@ cdef inline bint _refused(int err) noexcept nogil:
     return err == EINVAL or err == ENOSYS
 
 
+cdef inline bint _would_block(int err) noexcept nogil:
+    return err == EAGAIN or err == EWOULDBLOCK
+
+
+cdef int _wait_for_input(Copy *c) noexcept nogil:
+    """Sleeps until src has input, EOF or an error; 0, or the errno to fail with."""
+    cdef pollfd pfd
+    cdef int ready
+    pfd.fd = c.src
+    pfd.events = POLLIN
+    pfd.revents = 0
+    ready = poll(&pfd, 1, c.poll_ms)
+    if ready < 0:
+        return errno
+    if ready == 0:
+        return EAGAIN  # SO_RCVTIMEO expired: what a blocking read says then
+    return 0
+
+
 cdef Status _read_write_step(Copy *c) noexcept nogil:
     cdef ssize_t n
     cdef size_t want
+    cdef int err
     if c.buf_start == c.buf_end:
         if c.buf == NULL:
             c.buf = <char *>malloc(BUFFER_BYTES)
@@ -136,7 +182,16 @@ cdef Status _read_write_step(Copy *c) noexcept nogil:
             want = c.in_pipe if c.in_pipe < BUFFER_BYTES else BUFFER_BYTES
             n = read(c.pipe_r, c.buf, want)
         else:
-            n = read(c.src, c.buf, BUFFER_BYTES)
+            while True:
+                if c.poll_src:
+                    n = recv(c.src, c.buf, BUFFER_BYTES, MSG_DONTWAIT)
+                else:
+                    n = read(c.src, c.buf, BUFFER_BYTES)
+                if n >= 0 or not (c.poll_src and _would_block(errno)):
+                    break
+                err = _wait_for_input(c)
+                if err:
+                    return _failed(c, err)
         if n < 0:
             return _failed(c, errno)
         if n == 0:
@@ -177,7 +232,14 @@ cdef Status _run(Copy *c) noexcept nogil:
             c.moved += <unsigned long long>n
         else:
             if c.in_pipe == 0:
-                n = splice(c.src, NULL, c.pipe_w, NULL, c.chunk, SPLICE_F_MOVE)
+                while True:
+                    # SPLICE_F_NONBLOCK (with poll_src) cannot stop at our pipe: it is empty here.
+                    n = splice(c.src, NULL, c.pipe_w, NULL, c.chunk, c.in_flags)
+                    if n >= 0 or not (c.poll_src and _would_block(errno)):
+                        break
+                    err = _wait_for_input(c)
+                    if err:
+                        return _failed(c, err)
                 if n < 0:
                     err = errno
                     if _refused(err) and not c.in_ok:
@@ -224,6 +286,19 @@ cdef int _socket_option(int fd, int option) noexcept nogil:
     if getsockopt(fd, SOL_SOCKET, option, &value, &size) != 0:
         return -1
     return value
+
+
+cdef int _receive_timeout_ms(int fd) noexcept nogil:
+    """fd's SO_RCVTIMEO in milliseconds (rounded up), -1 for none or if it cannot be had."""
+    cdef timeval tv
+    cdef socklen_t size = sizeof(tv)
+    cdef long long ms
+    if getsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, &size) != 0:
+        return -1
+    ms = <long long>tv.tv_sec * 1000 + (tv.tv_usec + 999) // 1000
+    if ms <= 0:
+        return -1
+    return <int>ms if ms < 0x7FFFFFFF else 0x7FFFFFFF
 
 
 cdef bint _unix_to_tcp(
@@ -283,6 +358,9 @@ def pump(int src_fd, int dst_fd) -> int:
     c.buf_end = 0
     c.moved = 0
     c.err = 0
+    c.poll_src = False
+    c.poll_ms = -1
+    c.in_flags = SPLICE_F_MOVE
     # Both fds are checked before any byte is taken from src, so a bad dst loses nothing.
     if fstat(src_fd, &st) != 0:
         _raise(errno)
@@ -290,6 +368,10 @@ def pump(int src_fd, int dst_fd) -> int:
     if fstat(dst_fd, &st) != 0:
         _raise(errno)
     dst_mode = st.st_mode
+    if S_ISSOCK(src_mode) and _socket_option(src_fd, SO_DOMAIN) == AF_UNIX:
+        c.poll_src = True
+        c.poll_ms = _receive_timeout_ms(src_fd)
+        c.in_flags = SPLICE_F_MOVE | SPLICE_F_NONBLOCK
     try:
         if S_ISFIFO(src_mode) or S_ISFIFO(dst_mode):
             c.mode = DIRECT

@@ -5,6 +5,8 @@
 cdef extern from "<errno.h>" nogil:
     int errno
     int EINTR
+    int EAGAIN
+    int EWOULDBLOCK
     int EINVAL
     int ENOSYS
     int ENOMEM
@@ -15,6 +17,7 @@ cdef extern from "<fcntl.h>" nogil:
     int F_GETPIPE_SZ
 
     unsigned int SPLICE_F_MOVE
+    unsigned int SPLICE_F_NONBLOCK
     unsigned int SPLICE_F_MORE
 
     ctypedef long long loff_t
@@ -38,6 +41,8 @@ cdef extern from "<sys/stat.h>" nogil:
 cdef extern from "<sys/socket.h>" nogil:
     ctypedef unsigned int socklen_t
     int SOL_SOCKET
+    int SO_RCVTIMEO
+    int MSG_DONTWAIT
     int SO_DOMAIN
     int SO_TYPE
     int SO_PROTOCOL
@@ -46,6 +51,21 @@ cdef extern from "<sys/socket.h>" nogil:
     int AF_INET6
     int SOCK_STREAM
     int getsockopt(int fd, int level, int optname, void *optval, socklen_t *optlen)
+    ssize_t recv(int fd, void *buf, size_t n, int flags)
+
+cdef extern from "<sys/time.h>" nogil:
+    struct timeval:
+        long tv_sec
+        long tv_usec
+
+cdef extern from "<poll.h>" nogil:
+    ctypedef unsigned long nfds_t
+    struct pollfd:
+        int fd
+        short events
+        short revents
+    short POLLIN
+    int poll(pollfd *fds, nfds_t nfds, int timeout)
 
 cdef extern from "<netinet/in.h>" nogil:
     int IPPROTO_TCP

@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pytest
 
@@ -48,7 +48,7 @@ class Worker:
 
     # The running test's workers: the `sockets` fixture waits for them before closing any fd, so
     # none outlives its test and reads from an fd number the next test has reused.
-    started: list["Worker"] = []
+    started: ClassVar[list["Worker"]] = []
 
     def __init__(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
         self.name = name
@@ -217,12 +217,30 @@ class OneWay:
         self.pump = Worker("pump", pump, self.src.fileno(), self.dst.fileno())
 
 
+# poll(2) on x86_64 and ppoll(2) there and on arm64: the compiled pump waits for a Unix source's
+# input in poll (see _splice_c.pyx), glibc's poll() makes one of these two calls.
+POLL_SYSCALLS = {"x86_64": {7, 271}, "aarch64": {73}}.get(os.uname().machine, set())
+
+
+def polled_fd(pollfds_address: int, nfds: int) -> int | None:
+    """The fd of a one-entry pollfd array in this process's memory, or None."""
+    if nfds != 1:
+        return None
+    try:
+        with open("/proc/self/mem", "rb", buffering=0) as mem:
+            raw = os.pread(mem.fileno(), 4, pollfds_address)
+    except OSError:  # gone: the call returned and its stack frame with it
+        return None
+    return struct.unpack("i", raw)[0] if len(raw) == 4 else None
+
+
 def blocked_on(tid: int, fd: int) -> bool:
-    """True while thread `tid` sits in a read(2), write(2) or splice(2) on `fd`.
+    """True while thread `tid` sits in a read(2), write(2), splice(2) or poll(2) on `fd`.
 
     /proc/<pid>/task/<tid>/syscall reads "<nr> <arg1> <arg2> <arg3> ..." while the thread is in a
     system call. read and write take the fd first; splice(fd_in, NULL, fd_out, ...) has it first or
-    third with a NULL second argument. A wait for the GIL (a futex on an address) matches neither.
+    third with a NULL second argument; poll's first argument points at the pollfd, read from our
+    own memory. A wait for the GIL (a futex on an address) matches none of them.
     """
     try:
         with open(f"/proc/self/task/{tid}/syscall") as f:
@@ -232,6 +250,8 @@ def blocked_on(tid: int, fd: int) -> bool:
     if len(fields) < 4 or fields[0] == "running":
         return False
     args = [int(field, 16) for field in fields[1:4]]
+    if int(fields[0]) in POLL_SYSCALLS:
+        return polled_fd(args[0], args[1]) == fd
     return args[0] == fd or (args[1] == 0 and args[2] == fd)
 
 
@@ -614,6 +634,55 @@ def test_other_threads_run_while_a_pump_waits_for_data(
     assert worker.result() == 4
     dst.shutdown(socket.SHUT_WR)
     assert receive_until_eof(reader) == b"late"
+
+
+def voluntary_switches(tid: int) -> int:
+    with open(f"/proc/self/task/{tid}/status") as f:
+        for line in f:
+            if line.startswith("voluntary_ctxt_switches:"):
+                return int(line.split()[1])
+    raise AssertionError(f"no voluntary_ctxt_switches in /proc/self/task/{tid}/status")
+
+
+@pytest.mark.parametrize("route", ["unix", "unix>tcp"])
+def test_a_pump_waiting_on_a_unix_socket_sleeps_while_the_other_way_flows(
+    sockets: Sockets, route: str
+) -> None:
+    # inferproxy's client socket: one thread pumps from it while the other writes answers to it.
+    # Each answer the client reads wakes whatever sleeps in a read on that socket (the kernel
+    # signals new send space on the one wait queue). The compiled pump waits in poll(POLLIN), which
+    # that does not wake; the Python twin blocks in read(2) and would wake every time.
+    rounds = 200
+    client, near = sockets.pair("unix")
+    far, server = sockets.pair(ends(route)[1])
+    worker = Worker("pump", _splice_c.pump, near.fileno(), far.fileno())
+    wait_blocked(worker, near.fileno(), "the pump to wait for the client")
+    tid = worker.thread.native_id
+    assert tid is not None
+    before = voluntary_switches(tid)
+    for _ in range(rounds):
+        near.sendall(b"a" * 100)  # what the other direction's pump does
+        receive_exactly(client, 100)
+    woken = voluntary_switches(tid) - before
+    assert woken < rounds // 10, f"the pump woke {woken} times in {rounds} answers, none for it"
+    send_all_then_eof(client, b"request")
+    assert worker.result() == len(b"request")
+    far.shutdown(socket.SHUT_WR)
+    assert receive_until_eof(server) == b"request"
+
+
+def test_receive_timeout_on_a_unix_source_still_ends_a_waiting_pump(
+    pump: Pump, sockets: Sockets, unix_src: str
+) -> None:
+    # The compiled pump waits in poll(), not in a read: SO_RCVTIMEO must still end the wait with
+    # the EAGAIN a blocking read reports.
+    _, src = sockets.pair("unix")
+    dst, _ = sockets.pair(ends(unix_src)[1])
+    set_receive_timeout(src, 1)
+    started = time.monotonic()
+    worker = Worker("pump", pump, src.fileno(), dst.fileno())
+    assert isinstance(worker.failure(), BlockingIOError)
+    assert 0.9 < time.monotonic() - started < BOUND_S
 
 
 @pytest.fixture
