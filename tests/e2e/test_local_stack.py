@@ -144,6 +144,7 @@ def test_make_runs_stack_self_tests_chats_and_shuts_down(stack: Stack) -> None:
 
     down = ctl(stack.env, "shutdown")
     assert down.returncode == 0, down.stdout + down.stderr
+
     def gone() -> bool:
         return not any(os.path.exists(f"/proc/{pid}") for pid in pids.values())
 
