@@ -65,6 +65,7 @@ record: install
 lint: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet ruff
 	$(VENV)/bin/ruff check boxmaker tests bench scripts
+	$(VENV)/bin/ruff format --check boxmaker tests bench scripts
 
 typecheck: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet mypy
