@@ -61,6 +61,23 @@ from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
 OnEvent = Callable[[ChatEvent], None]
 
 
+def control_exchange(
+    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
+) -> Response:
+    """One short request on its own connection (a /slots poll, the control call, an info call),
+    within `control_timeout_ms` and the client's size caps."""
+    return exchange(
+        config.socket,
+        method,
+        target,
+        body,
+        timeout_ms=config.control_timeout_ms,
+        max_header_bytes=config.max_header_bytes,
+        max_body_bytes=config.max_body_bytes,
+        clock=clock,
+    )
+
+
 def run_chat(
     config: InferenceConfig,
     slot: int,
@@ -240,14 +257,4 @@ class _Chat:
             raise ThinkingOverrun(f"{why}; the server refused reasoning_end: {said}")
 
     def _exchange(self, method: str, target: str, body: bytes | None) -> Response:
-        cfg = self.cfg
-        return exchange(
-            cfg.socket,
-            method,
-            target,
-            body,
-            timeout_ms=cfg.control_timeout_ms,
-            max_header_bytes=cfg.max_header_bytes,
-            max_body_bytes=cfg.max_body_bytes,
-            clock=self.clock,
-        )
+        return control_exchange(self.cfg, method, target, body, self.clock)

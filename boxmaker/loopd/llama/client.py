@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.chat import OnEvent, run_chat
+from boxmaker.loopd.llama.chat import OnEvent, control_exchange, run_chat
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import (
     TOKENIZE_PATH,
@@ -43,7 +43,7 @@ from boxmaker.loopd.llama.types import (
     HttpStatus,
     InferError,
 )
-from boxmaker.loopd.transport import Clock, Response, exchange
+from boxmaker.loopd.transport import Clock, Response
 from boxmaker.proto import RetryingEvent
 
 
@@ -139,17 +139,7 @@ class Client:
         return parse_tokenize(self._call("POST", TOKENIZE_PATH, body).body)
 
     def _call(self, method: str, target: str, body: bytes | None) -> Response:
-        cfg = self.config
-        resp = exchange(
-            cfg.socket,
-            method,
-            target,
-            body,
-            timeout_ms=cfg.control_timeout_ms,
-            max_header_bytes=cfg.max_header_bytes,
-            max_body_bytes=cfg.max_body_bytes,
-            clock=self._clock,
-        )
+        resp = control_exchange(self.config, method, target, body, self._clock)
         if resp.status != 200:
             text = resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
             raise HttpStatus(resp.status, text)
