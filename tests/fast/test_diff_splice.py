@@ -8,54 +8,20 @@ cost milliseconds, so the example counts are modest and there is no deadline.
 
 import os
 import socket
-import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
 
 from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 from boxmaker._fast import _splice_c, _splice_py
+from tests.support.worker import Worker, receive_until_eof
 
 Pump = Callable[[int, int], int]
 TWINS: dict[str, Pump] = {"py": _splice_py.pump, "c": _splice_c.pump}
-BOUND_S = 30.0  # turns a hang into a failure; a correct example takes milliseconds
 
 WRITES = st.lists(st.binary(min_size=1, max_size=8192), max_size=24)
 EXAMPLES = settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-class Worker:
-    """Runs fn(*args) in a daemon thread; result() joins with a bound and re-raises its error."""
-
-    def __init__(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
-        self.name = name
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
-        self.thread.start()
-
-    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        try:
-            self.value = fn(*args)
-        except BaseException as exc:
-            self.error = exc
-
-    def result(self) -> Any:
-        self.thread.join(BOUND_S)
-        if self.thread.is_alive():
-            raise AssertionError(f"{self.name} still running after {BOUND_S} s")
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-
-def receive_until_eof(sock: socket.socket) -> bytes:
-    chunks = []
-    while chunk := sock.recv(65536):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def read_until_eof(fd: int) -> bytes:

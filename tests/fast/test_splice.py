@@ -21,16 +21,16 @@ from collections.abc import Callable, Iterator
 from contextlib import ExitStack
 from functools import cache
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import pytest
 
 import boxmaker._fast.splice as selected
 from boxmaker._fast import IMPLEMENTATIONS, NO_EXTENSIONS, _splice_c, _splice_py
+from tests.support.worker import BOUND_S, Worker, receive_until_eof
 
 Pump = Callable[[int, int], int]
 
-BOUND_S = 30.0  # no correct run comes near this; it only turns a hang into a failure
 KIB = 1024
 MIB = 1024 * KIB
 
@@ -41,45 +41,6 @@ MIB = 1024 * KIB
 @pytest.fixture(params=[_splice_py.pump, _splice_c.pump], ids=["py", "c"])
 def pump(request: pytest.FixtureRequest) -> Pump:
     return request.param  # type: ignore[no-any-return]
-
-
-class Worker:
-    """Runs fn(*args) in a daemon thread; result() joins with a bound and re-raises its error."""
-
-    # The running test's workers: the `sockets` fixture waits for them before closing any fd, so
-    # none outlives its test and reads from an fd number the next test has reused.
-    started: ClassVar[list["Worker"]] = []
-
-    def __init__(self, name: str, fn: Callable[..., Any], *args: Any) -> None:
-        self.name = name
-        self.value: Any = None
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(fn, args), name=name, daemon=True)
-        Worker.started.append(self)
-        self.thread.start()
-
-    def _run(self, fn: Callable[..., Any], args: tuple[Any, ...]) -> None:
-        try:
-            self.value = fn(*args)
-        except BaseException as exc:
-            self.error = exc
-
-    def result(self, timeout: float = BOUND_S) -> Any:
-        self.thread.join(timeout)
-        if self.thread.is_alive():
-            raise AssertionError(f"{self.name} still running after {timeout} s")
-        if self.error is not None:
-            raise self.error
-        return self.value
-
-    def failure(self, timeout: float = BOUND_S) -> BaseException:
-        """The exception fn raised (fails the test if it returned instead)."""
-        self.thread.join(timeout)
-        if self.thread.is_alive():
-            raise AssertionError(f"{self.name} still running after {timeout} s")
-        if self.error is None:
-            raise AssertionError(f"{self.name} returned {self.value!r} instead of raising")
-        return self.error
 
 
 class Sockets:
@@ -163,13 +124,6 @@ def forward(pump: Pump, src: socket.socket, dst: socket.socket) -> int:
 def send_all_then_eof(sock: socket.socket, data: bytes) -> None:
     sock.sendall(data)
     sock.shutdown(socket.SHUT_WR)
-
-
-def receive_until_eof(sock: socket.socket) -> bytes:
-    chunks = []
-    while chunk := sock.recv(MIB):
-        chunks.append(chunk)
-    return b"".join(chunks)
 
 
 def digest_until_eof(sock: socket.socket) -> tuple[int, str]:
