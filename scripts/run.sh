@@ -12,7 +12,13 @@ export BOXMAKER_RUN=$ROOT/run
 export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
 export BOXMAKER_UPSTREAM=127.0.0.1:$BOXMAKER_LLAMA_PORT
-export BOXMAKER_LLAMA_SERVER=$(bash scripts/build_llama_server.sh | tail -n 1)/bin/llama-server
+# Builds (or finds in the cache, smoke-tested) llama-server; its own message says why if it can't.
+# Assigned apart from `export`, which would hide the script's exit status.
+LLAMA_HOME=$(bash scripts/build_llama_server.sh | tail -n 1) || {
+  echo "run: no llama-server that can serve on this machine (the lines above say why)" >&2
+  exit 1
+}
+export BOXMAKER_LLAMA_SERVER=$LLAMA_HOME/bin/llama-server
 export BOXMAKER_MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
 export BOXMAKER_TEMPLATE=$ROOT/conf/templates/chatml-tools.jinja
 CONF=$ROOT/conf/supervisord.conf
@@ -30,13 +36,21 @@ else
   "$ROOT/.venv/bin/supervisord" -c "$CONF"
 fi
 
-# Wait (bounded) for llama-server to answer /health and for inferproxy's socket.
-"$PY" - <<'PYEOF'
-import http.client, os, sys, time
+# Wait (bounded) for llama-server to answer /health and for inferproxy's socket; a program that
+# supervisord gives up on (it kept exiting) ends the wait at once, in one line.
+"$PY" - "${CTL[@]}" <<'PYEOF'
+import http.client, os, subprocess, sys, time
+ctl = sys.argv[1:]
+run = os.environ["BOXMAKER_RUN"]
 port = int(os.environ["BOXMAKER_LLAMA_PORT"])
-sock = os.path.join(os.environ["BOXMAKER_RUN"], "infer.sock")
+sock = os.path.join(run, "infer.sock")
 deadline = time.monotonic() + 120
 while time.monotonic() < deadline:
+    for program in ("llama-server", "inferproxy"):
+        status = subprocess.run([*ctl, "status", program], capture_output=True, text=True).stdout
+        if "FATAL" in status.split():  # supervisord gave up after its retries
+            sys.exit(f"run: {program} cannot start ({' '.join(status.split()[1:])}); "
+                     f"see {run}/{program}.log")
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         conn.request("GET", "/health")
@@ -44,9 +58,9 @@ while time.monotonic() < deadline:
             sys.exit(0)
     except OSError:
         pass
-    time.sleep(0.25)
+    time.sleep(0.5)
 sys.exit(f"run: llama-server on port {port} or {sock} not ready after 120 s; "
-         f"see {os.environ['BOXMAKER_RUN']}/llama-server.log and inferproxy.log")
+         f"see {run}/llama-server.log and inferproxy.log")
 PYEOF
 "${CTL[@]}" status
 

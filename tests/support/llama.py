@@ -69,13 +69,44 @@ class Built:
 
 
 _built: Built | None = None
+# The first failure to build or to start the binary at all, in one line. Every later test that
+# needs the server fails at once with a pointer to it instead of repeating the build or the log.
+_unavailable: str | None = None
+
+
+def _remember(exc: LlamaServerError) -> LlamaServerError:
+    global _unavailable
+    _unavailable = str(exc).splitlines()[0]
+    return exc
+
+
+def _check_available() -> None:
+    if _unavailable is not None:
+        raise LlamaServerError(
+            f"llama-server is unavailable, as the first test that needed it reported in full: "
+            f"{_unavailable}"
+        )
 
 
 def ensure_built(timeout: float = BUILD_TIMEOUT) -> Built:
-    """Builds llama-server and fetches the model if this machine has not yet; returns the paths."""
+    """Builds llama-server and fetches the model if this machine has not yet; returns the paths.
+
+    Raises:
+        LlamaServerError: the build or its smoke test failed; in full the first time, as a
+            one-line pointer to that first failure after it.
+    """
     global _built
     if _built is not None:
         return _built
+    _check_available()
+    try:
+        _built = _build(timeout)
+    except LlamaServerError as exc:
+        raise _remember(exc) from exc.__cause__
+    return _built
+
+
+def _build(timeout: float) -> Built:
     env = dict(os.environ)
     env.setdefault("PYTHON", sys.executable)
     try:
@@ -91,8 +122,10 @@ def ensure_built(timeout: float = BUILD_TIMEOUT) -> Built:
     except subprocess.TimeoutExpired as exc:
         raise LlamaServerError(f"{BUILD_SCRIPT} did not finish within {timeout:.0f} s") from exc
     if done.returncode != 0:
+        # The script's last lines name the cause (the smoke test's finding, or the compiler's).
+        cause = _last_finding(done.stderr)
         raise LlamaServerError(
-            f"{BUILD_SCRIPT} failed with exit code {done.returncode}:\n{done.stderr[-4000:]}"
+            f"{BUILD_SCRIPT} failed (exit code {done.returncode}): {cause}\n{done.stderr[-4000:]}"
         )
     lines = done.stdout.strip().splitlines()
     if not lines:
@@ -105,8 +138,30 @@ def ensure_built(timeout: float = BUILD_TIMEOUT) -> Built:
     for path in (built.binary, built.model):
         if not path.is_file():
             raise LlamaServerError(f"{BUILD_SCRIPT} succeeded but {path} does not exist")
-    _built = built
     return built
+
+
+def _last_finding(stderr: str) -> str:
+    """The line that says why: the smoke test's, else the last line that is not a log tail."""
+    lines = [line for line in stderr.splitlines() if line.strip()]
+    for line in lines:
+        if line.startswith("smoke test failed:"):
+            return line
+    plain = [line for line in lines if not line.startswith("  | ")]
+    return plain[-1] if plain else "no output"
+
+
+def describe_exit(code: int) -> str:
+    """'exited with code N', or the signal and what it means (SIGILL: the CPU)."""
+    if code >= 0:
+        return f"exited with code {code}"
+    try:
+        name = signal.Signals(-code).name
+    except ValueError:
+        return f"died of signal {-code}"
+    if -code == signal.SIGILL:
+        return f"died of {name}: the binary uses an instruction this CPU cannot run"
+    return f"died of {name}"
 
 
 def free_port() -> int:
@@ -228,6 +283,7 @@ class LlamaServer:
     def start(self) -> LlamaServer:
         if self._proc is not None:
             raise LlamaServerError("the server is already started")
+        _check_available()
         if self.workdir is None:
             self.workdir = Path(tempfile.mkdtemp(prefix="llama-server-"))
         self.workdir.mkdir(parents=True, exist_ok=True)
@@ -278,9 +334,12 @@ class LlamaServer:
                 this_start = tail.rsplit("--- start ", 1)[-1]
                 if "couldn't bind HTTP server socket" in this_start:
                     raise _PortTaken
-                raise LlamaServerError(
-                    f"llama-server exited with code {code} before it was ready; log tail:\n{tail}"
+                error = LlamaServerError(
+                    f"llama-server {describe_exit(code)} before it was ready (log: "
+                    f"{self.log_path}); log tail:\n{tail}"
                 )
+                # Killed by a signal before serving: the binary, not this test's flags.
+                raise _remember(error) if code < 0 else error
             try:
                 # Short: whoever else holds the port may accept and never answer.
                 res = self.call("GET", "/health", timeout=1.0)
