@@ -9,9 +9,13 @@
 # instruction sets instead: x86-64-v3 (AVX2, FMA, F16C, BMI2; every x86-64 CPU since 2013-2015),
 # else SSE4.2, else the plain baseline; on other architectures the compiler's baseline.
 # llama.cpp's runtime dispatch (GGML_BACKEND_DL + GGML_CPU_ALL_VARIANTS) was measured against it on
-# a 2-core Sapphire Rapids VM with SmolLM2-135M (docs/llama-server-build.md): it builds 14 CPU
-# variants (about 3x the build time) and picks by cpuid, so on such a VM it would choose the AMX
-# variant and trap the same way; the explicit set is as fast for this model and cannot.
+# a 2-core Sapphire Rapids VM (AMX and AVX-512 in cpuid) with SmolLM2-135M: it builds 14 CPU
+# variants, about 28 min against 8 for this build, and picks a variant by cpuid, so it chose the
+# AMX one and died with SIGILL exactly as the native build did. With that variant deleted it ran
+# the AVX-512 (zen4) one, 52 prompt / 14.3 generated tok/s against 40 / 12.0 for x86-64-v3
+# (scripts/llama_speed.py, 5 alternating rounds): 20-30% faster, but only where AVX-512 really
+# runs, which cpuid cannot promise on a VM. The explicit set cannot trap; an owner who trusts the
+# CPU adds -DGGML_AVX512=ON through BOXMAKER_LLAMA_CMAKE_EXTRA.
 #
 # Cache key: version + architecture + the cmake flags, so a binary built another way (the old
 # native build included) is never reused. BOXMAKER_LLAMA_CMAKE_EXTRA adds cmake flags (and changes
