@@ -16,15 +16,15 @@ from tests.proto.test_layering import io_uses
 
 LOOPD = Path(boxmaker.loopd.__file__).resolve().parent
 CORES = [
-    "http.py",
-    "sse.py",
+    "llama/http.py",
+    "llama/sse.py",
     "llama/request.py",
     "llama/assemble.py",
     "llama/info.py",
     "llama/retry.py",
     "llama/waits.py",
 ]
-SHELLS = ["transport.py", "llama/chat.py", "llama/gate.py", "llama/client.py"]
+SHELLS = ["llama/transport.py", "llama/chat.py", "llama/gate.py", "llama/client.py"]
 
 
 @pytest.mark.parametrize("name", CORES)
@@ -39,7 +39,7 @@ def test_only_transport_imports_socket(name: str) -> None:
     names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
     names |= {n.module or "" for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
     uses_socket = any(m.split(".")[0] in {"socket", "selectors", "ssl"} for m in names)
-    assert uses_socket == (name == "transport.py")
+    assert uses_socket == (name == "llama/transport.py")
 
 
 @pytest.mark.parametrize("name", CORES + SHELLS)

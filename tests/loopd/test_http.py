@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from boxmaker.loopd.http import (
+from boxmaker.loopd.llama.http import (
     BodyDecoder,
     ChunkedBody,
     CloseBody,

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
+from boxmaker.loopd.llama.sse import EventStream
 from boxmaker.loopd.llama.types import BadResponse
-from boxmaker.loopd.sse import EventStream
 from tests.support.feed import FEED_MODES
 
 STREAM = (

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from boxmaker.loopd.llama.transport import Connection, Response, exchange
 from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
-from boxmaker.loopd.transport import Connection, Response, exchange
 from tests.loopd import client_support
 from tests.loopd.client_support import RECORDINGS, at
 from tests.support.fakeserver import End, FakeServer, Piece, Reply, json_reply, raw_reply

@@ -31,7 +31,8 @@ import time
 from collections.abc import Callable
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.http import (
+from boxmaker.loopd.llama.assemble import Assembler
+from boxmaker.loopd.llama.http import (
     HeadParser,
     ResponseHead,
     TruncatedBody,
@@ -39,9 +40,10 @@ from boxmaker.loopd.http import (
     build_request,
     content_type,
 )
-from boxmaker.loopd.llama.assemble import Assembler
 from boxmaker.loopd.llama.info import control_body, parse_control, parse_slots, slots_target
 from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
+from boxmaker.loopd.llama.sse import EventStream
+from boxmaker.loopd.llama.transport import Clock, Connection, Response, exchange
 from boxmaker.loopd.llama.types import (
     HTTP_BODY_CAP_BYTES,
     BadResponse,
@@ -54,8 +56,6 @@ from boxmaker.loopd.llama.types import (
     ThinkingOverrun,
 )
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
-from boxmaker.loopd.sse import EventStream
-from boxmaker.loopd.transport import Clock, Connection, Response, exchange
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
 
 OnEvent = Callable[[ChatEvent], None]

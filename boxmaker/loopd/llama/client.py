@@ -36,6 +36,7 @@ from boxmaker.loopd.llama.info import (
 )
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy, Rng
+from boxmaker.loopd.llama.transport import Clock, Response
 from boxmaker.loopd.llama.types import (
     HTTP_BODY_CAP_BYTES,
     ChatRequest,
@@ -43,7 +44,6 @@ from boxmaker.loopd.llama.types import (
     HttpStatus,
     InferError,
 )
-from boxmaker.loopd.transport import Clock, Response
 from boxmaker.proto import RetryingEvent
 
 

@@ -15,7 +15,7 @@ from typing import Any, Final
 
 import orjson
 
-from boxmaker.loopd.http import target
+from boxmaker.loopd.llama.http import target
 from boxmaker.loopd.llama.types import BadResponse
 from boxmaker.proto import Timings
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from boxmaker.loopd.http import HeadParser, ResponseHead, body_decoder, build_request
+from boxmaker.loopd.llama.http import HeadParser, ResponseHead, body_decoder, build_request
 from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
 from boxmaker.proto import NEED_DATA
 
