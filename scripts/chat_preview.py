@@ -14,7 +14,8 @@ from pathlib import Path
 
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, InferError
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest
 from boxmaker.proto import (
     AssistantMessage,
     ChatMessage,

@@ -1,4 +1,4 @@
-"""The admission rules of `inferproxy`, with no I/O: a token bucket on accept and a connection cap.
+"""The admission rules of `inferproxy`: a token bucket on accept and a connection cap. [core]
 
 A sans-IO core (STYLE.md R2): time is a parameter (`now`, seconds on any monotonic clock), so the
 tests drive it with a settable clock and no sleeps. The shell (`proxy.py`) owns the sockets, the

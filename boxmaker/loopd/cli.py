@@ -28,13 +28,8 @@ import orjson
 
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.types import (
-    ChatEvent,
-    ChatRequest,
-    InferError,
-    completion_to_json,
-    event_to_json,
-)
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, completion_to_json, event_to_json
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.proto import BodyError, ChatMessage, UserMessage, chat_message_from_json
 

@@ -28,15 +28,9 @@ from typing import Any, Final, Protocol
 import orjson
 
 from boxmaker.loopd.config import Config, ExpectConfig, SelftestConfig
+from boxmaker.loopd.llama.errors import ConnectFailed, InferError
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS, CacheLoss, Props, cache_outcome
-from boxmaker.loopd.llama.types import (
-    ChatEvent,
-    ChatRequest,
-    Completion,
-    ConnectFailed,
-    FinishReason,
-    InferError,
-)
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, FinishReason
 from boxmaker.proto import AssistantMessage, ChatMessage, ToolSchema, UserMessage
 
 PROPS: Final = "props"

@@ -37,7 +37,9 @@ MAX_ERROR_MESSAGE_CHARS = 4096
 _KEYS = ("kind", "final", "body")
 
 
-class _Sentinel(enum.Enum):
+class Sentinel(enum.Enum):
+    """What an incremental decoder returns instead of a value (h11's sentinels)."""
+
     NEED_DATA = "NEED_DATA"
     CLOSED = "CLOSED"
 
@@ -47,9 +49,12 @@ class _Sentinel(enum.Enum):
     __str__ = __repr__
 
 
-NEED_DATA: Literal[_Sentinel.NEED_DATA] = _Sentinel.NEED_DATA
-"""next_frame() needs more bytes before it can return a frame."""
-CLOSED: Literal[_Sentinel.CLOSED] = _Sentinel.CLOSED
+NeedData = Literal[Sentinel.NEED_DATA]
+Closed = Literal[Sentinel.CLOSED]
+
+NEED_DATA: NeedData = Sentinel.NEED_DATA
+"""A decoder (next_frame(), loopd's next_head()) needs more bytes before it can return a value."""
+CLOSED: Closed = Sentinel.CLOSED
 """next_frame() saw EOF at a frame boundary: the peer closed cleanly, and no frame will follow."""
 
 
@@ -148,7 +153,7 @@ class FrameDecoder:
         else:
             self._buf += data
 
-    def next_frame(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def next_frame(self) -> Frame | NeedData | Closed:
         """The next complete frame, NEED_DATA, or CLOSED.
 
         Raises:
@@ -162,7 +167,7 @@ class FrameDecoder:
             self._error = e
             raise
 
-    def _next(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def _next(self) -> Frame | NeedData | Closed:
         buf = self._buf
         if len(buf) < LENGTH_BYTES:
             return self._short(f"{len(buf)} of {LENGTH_BYTES} length bytes")
@@ -179,7 +184,7 @@ class FrameDecoder:
         del buf[:end]
         return self._parse(payload)
 
-    def _short(self, have: str) -> Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def _short(self, have: str) -> NeedData | Closed:
         if not self._eof:
             return NEED_DATA
         if not self._buf:

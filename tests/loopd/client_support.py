@@ -22,8 +22,9 @@ import pytest
 
 from boxmaker.loopd.config import InferenceConfig, parse_config
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.llama.types import ChatRequest, Completion, InferError
+from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import UserMessage
 from tests.support.fakeserver import End, FakeServer, Outcome, Reply, json_reply
 

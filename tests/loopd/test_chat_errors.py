@@ -12,16 +12,10 @@ import orjson
 import pytest
 
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import BadResponse, Busy, HttpStatus, ThinkingOverrun
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
-    BadResponse,
-    Busy,
-    ChatRequest,
-    Completion,
-    HttpStatus,
-    ThinkingOverrun,
-)
+from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import (
     QueuedEvent,
     ReasoningEvent,

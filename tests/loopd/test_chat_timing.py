@@ -13,16 +13,15 @@ from pathlib import Path
 from typing import Any
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.llama.types import (
-    Completion,
+from boxmaker.loopd.llama.errors import (
     ConnectFailed,
-    FinishReason,
     LoadTimeout,
     Stalled,
     StreamClosedEarly,
     WaitTimeout,
 )
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.types import Completion, FinishReason
 from boxmaker.proto import (
     ContentEvent,
     Timings,

@@ -15,15 +15,15 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     BadResponse,
-    Completion,
     HttpStatus,
     InferError,
     ThinkingOverrun,
     WaitTimeout,
 )
+from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
+from boxmaker.loopd.llama.types import Completion
 from boxmaker.proto import ContentEvent, RetryingEvent, WaitingEvent
 from tests.loopd import client_support
 from tests.loopd.client_support import (

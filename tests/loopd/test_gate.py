@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 import pytest
 
+from boxmaker.loopd.llama.errors import Busy
 from boxmaker.loopd.llama.gate import SlotGate, SlotQueue, Ticket
-from boxmaker.loopd.llama.types import Busy
 from boxmaker.proto import QueuedEvent
 
 BOUND_S = 5.0

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import BadResponse, HttpStatus
 from boxmaker.loopd.llama.info import (
     CacheHit,
     CacheLoss,
@@ -19,7 +20,6 @@ from boxmaker.loopd.llama.info import (
     parse_slots,
     parse_tokenize,
 )
-from boxmaker.loopd.llama.types import BadResponse, HttpStatus
 from boxmaker.proto import Timings
 from tests.loopd import client_support
 from tests.loopd.client_support import (

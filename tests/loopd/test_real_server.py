@@ -16,13 +16,13 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import HttpStatus
 from boxmaker.loopd.llama.info import CacheHit, CacheLoss, cache_outcome
 from boxmaker.loopd.llama.types import (
     ChatEvent,
     ChatRequest,
     Completion,
     FinishReason,
-    HttpStatus,
     ToolCallDelta,
 )
 from boxmaker.loopd.selftest import CHECKS, run_selftest, template_sha256

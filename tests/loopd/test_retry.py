@@ -8,8 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     INFER_ERRORS,
     BadResponse,
     Busy,
@@ -22,6 +21,7 @@ from boxmaker.loopd.llama.types import (
     ThinkingOverrun,
     WaitTimeout,
 )
+from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
 from tests.loopd import client_support
 from tests.loopd.client_support import make_config
 

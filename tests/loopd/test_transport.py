@@ -1,4 +1,4 @@
-"""boxmaker.loopd.transport over real Unix sockets: connect failures, reads with timeouts, and
+"""boxmaker.loopd.llama.transport over real Unix sockets: connect failures, reads with timeouts, and
 `exchange` (one short request read whole) against the fake server."""
 
 from __future__ import annotations
@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
 from boxmaker.loopd.llama.transport import Connection, Response, exchange
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
 from tests.loopd import client_support
 from tests.loopd.client_support import RECORDINGS, at
 from tests.support.fakeserver import End, FakeServer, Piece, Reply, json_reply, raw_reply

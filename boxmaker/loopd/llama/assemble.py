@@ -29,16 +29,13 @@ from typing import Any
 
 import orjson
 
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     HTTP_BODY_CAP_BYTES,
     BadResponse,
-    ChatEvent,
-    Completion,
-    FinishReason,
     HttpStatus,
     StreamClosedEarly,
-    ToolCallDelta,
 )
+from boxmaker.loopd.llama.types import ChatEvent, Completion, FinishReason, ToolCallDelta
 from boxmaker.proto import ContentEvent, ProgressEvent, ReasoningEvent, Timings, ToolCall
 
 _FINISH = {r.value: r for r in FinishReason}

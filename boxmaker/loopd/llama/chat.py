@@ -32,6 +32,15 @@ from collections.abc import Callable
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.assemble import Assembler
+from boxmaker.loopd.llama.errors import (
+    HTTP_BODY_CAP_BYTES,
+    BadResponse,
+    HttpStatus,
+    InferError,
+    Stalled,
+    StreamClosedEarly,
+    ThinkingOverrun,
+)
 from boxmaker.loopd.llama.http import (
     HeadParser,
     ResponseHead,
@@ -44,17 +53,7 @@ from boxmaker.loopd.llama.info import control_body, parse_control, parse_slots, 
 from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
 from boxmaker.loopd.llama.sse import EventStream
 from boxmaker.loopd.llama.transport import Clock, Connection, Response, exchange
-from boxmaker.loopd.llama.types import (
-    HTTP_BODY_CAP_BYTES,
-    BadResponse,
-    ChatEvent,
-    Completion,
-    HttpStatus,
-    InferError,
-    Stalled,
-    StreamClosedEarly,
-    ThinkingOverrun,
-)
+from boxmaker.loopd.llama.types import ChatEvent, Completion
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
 

@@ -22,6 +22,7 @@ from typing import Any
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.chat import OnEvent, control_exchange, run_chat
+from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import (
     TOKENIZE_PATH,
@@ -37,13 +38,7 @@ from boxmaker.loopd.llama.info import (
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy, Rng
 from boxmaker.loopd.llama.transport import Clock, Response
-from boxmaker.loopd.llama.types import (
-    HTTP_BODY_CAP_BYTES,
-    ChatRequest,
-    Completion,
-    HttpStatus,
-    InferError,
-)
+from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import RetryingEvent
 
 

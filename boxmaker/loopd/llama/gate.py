@@ -22,7 +22,8 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 
-from boxmaker.loopd.llama.types import Busy, ChatEvent
+from boxmaker.loopd.llama.errors import Busy
+from boxmaker.loopd.llama.types import ChatEvent
 from boxmaker.proto import QueuedEvent
 
 

@@ -15,8 +15,8 @@ from typing import Any, Final
 
 import orjson
 
+from boxmaker.loopd.llama.errors import BadResponse
 from boxmaker.loopd.llama.http import target
-from boxmaker.loopd.llama.types import BadResponse
 from boxmaker.proto import Timings
 
 PROPS_PATH: Final = "/props"

@@ -22,8 +22,8 @@ from typing import Any
 
 import orjson
 
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
 from boxmaker.loopd.llama.http import HeadParser, ResponseHead, body_decoder, build_request
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
 from boxmaker.proto import NEED_DATA
 
 Clock = Callable[[], float]
