@@ -53,11 +53,9 @@ from boxmaker.loopd.llama.info import control_body, parse_control, parse_slots, 
 from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
 from boxmaker.loopd.llama.sse import EventStream
 from boxmaker.loopd.llama.transport import Clock, Connection, Response, exchange
-from boxmaker.loopd.llama.types import ChatEvent, Completion
+from boxmaker.loopd.llama.types import Completion, OnEvent
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
-
-OnEvent = Callable[[ChatEvent], None]
 
 
 def control_exchange(

@@ -21,9 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.chat import OnEvent, control_exchange, run_chat
+from boxmaker.loopd.llama.chat import control_exchange, run_chat
 from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, HttpStatus, InferError
-from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.llama.gate import Gate, SlotGate
 from boxmaker.loopd.llama.info import (
     TOKENIZE_PATH,
     Props,
@@ -38,7 +38,7 @@ from boxmaker.loopd.llama.info import (
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy, Rng
 from boxmaker.loopd.llama.transport import Clock, Response
-from boxmaker.loopd.llama.types import ChatRequest, Completion
+from boxmaker.loopd.llama.types import ChatRequest, Completion, OnEvent
 from boxmaker.proto import RetryingEvent
 
 
@@ -50,17 +50,17 @@ class Client:
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         rng: Rng | None = None,
-        gate: SlotGate | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """Args:
         config: the [inference] section.
         clock: a monotonic clock in seconds.
         sleep: waits the given seconds (between retries).
         rng: the jitter source (a random.Random).
-        gate: a slot gate shared with other clients; by default this client's own.
+        gate: any Gate, shared with other clients; by default this client's own SlotGate.
         """
         self.config = config
-        self.gate = gate if gate is not None else SlotGate(config.queue_length)
+        self.gate: Gate = gate if gate is not None else SlotGate(config.queue_length)
         self.policy = RetryPolicy.from_config(config)
         self._clock = clock
         self._sleep = sleep

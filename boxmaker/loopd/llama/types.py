@@ -8,6 +8,7 @@ The errors a request can end in are in `llama.errors`.
 """
 
 import enum
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -56,6 +57,8 @@ ChatEvent = (
     | ThinkingCappedEvent
     | RetryingEvent
 )
+
+OnEvent = Callable[[ChatEvent], None]  # how the client hands each ChatEvent to its caller
 
 
 class FinishReason(enum.StrEnum):
