@@ -71,7 +71,7 @@ def main() -> int:
         try:
             done = client.chat_with_retry(request, show)
         except InferError as err:
-            print(f"\n[error: {err.TAG}: {err}]")
+            print(f"\n[error: {err.describe()}]")
             continue
         print()
         answer = AssistantMessage(done.content, done.reasoning_content, done.tool_calls)

@@ -65,7 +65,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{LLAMA}.types": frozenset({PROTO}),
     f"{LLAMA}.http": frozenset({PROTO, FAST}) | _llama("errors"),
     f"{LLAMA}.sse": frozenset({PROTO, FAST}) | _llama("errors"),
-    f"{LLAMA}.transport": frozenset({PROTO}) | _llama("errors", "http"),
+    f"{LLAMA}.transport": frozenset({PROTO, CONFIG}) | _llama("errors", "http"),
     f"{LLAMA}.request": frozenset({PROTO, CONFIG}) | _llama("types"),
     f"{LLAMA}.assemble": frozenset({PROTO}) | _llama("errors", "types"),
     f"{LLAMA}.info": frozenset({PROTO}) | _llama("errors", "http"),

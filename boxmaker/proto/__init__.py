@@ -6,6 +6,7 @@ codes), `frame` (the channel frame codec), `channel` (the channel's frame bodies
 session log's records, line form and chain), `errors` (the ProtocolError family).
 """
 
+from ._codec import load_json, load_json_object
 from .channel import (
     EVENT_TYPES,
     CacheLossEvent,
@@ -162,6 +163,8 @@ __all__ = [
     "format_time",
     "is_session_id",
     "is_time",
+    "load_json",
+    "load_json_object",
     "next_prev",
     "sha256",
     "sha256_hex",

@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ._codec import json_type, quote
+from ._codec import json_type, load_json_object, quote
 from .errors import EncodeError, FrameError
 from .wire import ErrorCode, WireError
 
@@ -192,16 +192,7 @@ class FrameDecoder:
         raise FrameError(f"connection closed in the middle of a frame (after {have})")
 
     def _parse(self, payload: bytes) -> Frame:
-        try:
-            text = payload.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise FrameError(f"frame is not UTF-8 ({e.reason} at byte {e.start})") from None
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            raise FrameError(f"frame is not JSON ({e})") from None
-        if not isinstance(obj, dict):
-            raise FrameError(f"frame is not a JSON object (got {json_type(obj)})")
+        obj = load_json_object(payload, "frame", FrameError)
         for key in _KEYS:
             if key not in obj:
                 raise FrameError(

@@ -201,7 +201,7 @@ def test_complete_reads_openai_messages_from_a_file(single_stack: Stack) -> None
     ("content", "said"),
     [
         (None, "cannot read it: No such file or directory"),
-        ("[{", "not JSON: "),
+        ("[{", "the file is not JSON ("),
         (
             '{"role": "user", "content": "hi"}',
             "expected a non-empty JSON array of messages, got an object",

@@ -16,7 +16,8 @@ import pytest
 
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus, ThinkingOverrun
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
+from boxmaker.loopd.llama.info import CONTROL_PATH
+from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.types import ChatRequest, Completion, ToolCallDelta
 from boxmaker.proto import (
     ContentEvent,

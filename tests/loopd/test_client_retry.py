@@ -22,7 +22,8 @@ from boxmaker.loopd.llama.errors import (
     ThinkingOverrun,
     WaitTimeout,
 )
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
+from boxmaker.loopd.llama.info import CONTROL_PATH
+from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.types import Completion
 from boxmaker.proto import ContentEvent, RetryingEvent, WaitingEvent
 from tests.loopd import client_support

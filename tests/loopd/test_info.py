@@ -11,7 +11,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import BadResponse, HttpStatus
 from boxmaker.loopd.llama.info import (
     CacheHit,
-    CacheLoss,
+    CacheMiss,
     SlotState,
     cache_outcome,
     control_body,
@@ -132,8 +132,8 @@ def test_tokenize_shape_errors() -> None:
         (100, CacheHit()),  # all of it
         (140, CacheHit()),  # more than the total (another request grew the cache): no loss
         (36, CacheHit()),  # exactly 64 short
-        (35, CacheLoss(expected=100, got=35)),  # 65 short
-        (0, CacheLoss(expected=100, got=0)),
+        (35, CacheMiss(expected=100, got=35)),  # 65 short
+        (0, CacheMiss(expected=100, got=0)),
     ],
 )
 def test_cache_outcome_64_token_rule(cache_n: int, outcome: object) -> None:

@@ -17,7 +17,7 @@ import pytest
 
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus
-from boxmaker.loopd.llama.info import CacheHit, CacheLoss, cache_outcome
+from boxmaker.loopd.llama.info import CacheHit, CacheMiss, cache_outcome
 from boxmaker.loopd.llama.types import (
     ChatEvent,
     ChatRequest,
@@ -244,7 +244,7 @@ def test_second_turn_hits_the_cache(stack: Stack) -> None:
     # The same second turn on the other slot, whose cache holds none of it, is a loss: the check
     # above can fail.
     elsewhere = client.chat(ChatRequest(1, follow, thinking=False), Recorder())
-    assert isinstance(cache_outcome(turn1.timings, elsewhere.timings), CacheLoss)
+    assert isinstance(cache_outcome(turn1.timings, elsewhere.timings), CacheMiss)
 
 
 def test_reasoning_end_ends_a_long_reasoning_block(stack: Stack) -> None:

@@ -140,19 +140,19 @@ def test_a_tool_call_with_json_object_arguments_passes_on_one_line() -> None:
             completion(
                 None, (ToolCall("c1", "get_time", '{"timezone": "Eu'),), FinishReason.TOOL_CALLS
             ),
-            "get_time arguments are not JSON (",
+            "get_time's argument string is not JSON (",
         ),
         (
             completion(
                 None, (ToolCall("c1", "get_time", '["Europe/Paris"]'),), FinishReason.TOOL_CALLS
             ),
-            'get_time arguments are not a JSON object: "[\\"Europe/Paris\\"]"',
+            'get_time\'s argument string is not a JSON object (got array): "[\\"Europe/Paris\\"]"',
         ),
         (
             completion(
                 None, (GOOD_CALL, ToolCall("c2", "get_time", "nope")), FinishReason.TOOL_CALLS
             ),
-            "get_time arguments are not JSON (",
+            "get_time's argument string is not JSON (",
         ),
     ],
     ids=["prose", "nothing", "other_tool", "length", "cut_json", "array", "one_of_two_bad"],

@@ -17,6 +17,10 @@ class InferError(Exception):
     def to_json(self) -> dict[str, Any]:
         return {"error": self.TAG, "message": str(self)}
 
+    def describe(self) -> str:
+        """One line for a person or an event: the TAG, then what happened."""
+        return f"{self.TAG}: {self}"
+
 
 class Busy(InferError):
     """loopd's own queue for the slot is full."""
