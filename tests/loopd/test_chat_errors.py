@@ -25,7 +25,6 @@ from boxmaker.proto import (
     ThinkingCappedEvent,
     UserMessage,
 )
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     BOUND_S,
     CID,
@@ -42,20 +41,8 @@ from tests.loopd.client_support import (
     read_recording,
     run,
 )
-from tests.support.fakeserver import (
-    End,
-    FakeServer,
-    Reply,
-    chunk,
-    json_reply,
-    raw_reply,
-    sse_reply,
-)
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir  # `fake` uses it
-
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import End, Reply, chunk, json_reply, raw_reply, sse_reply
 
 # ---- error statuses --------------------------------------------------------------------------
 

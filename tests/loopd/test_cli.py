@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.loopd.conftest import Stack, local_profile, short_tmpdir, toml_dumps
+from tests.loopd.conftest import Stack, local_profile, short_tmpdir
 from tests.support.procs import python_module
+from tests.support.toml import toml_dumps
 
 RUN_BOUND = 120.0  # seconds for one command; each takes a few when healthy
 EVENT_TYPES = {

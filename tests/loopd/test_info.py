@@ -21,7 +21,6 @@ from boxmaker.loopd.llama.info import (
     parse_tokenize,
 )
 from boxmaker.proto import Timings
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     MODEL,
     RECORDINGS,
@@ -29,11 +28,8 @@ from tests.loopd.client_support import (
     make_config,
     read_recording,
 )
-from tests.support.fakeserver import FakeServer, json_reply, raw_reply
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import json_reply, raw_reply
 
 
 def body(name: str) -> bytes:

@@ -22,13 +22,9 @@ from boxmaker.loopd.llama.errors import (
     WaitTimeout,
 )
 from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
-from tests.loopd import client_support
 from tests.loopd.client_support import make_config
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-sock_dir = client_support.sock_dir
 
 
 DEFAULT = RetryPolicy(attempts=4, delays_ms=(2000, 8000, 30_000), jitter=0.25, total_ms=300_000)

@@ -12,13 +12,9 @@ import pytest
 
 from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
 from boxmaker.loopd.llama.transport import Connection, Response, exchange
-from tests.loopd import client_support
 from tests.loopd.client_support import RECORDINGS, at
-from tests.support.fakeserver import End, FakeServer, Piece, Reply, json_reply, raw_reply
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import End, Piece, Reply, json_reply, raw_reply
 
 
 def call(server: FakeServer, method: str, target: str, body: bytes | None = None) -> Response:
