@@ -341,6 +341,27 @@ def test_no_module_of_the_client_starts_a_thread(mod: Module) -> None:
     assert "Thread(" not in mod.path.read_text("utf-8")
 
 
+def twin_imports(mod: Module, source: str | None = None) -> list[str]:
+    """The Python twins a compiled twin imports: none, or the differential tests compare a piece
+    of code with itself (STYLE.md R3)."""
+    return [
+        i.target for i in imports_of(mod, source) if re.fullmatch(rf"{FAST}\._\w+_py", i.target)
+    ]
+
+
+COMPILED = [m for m in MODULES if m.path.suffix == ".pyx"]
+
+
+@pytest.mark.parametrize("mod", COMPILED, ids=[m.name for m in COMPILED])
+def test_a_compiled_twin_imports_no_python_twin(mod: Module) -> None:
+    assert twin_imports(mod) == []
+
+
+def test_the_twin_check_catches_an_import_of_a_python_twin() -> None:
+    source = "from boxmaker._fast._sse_py import check_cap\nfrom boxmaker.proto.errors import E\n"
+    assert twin_imports(_fake(f"{FAST}._sse_c", ".pyx"), source) == [f"{FAST}._sse_py"]
+
+
 # The checks themselves, on made-up sources: each form they must catch, and what they must allow.
 
 

@@ -295,12 +295,3 @@ def iter_selftest(
         yield failed_to_ask(CACHE, err)
     else:
         yield judge_cache(turn1, turn2)
-
-
-def run_selftest(
-    config: Config,
-    client: SelftestClient,
-    on_event: Callable[[ChatEvent], None] = _ignore,
-) -> list[CheckResult]:
-    """All three results, in order. `all(r.ok for r in results)` is the verdict."""
-    return list(iter_selftest(config, client, on_event))

@@ -64,9 +64,6 @@ class Frame:
     final: bool
     body: dict[str, Any]
 
-    def to_bytes(self, kinds: Collection[str] = CHANNEL_KINDS) -> bytes:
-        return encode_frame(self.kind, self.body, self.final, kinds)
-
 
 def encode_frame(
     kind: str,

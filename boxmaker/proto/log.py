@@ -145,13 +145,6 @@ class LogLine(NamedTuple):
     prev: str
     record: LogRecord
 
-    def to_line(self) -> bytes:
-        return encode_line(self.record, self.seq, self.prev)
-
-    @classmethod
-    def from_line(cls, line: bytes) -> "LogLine":
-        return decode_line(line)
-
 
 def encode_line(record: LogRecord, seq: int, prev: str) -> bytes:
     """The bytes of one log line, newline included.

@@ -56,7 +56,7 @@ def open_pipes() -> set[int]:
 
 
 # The compiled twin splices through a pipe of its own (two fds) except from a Unix socket to TCP,
-# where a read/write loop is faster (measured: see _splice_c.pyx); the Python twin never splices.
+# where a read/write loop is faster (measured: docs/fast-paths.md); the Python twin never splices.
 @pytest.mark.parametrize(
     ("route", "c_splices"),
     [("unix>tcp", False), ("tcp>unix", True), ("unix", True), ("tcp", True)],

@@ -9,7 +9,6 @@ from pathlib import Path
 import pytest
 
 from boxmaker.loopd.llama.errors import (
-    INFER_ERRORS,
     BadResponse,
     Busy,
     ConnectFailed,
@@ -53,7 +52,10 @@ def test_the_table_is_the_briefs_list() -> None:
     assert {503} == RETRYABLE_STATUSES
 
 
-@pytest.mark.parametrize("cls", INFER_ERRORS, ids=[c.TAG for c in INFER_ERRORS])
+KINDS = InferError.__subclasses__()  # every kind, so a new one cannot be left out of the table
+
+
+@pytest.mark.parametrize("cls", KINDS, ids=[c.TAG for c in KINDS])
 def test_every_error_kind_has_a_decision(cls: type[InferError]) -> None:
     expected = cls in RETRYABLE or cls is HttpStatus  # HttpStatus here is a 503
     assert is_retryable(error_of(cls)) is expected

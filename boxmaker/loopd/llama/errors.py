@@ -84,16 +84,4 @@ class BadResponse(InferError):
     TAG = "protocol"
 
 
-INFER_ERRORS: tuple[type[InferError], ...] = (
-    Busy,
-    ConnectFailed,
-    WaitTimeout,
-    LoadTimeout,
-    Stalled,
-    StreamClosedEarly,
-    ThinkingOverrun,
-    HttpStatus,
-    BadResponse,
-)
-
 HTTP_BODY_CAP_BYTES = 4096  # an error body kept in HttpStatus, so a huge page can't flood a log

@@ -19,9 +19,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
-
-import orjson
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
@@ -116,13 +113,6 @@ class Response:
     @property
     def status(self) -> int:
         return self.head.status
-
-    def json(self) -> Any:
-        """The body as JSON. Raises BadResponse if it is not."""
-        try:
-            return orjson.loads(self.body)
-        except orjson.JSONDecodeError as exc:
-            raise BadResponse(f"the body is not JSON ({exc}): {self.body[:80]!r}") from None
 
 
 def short_exchange(
