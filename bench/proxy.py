@@ -31,6 +31,8 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
+from tests.support.procs import wait_for
+
 MiB = 1 << 20
 GiB = 1 << 30
 CHUNK = MiB
@@ -116,14 +118,6 @@ def _threads(pid: int) -> int:
     return len(os.listdir(f"/proc/{pid}/task"))
 
 
-def _wait(condition: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND
-    while not condition():
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"bench: waited {BOUND:g} s for {what}")
-        time.sleep(0.002)
-
-
 @dataclass
 class Path:
     name: str
@@ -137,7 +131,13 @@ class Path:
         if self.proc is None:
             return
         pid = self.proc.pid
-        _wait(lambda: not _children(pid) and _threads(pid) == 1, f"{self.name} to go idle")
+        wait_for(
+            lambda: not _children(pid) and _threads(pid) == 1,
+            f"{self.name} to go idle",
+            BOUND,
+            0.002,
+            error=RuntimeError,
+        )
 
     def cpu(self) -> float:
         return _cpu_seconds(self.proc.pid) if self.proc is not None else 0.0
@@ -167,7 +167,13 @@ def _tcp_connector(port: int) -> Callable[[], socket.socket]:
 
 def _start(argv: list[str], sock: str) -> subprocess.Popen[bytes]:
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
-    _wait(lambda: os.path.exists(sock) or proc.poll() is not None, f"{argv[0]} to listen")
+    wait_for(
+        lambda: os.path.exists(sock) or proc.poll() is not None,
+        f"{argv[0]} to listen",
+        BOUND,
+        0.002,
+        error=RuntimeError,
+    )
     if proc.poll() is not None:
         raise RuntimeError(f"bench: {' '.join(argv)} exited with {proc.returncode}")
     return proc

@@ -14,7 +14,8 @@ from pathlib import Path
 
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, InferError
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest
 from boxmaker.proto import (
     AssistantMessage,
     ChatMessage,
@@ -70,7 +71,7 @@ def main() -> int:
         try:
             done = client.chat_with_retry(request, show)
         except InferError as err:
-            print(f"\n[error: {err.TAG}: {err}]")
+            print(f"\n[error: {err.describe()}]")
             continue
         print()
         answer = AssistantMessage(done.content, done.reasoning_content, done.tool_calls)

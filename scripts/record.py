@@ -43,6 +43,7 @@ from tests.support.llama_requests import (  # noqa: E402
     chat_body,
     fold,
 )
+from tests.support.procs import wait_for  # noqa: E402
 
 CHAT = "/v1/chat/completions"
 CONTROL = "/v1/chat/completions/control"
@@ -122,11 +123,14 @@ class Background:
         self._pieces.close()
 
     def wait_for_reasoning(self, deltas: int, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        while self.raw.count(b'"reasoning_content"') < deltas:
-            if not self._thread.is_alive() or time.monotonic() > deadline:
-                raise ScenarioFailed(f"fewer than {deltas} reasoning deltas: {self.raw[-300:]!r}")
-            time.sleep(0.01)
+        def enough() -> bool:
+            return self.raw.count(b'"reasoning_content"') >= deltas
+
+        what = f"{deltas} reasoning deltas"
+        wait_for(
+            lambda: enough() or not self._thread.is_alive(), what, timeout, 0.01, ScenarioFailed
+        )
+        expect(enough(), f"fewer than {deltas} reasoning deltas: {self.raw[-300:]!r}")
 
     def stop(self) -> None:
         self._stop.set()
@@ -293,7 +297,13 @@ def loading(rec: Recorder) -> None:
     for _attempt in range(3):
         if srv.model_status() != "unloaded":
             rec.send("POST", "/models/unload", {"model": MODEL_ID})
-            _wait(lambda: srv.model_status() == "unloaded", 30, "the model to unload")
+            wait_for(
+                lambda: srv.model_status() == "unloaded",
+                "the model to unload",
+                30,
+                0.05,
+                ScenarioFailed,
+            )
         rec.send("POST", "/models/load", {"model": MODEL_ID})
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
@@ -308,13 +318,6 @@ def loading(rec: Recorder) -> None:
             if b" 200 " in head:
                 break
     print("  loading                      not caught in 3 loads")
-
-
-def _wait(cond: Callable[[], bool], timeout: float, what: str) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        expect(time.monotonic() < deadline, f"timed out waiting for {what}")
-        time.sleep(0.05)
 
 
 SINGLE: dict[str, Callable[[Recorder], None]] = {

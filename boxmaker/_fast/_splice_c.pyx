@@ -6,10 +6,8 @@ per call from the two fds, and METHOD = "splice+read/write" says that both are i
 
 - AF_UNIX stream socket to TCP socket (inferproxy's client -> upstream): a read/write loop through
   a 256 KiB heap buffer, from the start. Here splice loses: the pages spliced out of a Unix socket
-  cost TCP more to send than two plain copies do. Through inferproxy, 1 GiB, 7 interleaved runs,
-  2 cores (medians): read/write 2,866 MB/s at 0.14 CPU s/GiB, splice via a 1 MiB pipe 1,851 MB/s
-  at 0.33 s/GiB (128 KiB / 512 KiB / 1 MiB buffers: 2,421 / 2,839 / 2,390 MB/s). Every other pair
-  measured splices faster: TCP -> Unix (the way back), Unix -> Unix, TCP -> TCP.
+  cost TCP more to send than two plain copies do. Every other pair measured splices faster: TCP ->
+  Unix (the way back), Unix -> Unix, TCP -> TCP. (The figures: docs/fast-paths.md.)
 - Any other socket to socket (and files): splice(2) needs a pipe on one side, so the bytes go
   src -> our pipe -> dst and never enter user space. The pipe is made per call (pipe2, O_CLOEXEC),
   grown to PIPE_BYTES with F_SETPIPE_SZ when the kernel allows it (it refuses once the user's
@@ -26,10 +24,8 @@ sent, the kernel wakes everything asleep on it (unix_write_space), readers too. 
 thread pumping client -> upstream sleeps on the client socket while the other thread writes the
 answers to it, so each answer the client read woke that thread for nothing: a context switch, on a
 2-core machine often right in front of the client, on every round trip. poll() sleeps on POLLIN
-alone and is not woken by that. Through inferproxy, 100-byte echoes once a millisecond, 6 x 3,000
-interleaved with socat on 2 busy cores: p50 / p99 added latency 21.8 / 51.7 us with a blocking
-read, 19.5 / 39.0 us with poll; socat 21.4 / 51.0 us. The cost is a recv(MSG_DONTWAIT) that finds
-nothing, once per burst; a busy source never gets to poll. SO_RCVTIMEO still applies: it becomes
+alone and is not woken by that, which cut the added latency at p99 by a quarter (the figures:
+docs/fast-paths.md). The cost is a recv(MSG_DONTWAIT) that finds nothing, once per burst; a busy source never gets to poll. SO_RCVTIMEO still applies: it becomes
 the poll timeout, and its expiry the same EAGAIN a blocking read reports. TCP wakes its sleepers
 on new send space only after a sender ran out of it, so a TCP source blocks in the call as before.
 

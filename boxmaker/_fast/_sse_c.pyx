@@ -18,9 +18,9 @@ stays fast:
 cimport cython
 from cpython.bytes cimport PyBytes_AS_STRING, PyBytes_FromStringAndSize, PyBytes_GET_SIZE
 from cpython.mem cimport PyMem_Free, PyMem_Realloc
+from cpython.pyport cimport PY_SSIZE_T_MAX
 from libc.string cimport memchr, memcmp, memcpy
 
-from boxmaker._fast._sse_py import check_cap
 from boxmaker.proto.errors import SSEError
 
 # m2a-inference-path.md, "Size caps in the client": 1 MiB per SSE line.
@@ -59,6 +59,18 @@ cdef int buf_append(ByteBuf *buf, const unsigned char *src, Py_ssize_t n) except
         memcpy(buf.ptr + buf.len, src, <size_t>n)
     buf.len += n
     return 0
+
+
+cdef Py_ssize_t check_cap(str name, object cap) except -1:
+    """`cap` if it is an int in 1..sys.maxsize; TypeError or ValueError if not.
+
+    This twin's own copy of `_sse_py.check_cap`, so the tests that run both twins check each.
+    """
+    if not isinstance(cap, int) or isinstance(cap, bool):
+        raise TypeError(f"{name} must be an int, got {type(cap).__name__}")
+    if not 1 <= cap <= PY_SSIZE_T_MAX:
+        raise ValueError(f"{name} must be between 1 and {PY_SSIZE_T_MAX}, got {cap}")
+    return cap
 
 
 cdef inline Py_ssize_t find_byte(const unsigned char *s, Py_ssize_t i, Py_ssize_t n,

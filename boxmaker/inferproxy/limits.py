@@ -1,4 +1,4 @@
-"""The admission rules of `inferproxy`, with no I/O: a token bucket on accept and a connection cap.
+"""The admission rules of `inferproxy`: a token bucket on accept and a connection cap. [core]
 
 A sans-IO core (STYLE.md R2): time is a parameter (`now`, seconds on any monotonic clock), so the
 tests drive it with a settable clock and no sleeps. The shell (`proxy.py`) owns the sockets, the
@@ -42,8 +42,10 @@ class TokenBucket:
             return True
         return False
 
+    # Kept though only tests call it: the one view of the level that takes no token, which the
+    # core's tests need to see the burst cap (tests/inferproxy/test_limits_core.py).
     def tokens(self, now: float) -> float:
-        """The tokens there would be at `now`, without taking one (for tests and messages)."""
+        """The tokens there would be at `now`, without taking one."""
         if self._last is None or now <= self._last:
             return self._tokens
         return min(self.burst, self._tokens + (now - self._last) * self.refill_per_s)

@@ -28,15 +28,16 @@ import orjson
 
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.types import (
-    ChatEvent,
-    ChatRequest,
-    InferError,
-    completion_to_json,
-    event_to_json,
-)
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, completion_to_json, event_to_json
 from boxmaker.loopd.selftest import iter_selftest
-from boxmaker.proto import BodyError, ChatMessage, UserMessage, chat_message_from_json
+from boxmaker.proto import (
+    BodyError,
+    ChatMessage,
+    UserMessage,
+    chat_message_from_json,
+    load_json,
+)
 
 PROG = "loopd"
 
@@ -102,10 +103,7 @@ def read_messages(path: Path) -> tuple[ChatMessage, ...]:
         data = path.read_bytes()
     except OSError as exc:
         raise UsageError(f"--messages {path}: cannot read it: {exc.strerror or exc}") from None
-    try:
-        items = orjson.loads(data)
-    except orjson.JSONDecodeError as exc:
-        raise UsageError(f"--messages {path}: not JSON: {exc}") from None
+    items = load_json(data, "the file", lambda m: UsageError(f"--messages {path}: {m}"))
     if not isinstance(items, list) or not items:
         got = _JSON_KINDS.get(type(items), "a value")
         raise UsageError(
@@ -133,7 +131,7 @@ def cmd_complete(config: Config, args: argparse.Namespace) -> ExitStatus:
         completion = Client(config.inference).chat_with_retry(req, on_event)
     except InferError as err:
         _print_json(out, {"type": "error", **err.to_json()})
-        _error("complete", f"{err.TAG}: {err}")
+        _error("complete", err.describe())
         return ExitStatus.ERROR
     _print_json(out, completion_to_json(completion))
     return ExitStatus.OK

@@ -20,7 +20,6 @@ the client and yields one result per check as soon as it is known.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Protocol
@@ -28,16 +27,17 @@ from typing import Any, Final, Protocol
 import orjson
 
 from boxmaker.loopd.config import Config, ExpectConfig, SelftestConfig
-from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS, CacheLoss, Props, cache_outcome
-from boxmaker.loopd.llama.types import (
-    ChatEvent,
-    ChatRequest,
-    Completion,
-    ConnectFailed,
-    FinishReason,
-    InferError,
+from boxmaker.loopd.llama.errors import ConnectFailed, InferError
+from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS, CacheMiss, Props, cache_outcome
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, FinishReason
+from boxmaker.proto import (
+    AssistantMessage,
+    ChatMessage,
+    ToolSchema,
+    UserMessage,
+    load_json_object,
+    sha256_hex,
 )
-from boxmaker.proto import AssistantMessage, ChatMessage, ToolSchema, UserMessage
 
 PROPS: Final = "props"
 TOOL_CALL: Final = "tool_call"
@@ -88,7 +88,7 @@ class SelftestClient(Protocol):
 
 def template_sha256(chat_template: str) -> str:
     """The hex SHA-256 of a chat template as /props returns it (UTF-8)."""
-    return hashlib.sha256(chat_template.encode("utf-8")).hexdigest()
+    return sha256_hex(chat_template.encode("utf-8"))
 
 
 def judge_props(props: Props, expect: ExpectConfig) -> CheckResult:
@@ -142,13 +142,9 @@ def judge_tool_call(completion: Completion, tool_name: str) -> CheckResult:
         problems.append(f"no call of {tool_name} (calls: {', '.join(c.name for c in calls)})")
     for call in calls:
         try:
-            arguments = orjson.loads(call.arguments)
-        except orjson.JSONDecodeError as exc:
-            problems.append(f"{call.name} arguments are not JSON ({exc}): {_shown(call.arguments)}")
-            continue
-        if not isinstance(arguments, dict):
-            shown = _shown(call.arguments)
-            problems.append(f"{call.name} arguments are not a JSON object: {shown}")
+            load_json_object(call.arguments, f"{call.name}'s argument string", ValueError)
+        except ValueError as exc:
+            problems.append(f"{exc}: {_shown(call.arguments)}")
     if problems:
         return CheckResult(TOOL_CALL, False, "; ".join(problems), expected)
     # Compact JSON, so the result stays one line whatever whitespace the model wrote.
@@ -178,7 +174,7 @@ def judge_cache(turn1: Completion, turn2: Completion) -> CheckResult:
             f"{CACHE_LOSS_SLACK_TOKENS} short; make [selftest] cache_first_prompt longer",
             expected,
         )
-    if isinstance(outcome, CacheLoss):
+    if isinstance(outcome, CacheMiss):
         return CheckResult(
             CACHE,
             False,
@@ -196,7 +192,7 @@ def judge_cache(turn1: Completion, turn2: Completion) -> CheckResult:
 
 def failed_to_ask(check: str, err: InferError) -> CheckResult:
     """A check whose request ended in an InferError instead of an answer to judge."""
-    return CheckResult(check, False, f"no answer: {err.TAG}: {err}", "an answer from the server")
+    return CheckResult(check, False, f"no answer: {err.describe()}", "an answer from the server")
 
 
 # ---- the requests ------------------------------------------------------------------------------
@@ -299,12 +295,3 @@ def iter_selftest(
         yield failed_to_ask(CACHE, err)
     else:
         yield judge_cache(turn1, turn2)
-
-
-def run_selftest(
-    config: Config,
-    client: SelftestClient,
-    on_event: Callable[[ChatEvent], None] = _ignore,
-) -> list[CheckResult]:
-    """All three results, in order. `all(r.ok for r in results)` is the verdict."""
-    return list(iter_selftest(config, client, on_event))

@@ -6,6 +6,7 @@ codes), `frame` (the channel frame codec), `channel` (the channel's frame bodies
 session log's records, line form and chain), `errors` (the ProtocolError family).
 """
 
+from ._codec import load_json, load_json_object
 from .channel import (
     EVENT_TYPES,
     CacheLossEvent,
@@ -52,8 +53,11 @@ from .frame import (
     CLOSED,
     MAX_FRAME_BYTES,
     NEED_DATA,
+    Closed,
     Frame,
     FrameDecoder,
+    NeedData,
+    Sentinel,
     encode_frame,
     error_frame,
 )
@@ -101,6 +105,7 @@ __all__ = [
     "ChannelBody",
     "ChatMessage",
     "ChunkedError",
+    "Closed",
     "ContentEvent",
     "EncodeError",
     "EpochEnd",
@@ -110,6 +115,7 @@ __all__ = [
     "FrameError",
     "LogLine",
     "LogRecord",
+    "NeedData",
     "ProgressEvent",
     "ProtocolError",
     "QueuedEvent",
@@ -118,6 +124,7 @@ __all__ = [
     "ResultClass",
     "RetryingEvent",
     "SSEError",
+    "Sentinel",
     "SessionId",
     "SessionIdError",
     "SessionStart",
@@ -156,6 +163,8 @@ __all__ = [
     "format_time",
     "is_session_id",
     "is_time",
+    "load_json",
+    "load_json_object",
     "next_prev",
     "sha256",
     "sha256_hex",

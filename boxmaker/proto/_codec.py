@@ -14,6 +14,10 @@ Rules, the same on every path:
   never the peer's), so nothing is written that would not read back.
 - Integers are 0 to 2^63-1: every count and id here is non-negative, and the range fits a signed
   64-bit integer in any peer (orjson reads larger ones as floats).
+
+`load_json` and `load_json_object` read JSON text for every reader in Boxmaker (frames, log lines,
+stream chunks, llama-server's answers, files), so "not UTF-8 / not JSON / not an object" is said
+one way everywhere, through the caller's own error class.
 """
 
 import dataclasses
@@ -21,6 +25,8 @@ import enum
 import re
 from collections.abc import Callable
 from typing import Any, TypeVar
+
+import orjson
 
 from .errors import BodyError, EncodeError
 from .ids import SESSION_ID_RULE, is_session_id
@@ -52,6 +58,41 @@ def json_type(value: object) -> str:
     if isinstance(value, dict):
         return "object"
     return type(value).__name__
+
+
+def load_json(data: bytes | str, what: str, error: Callable[[str], Exception]) -> Any:
+    """`data` parsed as JSON (RFC 8259, strictly: orjson's reader).
+
+    Args:
+        data: the text, as UTF-8 bytes or a str.
+        what: the subject of the message, singular: "frame", "a stream chunk".
+        error: makes the exception to raise from the message: a class such as FrameError, or a
+            function that adds what the reader should see (`lambda m: E(f"{m}: {data!r:.80}")`).
+
+    Raises:
+        what `error` makes: "<what> is not UTF-8 (...)" or "<what> is not JSON (...)".
+    """
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError as exc:
+        if isinstance(data, bytes):  # only on failure: the good path never decodes twice
+            try:
+                data.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise error(f"{what} is not UTF-8 ({e.reason} at byte {e.start})") from None
+        raise error(f"{what} is not JSON ({exc})") from None
+
+
+def load_json_object(data: bytes | str, what: str, error: Callable[[str], Exception]) -> JsonObj:
+    """`data` parsed as one JSON object. As `load_json`, and also:
+
+    Raises:
+        what `error` makes: "<what> is not a JSON object (got <type>)".
+    """
+    obj = load_json(data, what, error)
+    if not isinstance(obj, dict):
+        raise error(f"{what} is not a JSON object (got {json_type(obj)})")
+    return obj
 
 
 def quote(s: str) -> str:

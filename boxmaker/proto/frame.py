@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import orjson
 
-from ._codec import json_type, quote
+from ._codec import json_type, load_json_object, quote
 from .errors import EncodeError, FrameError
 from .wire import ErrorCode, WireError
 
@@ -37,7 +37,9 @@ MAX_ERROR_MESSAGE_CHARS = 4096
 _KEYS = ("kind", "final", "body")
 
 
-class _Sentinel(enum.Enum):
+class Sentinel(enum.Enum):
+    """What an incremental decoder returns instead of a value (h11's sentinels)."""
+
     NEED_DATA = "NEED_DATA"
     CLOSED = "CLOSED"
 
@@ -47,9 +49,12 @@ class _Sentinel(enum.Enum):
     __str__ = __repr__
 
 
-NEED_DATA: Literal[_Sentinel.NEED_DATA] = _Sentinel.NEED_DATA
-"""next_frame() needs more bytes before it can return a frame."""
-CLOSED: Literal[_Sentinel.CLOSED] = _Sentinel.CLOSED
+NeedData = Literal[Sentinel.NEED_DATA]
+Closed = Literal[Sentinel.CLOSED]
+
+NEED_DATA: NeedData = Sentinel.NEED_DATA
+"""A decoder (next_frame(), loopd's next_head()) needs more bytes before it can return a value."""
+CLOSED: Closed = Sentinel.CLOSED
 """next_frame() saw EOF at a frame boundary: the peer closed cleanly, and no frame will follow."""
 
 
@@ -58,9 +63,6 @@ class Frame:
     kind: str
     final: bool
     body: dict[str, Any]
-
-    def to_bytes(self, kinds: Collection[str] = CHANNEL_KINDS) -> bytes:
-        return encode_frame(self.kind, self.body, self.final, kinds)
 
 
 def encode_frame(
@@ -148,7 +150,7 @@ class FrameDecoder:
         else:
             self._buf += data
 
-    def next_frame(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def next_frame(self) -> Frame | NeedData | Closed:
         """The next complete frame, NEED_DATA, or CLOSED.
 
         Raises:
@@ -162,7 +164,7 @@ class FrameDecoder:
             self._error = e
             raise
 
-    def _next(self) -> Frame | Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def _next(self) -> Frame | NeedData | Closed:
         buf = self._buf
         if len(buf) < LENGTH_BYTES:
             return self._short(f"{len(buf)} of {LENGTH_BYTES} length bytes")
@@ -179,7 +181,7 @@ class FrameDecoder:
         del buf[:end]
         return self._parse(payload)
 
-    def _short(self, have: str) -> Literal[_Sentinel.NEED_DATA, _Sentinel.CLOSED]:
+    def _short(self, have: str) -> NeedData | Closed:
         if not self._eof:
             return NEED_DATA
         if not self._buf:
@@ -187,16 +189,7 @@ class FrameDecoder:
         raise FrameError(f"connection closed in the middle of a frame (after {have})")
 
     def _parse(self, payload: bytes) -> Frame:
-        try:
-            text = payload.decode("utf-8")
-        except UnicodeDecodeError as e:
-            raise FrameError(f"frame is not UTF-8 ({e.reason} at byte {e.start})") from None
-        try:
-            obj = orjson.loads(text)
-        except orjson.JSONDecodeError as e:
-            raise FrameError(f"frame is not JSON ({e})") from None
-        if not isinstance(obj, dict):
-            raise FrameError(f"frame is not a JSON object (got {json_type(obj)})")
+        obj = load_json_object(payload, "frame", FrameError)
         for key in _KEYS:
             if key not in obj:
                 raise FrameError(

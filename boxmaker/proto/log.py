@@ -38,6 +38,7 @@ from ._codec import (
     from_obj,
     json_type,
     keys,
+    load_json_object,
     quote,
     to_obj,
     tuple_of,
@@ -144,13 +145,6 @@ class LogLine(NamedTuple):
     prev: str
     record: LogRecord
 
-    def to_line(self) -> bytes:
-        return encode_line(self.record, self.seq, self.prev)
-
-    @classmethod
-    def from_line(cls, line: bytes) -> "LogLine":
-        return decode_line(line)
-
 
 def encode_line(record: LogRecord, seq: int, prev: str) -> bytes:
     """The bytes of one log line, newline included.
@@ -184,16 +178,7 @@ def decode_line(line: bytes) -> LogLine:
     at = line.find(b"\n")
     if at != len(line) - 1:
         raise RecordError(f"line: newline inside the line at byte {at}; a line holds one record")
-    try:
-        text = line[:-1].decode("utf-8")
-    except UnicodeDecodeError as e:
-        raise RecordError(f"line: not UTF-8 ({e.reason} at byte {e.start})") from None
-    try:
-        obj = orjson.loads(text)
-    except orjson.JSONDecodeError as e:
-        raise RecordError(f"line: not JSON ({e})") from None
-    if not isinstance(obj, dict):
-        raise RecordError(f"line: expected a JSON object, got {json_type(obj)}")
+    obj = load_json_object(line[:-1], "the record", _line_error)
     try:
         entry = _decode_obj(obj)
     except BodyError as e:
@@ -201,6 +186,10 @@ def decode_line(line: bytes) -> LogLine:
     if encode_line(entry.record, entry.seq, entry.prev) != line:
         raise RecordError(_why_not_canonical(obj, type(entry.record)))
     return entry
+
+
+def _line_error(message: str) -> RecordError:
+    return RecordError(f"line: {message}")
 
 
 def _decode_obj(obj: JsonObj) -> LogLine:

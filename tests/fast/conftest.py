@@ -1,8 +1,12 @@
-"""Fixtures for the twin tests in tests/fast; each hot path's fixture names start with its name."""
+"""Fixtures for the twin tests in tests/fast, by hot path (the sse ones start with its name)."""
+
+from collections.abc import Iterator
 
 import pytest
 
-from boxmaker._fast import _sse_c, _sse_py
+from boxmaker._fast import _splice_c, _splice_py, _sse_c, _sse_py
+from tests.fast.splice_support import ROUTES, Pump, Sockets
+from tests.support.worker import Worker
 
 # --- sse ---------------------------------------------------------------------------------------
 
@@ -15,3 +19,33 @@ def sse_cls(request: pytest.FixtureRequest) -> type[PySSELineSplitter] | type[CS
     """Each SSELineSplitter twin in turn, imported directly (the selector is not involved)."""
     cls: type[PySSELineSplitter] | type[CSSELineSplitter] = request.param
     return cls
+
+
+# --- splice ------------------------------------------------------------------------------------
+# (`pump` is each twin; `sockets` makes connected pairs and tears them down after the test;
+# `kind` and `unix_src` are the routes, see splice_support.ROUTES.)
+
+
+@pytest.fixture(params=[_splice_py.pump, _splice_c.pump], ids=["py", "c"])
+def pump(request: pytest.FixtureRequest) -> Pump:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture
+def sockets() -> Iterator[Sockets]:
+    Worker.started.clear()
+    made = Sockets()
+    yield made
+    made.close()
+    Worker.started.clear()
+
+
+@pytest.fixture(params=ROUTES)
+def kind(request: pytest.FixtureRequest) -> str:
+    return request.param  # type: ignore[no-any-return]
+
+
+@pytest.fixture(params=["unix", "unix>tcp"])
+def unix_src(request: pytest.FixtureRequest) -> str:
+    """Routes from a Unix socket: to a Unix socket (splice) and to TCP (read/write)."""
+    return request.param  # type: ignore[no-any-return]

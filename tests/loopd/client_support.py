@@ -9,23 +9,21 @@ decoders, so a recording test cannot pass because of a bug it shares with the co
 from __future__ import annotations
 
 import json
-import shutil
-import tempfile
 import threading
 import time
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from boxmaker.loopd.config import InferenceConfig, parse_config
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.llama.types import ChatRequest, Completion, InferError
+from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import UserMessage
-from tests.support.fakeserver import End, FakeServer, Outcome, Reply, json_reply
+from tests.support.fakeserver import FakeServer, Outcome
+from tests.support.replies import End, Reply, json_reply
+from tests.support.toml import toml_dumps
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 MODEL = "test-model"
@@ -44,47 +42,15 @@ SHORT_LIMITS: dict[str, Any] = {
 }
 
 
-def _toml(value: Any) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str | Path):
-        return json.dumps(str(value))
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml(v) for v in value) + "]"
-    raise TypeError(f"no TOML for {value!r}")
-
-
 def config_text(socket: Path, **keys: Any) -> str:
     """A whole loopd.toml: [inference] with the short limits and `keys`, and an [expect]."""
-    sampling = keys.pop("sampling", {})
-    values = {"socket": socket, "model": MODEL, "slots": [0, 1], **SHORT_LIMITS, **keys}
-    lines = ["[inference]"] + [f"{k} = {_toml(v)}" for k, v in values.items()]
-    if sampling:
-        lines += ["[inference.sampling]"] + [f"{k} = {_toml(v)}" for k, v in sampling.items()]
-    lines += ["[expect]", f'chat_template_sha256 = "{"0" * 64}"', "n_ctx = 2048", "total_slots = 2"]
-    return "\n".join(lines) + "\n"
+    inference = {"socket": socket, "model": MODEL, "slots": [0, 1], **SHORT_LIMITS, **keys}
+    expect = {"chat_template_sha256": "0" * 64, "n_ctx": 2048, "total_slots": 2}
+    return toml_dumps({"inference": inference, "expect": expect})
 
 
 def make_config(socket: Path, **keys: Any) -> InferenceConfig:
     return parse_config(config_text(socket, **keys), "test.toml", socket.parent).inference
-
-
-@pytest.fixture
-def sock_dir() -> Iterator[Path]:
-    """A short folder under /tmp: a Unix socket path must fit in 107 bytes."""
-    path = Path(tempfile.mkdtemp(prefix="bx-", dir="/tmp"))
-    try:
-        yield path
-    finally:
-        shutil.rmtree(path, ignore_errors=True)
-
-
-@pytest.fixture
-def fake(sock_dir: Path) -> Iterator[FakeServer]:
-    with FakeServer(sock_dir / "infer.sock") as server:
-        yield server
 
 
 def at(server: FakeServer) -> Path:

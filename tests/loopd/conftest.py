@@ -15,7 +15,6 @@ socket and any overrides, so the real-server tests also prove the local profile 
 from __future__ import annotations
 
 import contextlib
-import json
 import shutil
 import socket
 import tempfile
@@ -30,8 +29,10 @@ import pytest
 
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
+from tests.support.fakeserver import FakeServer
 from tests.support.llama import LlamaServer, Mode, ensure_built
 from tests.support.procs import Daemon, python_module, wait_for_socket
+from tests.support.toml import toml_dumps
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"
@@ -50,31 +51,23 @@ def short_tmpdir(prefix: str) -> Path:
     return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
-# ---- a TOML writer for the small tables a config needs -----------------------------------------
+# ---- the fake server on a Unix socket, for the client's tests ---------------------------------
 
 
-def _toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str):
-        return json.dumps(value)  # a JSON string is a TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
-    raise TypeError(f"no TOML form for {value!r}")
+@pytest.fixture
+def sock_dir() -> Iterator[Path]:
+    """A short folder under /tmp: a Unix socket path must fit in 107 bytes."""
+    path = short_tmpdir("bx-")
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
 
 
-def toml_dumps(table: Mapping[str, Any], where: str = "") -> str:
-    """Top-level dicts become [sections] (recursively); deeper values are written inline."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
-    for key, value in table.items():
-        if isinstance(value, dict):
-            name = f"{where}.{key}" if where else key
-            lines += ["", f"[{name}]", toml_dumps(value, name)]
-    return "\n".join(lines) + "\n"
+@pytest.fixture
+def fake(sock_dir: Path) -> Iterator[FakeServer]:
+    with FakeServer(sock_dir / "infer.sock") as server:
+        yield server
 
 
 def local_profile() -> dict[str, Any]:

@@ -8,13 +8,8 @@ import orjson
 import pytest
 
 from boxmaker.loopd.llama.assemble import Assembler
-from boxmaker.loopd.llama.types import (
-    BadResponse,
-    FinishReason,
-    HttpStatus,
-    StreamClosedEarly,
-    ToolCallDelta,
-)
+from boxmaker.loopd.llama.errors import BadResponse, HttpStatus, StreamClosedEarly
+from boxmaker.loopd.llama.types import FinishReason, ToolCallDelta
 from boxmaker.proto import ContentEvent, ProgressEvent, ReasoningEvent, Timings, ToolCall
 from tests.loopd.client_support import CID, chunk_obj
 

@@ -6,29 +6,25 @@ the same short limits (50 to 200 ms, through the config).
 from __future__ import annotations
 
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import orjson
 import pytest
 
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import BadResponse, Busy, HttpStatus, ThinkingOverrun
 from boxmaker.loopd.llama.gate import SlotGate
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
-    BadResponse,
-    Busy,
-    ChatRequest,
-    Completion,
-    HttpStatus,
-    ThinkingOverrun,
-)
+from boxmaker.loopd.llama.info import CONTROL_PATH
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.types import ChatRequest, Completion, OnEvent
 from boxmaker.proto import (
     QueuedEvent,
     ReasoningEvent,
     ThinkingCappedEvent,
     UserMessage,
 )
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     BOUND_S,
     CID,
@@ -45,20 +41,8 @@ from tests.loopd.client_support import (
     read_recording,
     run,
 )
-from tests.support.fakeserver import (
-    End,
-    FakeServer,
-    Reply,
-    chunk,
-    json_reply,
-    raw_reply,
-    sse_reply,
-)
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir  # `fake` uses it
-
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import End, Reply, chunk, json_reply, raw_reply, sse_reply
 
 # ---- error statuses --------------------------------------------------------------------------
 
@@ -242,6 +226,35 @@ def test_busy_from_the_gate_and_a_queued_request_that_then_runs(fake: FakeServer
     assert outcome[0] == QueuedEvent(ahead=1)
     assert isinstance(outcome[-1], Completion)
     assert len(fake.requests(CHAT_PATH)) == 1
+
+
+class RecordingGate:
+    """Another Gate: a SlotGate that notes each hold's slot and whether it was given back."""
+
+    def __init__(self) -> None:
+        self.inner = SlotGate(queue_length=1)
+        self.log: list[str] = []
+
+    @contextmanager
+    def hold(self, slot: int, on_event: OnEvent) -> Iterator[None]:
+        with self.inner.hold(slot, on_event):
+            self.log.append(f"hold {slot}")
+            try:
+                yield
+            finally:
+                self.log.append(f"release {slot}")
+
+
+def test_the_client_takes_any_gate_and_gives_it_back_on_error(fake: FakeServer) -> None:
+    fake.on("POST", CHAT_PATH, sse_reply(answer_chunks(["done"])))
+    gate = RecordingGate()
+    client = Client(make_config(at(fake)), gate=gate)
+    result, _, _ = run(client)
+    assert isinstance(result, Completion)
+    fake.on("POST", CHAT_PATH, json_reply(500, {"error": "boom"}))
+    result, _, _ = run(client, ChatRequest(1, (UserMessage("x"),)))
+    assert isinstance(result, HttpStatus)
+    assert gate.log == ["hold 0", "release 0", "hold 1", "release 1"]
 
 
 def test_a_slot_not_in_the_config_is_refused_before_anything(fake: FakeServer) -> None:

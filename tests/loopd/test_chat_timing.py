@@ -13,22 +13,20 @@ from pathlib import Path
 from typing import Any
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.llama.types import (
-    Completion,
+from boxmaker.loopd.llama.errors import (
     ConnectFailed,
-    FinishReason,
     LoadTimeout,
     Stalled,
     StreamClosedEarly,
     WaitTimeout,
 )
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.types import Completion, FinishReason
 from boxmaker.proto import (
     ContentEvent,
     Timings,
     WaitingEvent,
 )
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     BOUND_S,
     CID,
@@ -45,20 +43,8 @@ from tests.loopd.client_support import (
     run,
     slots_reply,
 )
-from tests.support.fakeserver import (
-    End,
-    FakeServer,
-    Piece,
-    Reply,
-    json_reply,
-    raw_reply,
-    sse_reply,
-)
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
-
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import End, Piece, Reply, json_reply, raw_reply, sse_reply
 
 # ---- the happy path --------------------------------------------------------------------------
 

@@ -18,8 +18,9 @@ from typing import Any
 
 import pytest
 
-from tests.loopd.conftest import Stack, local_profile, short_tmpdir, toml_dumps
+from tests.loopd.conftest import Stack, local_profile, short_tmpdir
 from tests.support.procs import python_module
+from tests.support.toml import toml_dumps
 
 RUN_BOUND = 120.0  # seconds for one command; each takes a few when healthy
 EVENT_TYPES = {
@@ -201,7 +202,7 @@ def test_complete_reads_openai_messages_from_a_file(single_stack: Stack) -> None
     ("content", "said"),
     [
         (None, "cannot read it: No such file or directory"),
-        ("[{", "not JSON: "),
+        ("[{", "the file is not JSON ("),
         (
             '{"role": "user", "content": "hi"}',
             "expected a non-empty JSON array of messages, got an object",

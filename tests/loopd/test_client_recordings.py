@@ -15,14 +15,10 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
-    ChatRequest,
-    Completion,
-    HttpStatus,
-    ThinkingOverrun,
-    ToolCallDelta,
-)
+from boxmaker.loopd.llama.errors import HttpStatus, ThinkingOverrun
+from boxmaker.loopd.llama.info import CONTROL_PATH
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.types import ChatRequest, Completion, ToolCallDelta
 from boxmaker.proto import (
     ContentEvent,
     ProgressEvent,
@@ -32,7 +28,6 @@ from boxmaker.proto import (
     ToolCall,
     UserMessage,
 )
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     RECORDINGS,
     at,
@@ -41,11 +36,8 @@ from tests.loopd.client_support import (
     read_recording,
     recording_index,
 )
-from tests.support.fakeserver import FakeServer, raw_reply
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import raw_reply
 
 REQ = ChatRequest(0, (UserMessage("replayed"),))
 # Cut into pieces of these sizes, so chunks, events and UTF-8 characters straddle reads.

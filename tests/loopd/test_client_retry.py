@@ -15,17 +15,17 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     BadResponse,
-    Completion,
     HttpStatus,
     InferError,
     ThinkingOverrun,
     WaitTimeout,
 )
+from boxmaker.loopd.llama.info import CONTROL_PATH
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.types import Completion
 from boxmaker.proto import ContentEvent, RetryingEvent, WaitingEvent
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     LOADING,
     RECORDINGS,
@@ -38,19 +38,9 @@ from tests.loopd.client_support import (
     make_config,
     slots_reply,
 )
-from tests.support.fakeserver import (
-    End,
-    FakeServer,
-    Recorded,
-    Reply,
-    json_reply,
-    raw_reply,
-    sse_reply,
-)
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.recorded import Recorded
+from tests.support.replies import End, Reply, json_reply, raw_reply, sse_reply
 
 GOOD = sse_reply(answer_chunks(["fine"]))
 JITTER = {1: (1500, 2500), 2: (6000, 10_000), 3: (22_500, 37_500)}  # 2 s, 8 s, 30 s ±25%

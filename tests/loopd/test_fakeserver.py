@@ -13,15 +13,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.support.fakeserver import (
+from tests.support.fakeserver import FakeServer, FakeServerError, Outcome
+from tests.support.recorded import Recorded
+from tests.support.replies import (
     LAST_CHUNK,
     End,
     Event,
-    FakeServer,
-    FakeServerError,
-    Outcome,
     Piece,
-    Recorded,
     Reply,
     chunk,
     json_reply,

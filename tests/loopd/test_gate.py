@@ -1,23 +1,22 @@
-"""boxmaker.loopd.llama.gate: the SlotQueue core (instant), then SlotGate with real threads.
+"""boxmaker.loopd.llama.gate: the SlotQueue core (instant), then SlotGate through the gate kit.
 
-The thread tests never sleep to let something happen: each step waits on a threading.Event or
-a condition with a bound, and the gate's own state is read through `waiting()`.
+The kit (tests/support/check_gate.py) runs every `Gate` check with real threads; it is run here
+on `SlotGate`, and on broken gates to show that it can fail.
 """
 
 from __future__ import annotations
 
-import threading
-import time
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
 import pytest
 
-from boxmaker.loopd.llama.gate import SlotGate, SlotQueue, Ticket
-from boxmaker.loopd.llama.types import Busy
-from boxmaker.proto import QueuedEvent
-
-BOUND_S = 5.0
-
+from boxmaker.loopd.llama.errors import Busy
+from boxmaker.loopd.llama.gate import Gate, SlotGate, SlotQueue, Ticket
+from boxmaker.loopd.llama.types import OnEvent
+from tests.support import check_gate
+from tests.support.check_gate import CHECKS, GateMaker, GateSide
 
 # ---- the core ----
 
@@ -82,113 +81,66 @@ def test_a_slot_freed_while_others_wait_is_not_taken_by_a_newcomer() -> None:
     assert q.try_enter(waiter)
 
 
-# ---- the shell, with threads ----
+# ---- the shell, through the kit ----
 
 
-class Runner:
-    """Runs gate.hold(slot) on a thread; the body waits for `release`."""
-
-    def __init__(self, gate: SlotGate, name: str, order: list[str], slot: int = 0) -> None:
-        self.events: list[QueuedEvent] = []
-        self.entered = threading.Event()
-        self.release = threading.Event()
-        self.error: BaseException | None = None
-        self.thread = threading.Thread(target=self._run, args=(gate, name, order, slot))
-
-    def _run(self, gate: SlotGate, name: str, order: list[str], slot: int) -> None:
-        try:
-            with gate.hold(slot, self.events.append):  # type: ignore[arg-type]
-                order.append(name)
-                self.entered.set()
-                assert self.release.wait(BOUND_S), "never released"
-        except BaseException as exc:
-            self.error = exc
-
-    def start(self) -> Runner:
-        self.thread.start()
-        return self
-
-    def finish(self) -> None:
-        self.release.set()
-        self.thread.join(BOUND_S)
-        assert not self.thread.is_alive()
+@contextmanager
+def slot_gate(queue_length: int) -> Iterator[GateSide]:
+    gate = SlotGate(queue_length)
+    yield lambda: gate
 
 
-def wait_for(cond: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + BOUND_S
-    while not cond():
-        assert time.monotonic() < deadline, f"waited {BOUND_S} s for {what}"
-        time.sleep(0.002)  # polling a condition with a bound, not a sleep that hopes
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_slot_gate_passes_the_gate_kit(check: Callable[[GateMaker], None]) -> None:
+    check(slot_gate)
 
 
-def test_fifo_with_threads_and_queued_events() -> None:
-    gate = SlotGate(queue_length=8)
-    order: list[str] = []
-    first = Runner(gate, "first", order).start()
-    assert first.entered.wait(BOUND_S)
-    waiters = []
-    for i, name in enumerate(["second", "third", "fourth"]):
-        waiters.append(Runner(gate, name, order).start())
-        wait_for(lambda n=i + 1: gate.waiting(0) == n, f"{name} to queue")  # type: ignore[misc]
-    first.finish()
-    for i, runner in enumerate(waiters):
-        assert runner.entered.wait(BOUND_S)
-        # Let those behind see their new place before the line moves again.
-        for j, behind in enumerate(waiters[i + 1 :], start=1):
-            wait_for(
-                lambda b=behind, n=j: bool(b.events) and b.events[-1].ahead == n,  # type: ignore[misc]
-                f"waiter {i + j} to be told it is {j} from the front",
-            )
-        runner.finish()
-    assert order == ["first", "second", "third", "fourth"]
-    assert first.events == []  # it never waited
-    # Each waiter was told its place, then each time it moved up.
-    assert [e.ahead for e in waiters[0].events] == [1]
-    assert [e.ahead for e in waiters[1].events] == [2, 1]
-    assert [e.ahead for e in waiters[2].events] == [3, 2, 1]
-    assert all(r.error is None for r in [first, *waiters])
+# ---- the kit fails on gates that break a rule ----
 
 
-def test_busy_beyond_the_queue_length_and_other_slots_are_free() -> None:
-    gate = SlotGate(queue_length=1)
-    order: list[str] = []
-    holder = Runner(gate, "holder", order).start()
-    assert holder.entered.wait(BOUND_S)
-    waiter = Runner(gate, "waiter", order).start()
-    wait_for(lambda: gate.waiting(0) == 1, "the waiter to queue")
-    with pytest.raises(Busy), gate.hold(0, lambda e: None):
-        pytest.fail("entered a full gate")
-    with gate.hold(1, lambda e: None):  # slot 1 has its own line
-        pass
-    holder.finish()
-    assert waiter.entered.wait(BOUND_S)
-    waiter.finish()
-    assert gate.waiting(0) == 0
+class _Unbounded:
+    """Queues without limit: never Busy."""
+
+    def __init__(self, queue_length: int) -> None:
+        self.inner = SlotGate(queue_length + 1)
+
+    def hold(self, slot: int, on_event: OnEvent) -> contextlib.AbstractContextManager[None]:
+        return self.inner.hold(slot, on_event)
 
 
-def test_a_waiter_whose_callback_raises_leaves_the_line() -> None:
-    gate = SlotGate(queue_length=8)
-    order: list[str] = []
-    holder = Runner(gate, "holder", order).start()
-    assert holder.entered.wait(BOUND_S)
+class _Silent:
+    """Never says Queued."""
 
-    def refuse(event: object) -> None:
-        raise KeyboardInterrupt("the caller gave up")
+    def __init__(self, queue_length: int) -> None:
+        self.inner = SlotGate(queue_length)
 
-    with pytest.raises(KeyboardInterrupt), gate.hold(0, refuse):
-        pytest.fail("entered while the slot was held")
-    assert gate.waiting(0) == 0
-    behind = Runner(gate, "behind", order).start()
-    wait_for(lambda: gate.waiting(0) == 1, "the next waiter to queue")
-    assert [e.ahead for e in behind.events] == [1]  # the one that left is not counted
-    holder.finish()
-    assert behind.entered.wait(BOUND_S)
-    behind.finish()
+    def hold(self, slot: int, on_event: OnEvent) -> contextlib.AbstractContextManager[None]:
+        return self.inner.hold(slot, lambda event: None)
 
 
-def test_an_error_inside_the_hold_frees_the_slot() -> None:
-    gate = SlotGate(queue_length=8)
-    with pytest.raises(RuntimeError), gate.hold(0, lambda e: None):
-        raise RuntimeError("request failed")
-    with gate.hold(0, lambda e: None):  # free again, without waiting
-        pass
+def _maker(cls: Callable[[int], Gate]) -> GateMaker:
+    @contextmanager
+    def make(queue_length: int) -> Iterator[GateSide]:
+        gate = cls(queue_length)
+        yield lambda: gate
+
+    return make
+
+
+@pytest.mark.parametrize(
+    ("broken", "check", "says"),
+    [
+        (_Unbounded, check_gate.check_busy_when_the_line_is_full, "a full line answered"),
+        (_Unbounded, check_gate.check_queue_length_zero_refuses_any_wait, "queue_length 0"),
+        (_Silent, check_gate.check_fifo_order_and_queued_counts, "to be told it is 1"),
+    ],
+)
+def test_the_kit_catches_a_broken_gate(
+    broken: Callable[[int], Gate],
+    check: Callable[[GateMaker], None],
+    says: str,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(check_gate, "BOUND_S", 0.3)  # each of these fails on a wait
+    with pytest.raises(AssertionError, match=says):
+        check(_maker(broken))

@@ -1,4 +1,4 @@
-"""boxmaker.loopd.http: request bytes, the response head parser and the body framings. No I/O.
+"""boxmaker.loopd.llama.http: request bytes, the response head parser and the body framings. No I/O.
 
 Every case is fed whole, byte by byte and in thirds (tests/support/feed.py), since a socket may
 cut a response anywhere.
@@ -11,7 +11,8 @@ from typing import Any
 
 import pytest
 
-from boxmaker.loopd.http import (
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed
+from boxmaker.loopd.llama.http import (
     BodyDecoder,
     ChunkedBody,
     CloseBody,
@@ -25,7 +26,6 @@ from boxmaker.loopd.http import (
     content_type,
     target,
 )
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed
 from boxmaker.proto import NEED_DATA
 from tests.loopd.client_support import RECORDINGS
 from tests.support.feed import FEED_MODES, pieces_at

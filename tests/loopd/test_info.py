@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import BadResponse, HttpStatus
 from boxmaker.loopd.llama.info import (
     CacheHit,
-    CacheLoss,
+    CacheMiss,
     SlotState,
     cache_outcome,
     control_body,
@@ -19,9 +20,7 @@ from boxmaker.loopd.llama.info import (
     parse_slots,
     parse_tokenize,
 )
-from boxmaker.loopd.llama.types import BadResponse, HttpStatus
 from boxmaker.proto import Timings
-from tests.loopd import client_support
 from tests.loopd.client_support import (
     MODEL,
     RECORDINGS,
@@ -29,11 +28,8 @@ from tests.loopd.client_support import (
     make_config,
     read_recording,
 )
-from tests.support.fakeserver import FakeServer, json_reply, raw_reply
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import json_reply, raw_reply
 
 
 def body(name: str) -> bytes:
@@ -132,8 +128,8 @@ def test_tokenize_shape_errors() -> None:
         (100, CacheHit()),  # all of it
         (140, CacheHit()),  # more than the total (another request grew the cache): no loss
         (36, CacheHit()),  # exactly 64 short
-        (35, CacheLoss(expected=100, got=35)),  # 65 short
-        (0, CacheLoss(expected=100, got=0)),
+        (35, CacheMiss(expected=100, got=35)),  # 65 short
+        (0, CacheMiss(expected=100, got=0)),
     ],
 )
 def test_cache_outcome_64_token_rule(cache_n: int, outcome: object) -> None:

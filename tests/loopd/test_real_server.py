@@ -16,16 +16,16 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.info import CacheHit, CacheLoss, cache_outcome
+from boxmaker.loopd.llama.errors import HttpStatus
+from boxmaker.loopd.llama.info import CacheHit, CacheMiss, cache_outcome
 from boxmaker.loopd.llama.types import (
     ChatEvent,
     ChatRequest,
     Completion,
     FinishReason,
-    HttpStatus,
     ToolCallDelta,
 )
-from boxmaker.loopd.selftest import CHECKS, run_selftest, template_sha256
+from boxmaker.loopd.selftest import CHECKS, iter_selftest, template_sha256
 from boxmaker.proto import (
     AssistantMessage,
     ContentEvent,
@@ -244,7 +244,7 @@ def test_second_turn_hits_the_cache(stack: Stack) -> None:
     # The same second turn on the other slot, whose cache holds none of it, is a loss: the check
     # above can fail.
     elsewhere = client.chat(ChatRequest(1, follow, thinking=False), Recorder())
-    assert isinstance(cache_outcome(turn1.timings, elsewhere.timings), CacheLoss)
+    assert isinstance(cache_outcome(turn1.timings, elsewhere.timings), CacheMiss)
 
 
 def test_reasoning_end_ends_a_long_reasoning_block(stack: Stack) -> None:
@@ -281,7 +281,7 @@ def test_prompt_that_does_not_fit_is_http_400(stack: Stack) -> None:
 
 def test_selftest_passes_against_the_server_the_local_profile_describes(stack: Stack) -> None:
     config = stack.config()
-    results = run_selftest(config, Client(config.inference))
+    results = list(iter_selftest(config, Client(config.inference)))
     assert [r.check for r in results] == list(CHECKS)
     assert all(r.ok for r in results), [r.line() for r in results]
     props = stack.server.call("GET", stack.server.path("/props")).json()
@@ -290,7 +290,7 @@ def test_selftest_passes_against_the_server_the_local_profile_describes(stack: S
 
 def test_selftest_names_each_props_mismatch_with_both_values(stack: Stack) -> None:
     config = stack.config(expect={"n_ctx": 4096, "chat_template_sha256": "0" * 64})
-    props, tool_call, cache = run_selftest(config, Client(config.inference))
+    props, tool_call, cache = list(iter_selftest(config, Client(config.inference)))
     assert not props.ok
     assert "n_ctx is 2048, expected 4096" in props.found
     assert (
@@ -308,7 +308,7 @@ def test_selftest_tool_call_fails_when_nothing_forces_the_call(single_stack: Sta
     unforced = {"prefill": None, "tool_choice": "auto", "parallel_tool_calls": None}
     config = single_stack.config(selftest=unforced)
     assert config.selftest.prefill is None
-    props, tool_call, cache = run_selftest(config, Client(config.inference))
+    props, tool_call, cache = list(iter_selftest(config, Client(config.inference)))
     assert props.ok
     assert cache.ok
     assert not tool_call.ok
@@ -322,7 +322,7 @@ def test_selftest_loads_a_router_model_that_is_unloaded(router_stack: Stack) -> 
     assert res.status == 200, res.content()
     wait_for(lambda: srv.model_status() == "unloaded", "the model to unload", BOUND)
     config = router_stack.config()
-    results = run_selftest(config, Client(config.inference))
+    results = list(iter_selftest(config, Client(config.inference)))
     assert all(r.ok for r in results), [r.line() for r in results]
     assert srv.model_status() == "loaded"
 

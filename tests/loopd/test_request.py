@@ -23,7 +23,6 @@ from boxmaker.proto import (
     ToolSchema,
     UserMessage,
 )
-from tests.loopd import client_support
 from tests.loopd.client_support import RECORDINGS, make_config
 
 WEATHER = ToolSchema(
@@ -36,8 +35,6 @@ WEATHER = ToolSchema(
     },
 )
 
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-sock_dir = client_support.sock_dir
 
 REQUIRED = {
     "model",

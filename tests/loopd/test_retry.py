@@ -8,9 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
-from boxmaker.loopd.llama.types import (
-    INFER_ERRORS,
+from boxmaker.loopd.llama.errors import (
     BadResponse,
     Busy,
     ConnectFailed,
@@ -22,13 +20,10 @@ from boxmaker.loopd.llama.types import (
     ThinkingOverrun,
     WaitTimeout,
 )
-from tests.loopd import client_support
+from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
 from tests.loopd.client_support import make_config
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-sock_dir = client_support.sock_dir
 
 
 DEFAULT = RetryPolicy(attempts=4, delays_ms=(2000, 8000, 30_000), jitter=0.25, total_ms=300_000)
@@ -57,7 +52,10 @@ def test_the_table_is_the_briefs_list() -> None:
     assert {503} == RETRYABLE_STATUSES
 
 
-@pytest.mark.parametrize("cls", INFER_ERRORS, ids=[c.TAG for c in INFER_ERRORS])
+KINDS = InferError.__subclasses__()  # every kind, so a new one cannot be left out of the table
+
+
+@pytest.mark.parametrize("cls", KINDS, ids=[c.TAG for c in KINDS])
 def test_every_error_kind_has_a_decision(cls: type[InferError]) -> None:
     expected = cls in RETRYABLE or cls is HttpStatus  # HttpStatus here is a 503
     assert is_retryable(error_of(cls)) is expected

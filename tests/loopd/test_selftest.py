@@ -21,10 +21,10 @@ from boxmaker.loopd.selftest import (
     TOOL_CALL,
     CheckResult,
     cache_requests,
+    iter_selftest,
     judge_cache,
     judge_props,
     judge_tool_call,
-    run_selftest,
     template_sha256,
     tool_call_request,
 )
@@ -140,19 +140,19 @@ def test_a_tool_call_with_json_object_arguments_passes_on_one_line() -> None:
             completion(
                 None, (ToolCall("c1", "get_time", '{"timezone": "Eu'),), FinishReason.TOOL_CALLS
             ),
-            "get_time arguments are not JSON (",
+            "get_time's argument string is not JSON (",
         ),
         (
             completion(
                 None, (ToolCall("c1", "get_time", '["Europe/Paris"]'),), FinishReason.TOOL_CALLS
             ),
-            'get_time arguments are not a JSON object: "[\\"Europe/Paris\\"]"',
+            'get_time\'s argument string is not a JSON object (got array): "[\\"Europe/Paris\\"]"',
         ),
         (
             completion(
                 None, (GOOD_CALL, ToolCall("c2", "get_time", "nope")), FinishReason.TOOL_CALLS
             ),
-            "get_time arguments are not JSON (",
+            "get_time's argument string is not JSON (",
         ),
     ],
     ids=["prose", "nothing", "other_tool", "length", "cut_json", "array", "one_of_two_bad"],
@@ -272,7 +272,7 @@ def test_cache_turn_2_is_turn_1_with_its_answer_and_the_second_prompt() -> None:
 
 def test_an_unreachable_server_fails_props_and_skips_the_rest(tmp_path: Path) -> None:
     cfg = config(socket="nobody.sock", base=tmp_path)
-    results = run_selftest(cfg, Client(cfg.inference))
+    results = list(iter_selftest(cfg, Client(cfg.inference)))
     assert [r.check for r in results] == [PROPS, TOOL_CALL, CACHE]
     assert not any(r.ok for r in results)
     assert results[0].found.startswith("no answer: connect: ")

@@ -1,11 +1,11 @@
-"""boxmaker.loopd.sse: payloads out of a decoded body, `[DONE]`, the line cap. No I/O."""
+"""boxmaker.loopd.llama.sse: payloads out of a decoded body, `[DONE]`, the line cap. No I/O."""
 
 from __future__ import annotations
 
 import pytest
 
-from boxmaker.loopd.llama.types import BadResponse
-from boxmaker.loopd.sse import EventStream
+from boxmaker.loopd.llama.errors import BadResponse
+from boxmaker.loopd.llama.sse import EventStream
 from tests.support.feed import FEED_MODES
 
 STREAM = (

@@ -1,4 +1,4 @@
-"""boxmaker.loopd.transport over real Unix sockets: connect failures, reads with timeouts, and
+"""boxmaker.loopd.llama.transport over real Unix sockets: connect failures, reads with timeouts, and
 `exchange` (one short request read whole) against the fake server."""
 
 from __future__ import annotations
@@ -8,17 +8,14 @@ import socket
 import time
 from pathlib import Path
 
+import orjson
 import pytest
 
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
-from boxmaker.loopd.transport import Connection, Response, exchange
-from tests.loopd import client_support
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
+from boxmaker.loopd.llama.transport import Connection, Response, exchange
 from tests.loopd.client_support import RECORDINGS, at
-from tests.support.fakeserver import End, FakeServer, Piece, Reply, json_reply, raw_reply
-
-# Shared fixtures, bound by assignment (an import would be shadowed by each test's argument).
-fake = client_support.fake
-sock_dir = client_support.sock_dir
+from tests.support.fakeserver import FakeServer
+from tests.support.replies import End, Piece, Reply, json_reply, raw_reply
 
 
 def call(server: FakeServer, method: str, target: str, body: bytes | None = None) -> Response:
@@ -73,7 +70,7 @@ def test_exchange_reads_a_chunked_json_body(fake: FakeServer) -> None:
     fake.on("GET", "/slots", raw_reply(raw, every=7))
     resp = call(fake, "GET", "/slots?model=m", None)
     assert resp.status == 200
-    assert [s["id"] for s in resp.json()] == [0, 1]
+    assert [s["id"] for s in orjson.loads(resp.body)] == [0, 1]
     req = fake.requests("/slots")[0]
     assert req.target == "/slots?model=m"
     assert req.header("connection") == "close"
@@ -82,7 +79,7 @@ def test_exchange_reads_a_chunked_json_body(fake: FakeServer) -> None:
 def test_exchange_posts_json_with_a_length(fake: FakeServer) -> None:
     fake.on("POST", "/tokenize", json_reply(200, {"tokens": [1, 2]}))
     resp = call(fake, "POST", "/tokenize", b'{"content":"hi"}')
-    assert resp.json() == {"tokens": [1, 2]}
+    assert orjson.loads(resp.body) == {"tokens": [1, 2]}
     req = fake.requests("/tokenize")[0]
     assert req.json == {"content": "hi"}
     assert req.header("content-type") == "application/json"

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 
 import pytest
 
-from boxmaker.loopd.llama.types import LoadTimeout, Stalled, WaitTimeout
+from boxmaker.loopd.llama.errors import LoadTimeout, Stalled, WaitTimeout
 from boxmaker.loopd.llama.waits import (
     FirstByteWait,
     SlotView,

@@ -3,7 +3,7 @@
 `FakeServer(path)` listens on a Unix socket (or, given `(host, port)`, on TCP), serves each
 connection on its own thread, and records every request. A connection carries one request (the
 client sends `Connection: close`) and gets one `Reply`: a status line and headers, body pieces
-with a delay before each, then an `End`:
+with a delay before each, then an `End` (tests/support/replies.py builds them):
 
 - `End.CLOSE`: a clean close after the last piece;
 - `End.CUT`: an abortive close (SO_LINGER 0): a reset on TCP; a Unix socket has no reset, so
@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import enum
-import itertools
 import select
 import socket
 import struct
@@ -33,28 +32,20 @@ import threading
 import time
 import traceback
 from collections import deque
-from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field, replace
-from http import HTTPStatus
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qsl, urlsplit
 
-import orjson
+from tests.support.recorded import ClientGone, Malformed, Recorded, RequestReader, read_request
+from tests.support.replies import End, Reply, error_reply
 
-MAX_REQUEST_HEAD_BYTES = 65_536  # far above any request loopd sends; a bound against a runaway
 JOIN_BOUND_S = 5.0  # close() waits this long, in all, for the connection threads
 DEFAULT_WAIT_S = 5.0  # the bound of the wait_* helpers
 
 
 class FakeServerError(AssertionError):
     """close() found unexpected or malformed requests, or a failure in a server thread."""
-
-
-class End(enum.Enum):
-    CLOSE = "close"
-    CUT = "cut"
-    SILENCE = "silence"
 
 
 class Outcome(enum.Enum):
@@ -69,60 +60,6 @@ class Outcome(enum.Enum):
 
 
 @dataclass(frozen=True, slots=True)
-class Piece:
-    delay_s: float  # waited before these bytes are sent
-    data: bytes
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    status: int = 200
-    reason: str = "OK"
-    headers: Sequence[tuple[str, str]] = ()
-    pieces: Sequence[Piece] = ()
-    end: End = End.CLOSE
-    head_delay_s: float = 0.0  # before the first byte: the "sent, no byte yet" wait
-    raw: bool = False  # the pieces already hold the status line and headers (a recording)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "headers", tuple(self.headers))
-        object.__setattr__(self, "pieces", tuple(self.pieces))
-
-    def head(self) -> bytes:
-        lines = [f"HTTP/1.1 {self.status} {self.reason}"] + [f"{k}: {v}" for k, v in self.headers]
-        return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-
-    def wire(self) -> list[Piece]:
-        """Every piece as sent: the head first (unless raw), head_delay_s before the first."""
-        pieces = list(self.pieces) if self.raw else [Piece(0.0, self.head()), *self.pieces]
-        if pieces and self.head_delay_s:
-            pieces[0] = replace(pieces[0], delay_s=pieces[0].delay_s + self.head_delay_s)
-        return pieces
-
-    def payload(self) -> bytes:
-        """All the bytes a client that reads to the end receives."""
-        return b"".join(p.data for p in self.wire())
-
-
-@dataclass(frozen=True, slots=True)
-class Recorded:
-    index: int  # arrival order over the whole server, from 0
-    connection: int  # the index of the connection it came on
-    method: str
-    target: str  # as sent, query string included
-    path: str
-    query: dict[str, str] = field(hash=False)
-    headers: tuple[tuple[str, str], ...]
-    body: bytes  # decoded: a chunked request body is unchunked
-    json: Any = field(hash=False)  # the body parsed as JSON, or None
-    received_at: float  # time.monotonic() when the whole request had arrived
-
-    def header(self, name: str) -> str | None:
-        """The first header of that name, case-insensitively."""
-        return next((v for k, v in self.headers if k.lower() == name.lower()), None)
-
-
-@dataclass(frozen=True, slots=True)
 class Connection:
     index: int
     outcome: Outcome
@@ -132,179 +69,6 @@ class Connection:
 
 Handler = Callable[[Recorded], Reply]
 Script = Reply | Handler
-Event = bytes | dict[str, Any] | list[Any]
-
-# ---- building replies ----------------------------------------------------------------------
-
-LAST_CHUNK = b"0\r\n\r\n"
-_SERVER_HEADERS = (("Server", "llama.cpp"), ("Access-Control-Allow-Origin", ""))  # as recorded
-
-
-def chunk(data: bytes) -> bytes:
-    """One HTTP/1.1 chunk."""
-    return b"%x\r\n%s\r\n" % (len(data), data)
-
-
-def sse_event(event: Event) -> bytes:
-    """A JSON value as one `data:` event; bytes are a whole event already, sent verbatim."""
-    return event if isinstance(event, bytes) else b"data: " + orjson.dumps(event) + b"\n\n"
-
-
-def split(
-    data: bytes, cuts: Iterable[int] = (), *, every: int | None = None, delay_s: float = 0.0
-) -> tuple[Piece, ...]:
-    """`data` cut at the given offsets and every `every` bytes; delay_s before each later piece."""
-    points = set(cuts) | set(range(0, len(data), every) if every else ())
-    edges = sorted({0, len(data)} | {p for p in points if 0 < p < len(data)})
-    parts = [data[a:b] for a, b in itertools.pairwise(edges)] or [b""]
-    return tuple(Piece(delay_s if i else 0.0, part) for i, part in enumerate(parts))
-
-
-def _phrase(status: int) -> str:
-    return HTTPStatus(status).phrase if status in HTTPStatus._value2member_map_ else "Unknown"
-
-
-def sse_reply(
-    events: Sequence[Event],
-    *,
-    chunked: bool = True,
-    delay_s: float = 0.0,
-    done: bool = True,
-    status: int = 200,
-    end: End = End.CLOSE,
-    head_delay_s: float = 0.0,
-) -> Reply:
-    """A stream as llama-server sends it: each event in its own chunk, then `data: [DONE]` and the
-    last chunk (both left out with done=False); delay_s before each event but the first.
-    Unchunked, the body is read to close."""
-    bodies = [sse_event(e) for e in events] + ([b"data: [DONE]\n\n"] if done else [])
-    pieces = [
-        Piece(delay_s if i else 0.0, chunk(b) if chunked else b) for i, b in enumerate(bodies)
-    ]
-    pieces += [Piece(0.0, LAST_CHUNK)] if chunked and done else []
-    headers = [*_SERVER_HEADERS, ("X-Accel-Buffering", "no"), ("Content-Type", "text/event-stream")]
-    headers += [("Transfer-Encoding", "chunked")] if chunked else []
-    headers.append(("Connection", "close"))
-    return Reply(status, _phrase(status), headers, pieces, end, head_delay_s)
-
-
-def json_reply(status: int, obj: Any, *, chunked: bool = False, end: End = End.CLOSE) -> Reply:
-    """A JSON body with Content-Length, or chunked without one (as a router forwards it)."""
-    body = orjson.dumps(obj)
-    headers = [*_SERVER_HEADERS, ("Content-Type", "application/json; charset=utf-8")]
-    if chunked:
-        headers.append(("Transfer-Encoding", "chunked"))
-        pieces = [Piece(0.0, chunk(body)), Piece(0.0, LAST_CHUNK)]
-    else:
-        headers.append(("Content-Length", str(len(body))))
-        pieces = [Piece(0.0, body)]
-    headers.append(("Connection", "close"))
-    return Reply(status, _phrase(status), headers, pieces, end)
-
-
-def raw_reply(
-    data: bytes,
-    cuts: Iterable[int] = (),
-    *,
-    every: int | None = None,
-    delay_s: float = 0.0,
-    end: End = End.CLOSE,
-) -> Reply:
-    """Replays recorded response bytes exactly (status line and all), optionally in pieces."""
-    return Reply(pieces=split(data, cuts, every=every, delay_s=delay_s), end=end, raw=True)
-
-
-def _error_reply(status: int, message: str) -> Reply:
-    return json_reply(status, {"error": {"code": status, "message": message, "type": "fake"}})
-
-
-# ---- reading requests ----------------------------------------------------------------------
-
-
-class _Malformed(Exception):
-    pass
-
-
-class _Gone(Exception):
-    """The client closed (or reset) before a whole request arrived."""
-
-
-class _Reader:
-    def __init__(self, conn: socket.socket) -> None:
-        self.conn, self.buf = conn, bytearray()
-
-    def _fill(self) -> None:
-        try:
-            data = self.conn.recv(65_536)
-        except OSError as exc:
-            raise _Gone from exc
-        if not data:
-            raise _Gone
-        self.buf += data
-
-    def until(self, delim: bytes, limit: int, what: str) -> bytes:
-        while (at := self.buf.find(delim)) < 0:
-            if len(self.buf) > limit:
-                raise _Malformed(f"{what} longer than {limit} bytes")
-            self._fill()
-        out = bytes(self.buf[:at])
-        del self.buf[: at + len(delim)]
-        return out
-
-    def exactly(self, size: int) -> bytes:
-        while len(self.buf) < size:
-            self._fill()
-        out = bytes(self.buf[:size])
-        del self.buf[:size]
-        return out
-
-
-def _read_chunked(reader: _Reader) -> bytes:
-    body = bytearray()
-    while True:
-        size_line = reader.until(b"\r\n", 1024, "chunk size line")
-        try:
-            size = int(size_line.split(b";")[0], 16)
-        except ValueError:
-            raise _Malformed(f"bad chunk size line {size_line!r}") from None
-        if size == 0:
-            while reader.until(b"\r\n", MAX_REQUEST_HEAD_BYTES, "trailer"):
-                pass  # trailers are read and dropped
-            return bytes(body)
-        body += reader.exactly(size)
-        if reader.exactly(2) != b"\r\n":
-            raise _Malformed("a chunk not followed by CRLF")
-
-
-def _read_request(reader: _Reader, connection: int) -> Recorded:
-    """One request off the connection (its index is set when it is recorded)."""
-    head = reader.until(b"\r\n\r\n", MAX_REQUEST_HEAD_BYTES, "request head").decode("latin-1")
-    request_line, *lines = head.split("\r\n")
-    parts = request_line.split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _Malformed(f"bad request line {request_line!r}")
-    headers = []
-    for line in lines:
-        name, colon, value = line.partition(":")
-        if not colon or not name or name != name.strip():
-            raise _Malformed(f"bad header line {line!r}")
-        headers.append((name, value.strip()))
-    fields = {k.lower(): v for k, v in headers}
-    if "chunked" in fields.get("transfer-encoding", "").lower():
-        body = _read_chunked(reader)
-    elif (length := fields.get("content-length")) is not None:
-        if not length.isdigit():
-            raise _Malformed(f"bad Content-Length {length!r}")
-        body = reader.exactly(int(length))
-    else:
-        body = b""
-    parsed = None
-    with contextlib.suppress(orjson.JSONDecodeError):
-        parsed = orjson.loads(body) if body else None
-    method, target, now, url = parts[0], parts[1], time.monotonic(), urlsplit(parts[1])
-    query, pairs = dict(parse_qsl(url.query)), tuple(headers)
-    return Recorded(-1, connection, method, target, url.path, query, pairs, body, parsed, now)
-
 
 # ---- the server ----------------------------------------------------------------------------
 
@@ -492,14 +256,14 @@ class FakeServer:
         outcome = Outcome.STOPPED
         try:
             try:
-                request = _read_request(_Reader(conn), index)
-            except _Gone:
+                request = read_request(RequestReader(conn), index)
+            except ClientGone:
                 outcome = Outcome.STOPPED if self._stopping else Outcome.INCOMPLETE
                 return
-            except _Malformed as bad:
+            except Malformed as bad:
                 with self._cond:
                     self._unexpected.append(f"malformed request on connection {index}: {bad}")
-                self._send(conn, index, _error_reply(400, f"fake server: {bad}"))
+                self._send(conn, index, error_reply(400, f"fake server: {bad}"))
                 outcome = Outcome.MALFORMED
                 return
             with self._cond:
@@ -523,14 +287,14 @@ class FakeServer:
             if script is None:
                 self._unexpected.append(name)
         if script is None:
-            return _error_reply(500, f"fake server: nothing scripted for {name}")
+            return error_reply(500, f"fake server: nothing scripted for {name}")
         if isinstance(script, Reply):
             return script
         try:
             return script(request)
         except Exception:
             self._problem(f"the handler for {name} raised:\n{traceback.format_exc()}")
-            return _error_reply(500, f"fake server: the handler for {name} raised")
+            return error_reply(500, f"fake server: the handler for {name} raised")
 
     def _send(self, conn: socket.socket, index: int, reply: Reply) -> Outcome:
         sent = 0

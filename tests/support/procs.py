@@ -25,15 +25,20 @@ def wait_for(
     what: str,
     timeout: float = DEFAULT_BOUND,
     interval: float = 0.005,
+    error: Callable[[str], Exception] = AssertionError,
 ) -> T:
-    """Polls `condition` until it returns something truthy and returns that, or fails."""
+    """Polls `condition` until it returns something truthy and returns that, or fails.
+
+    The one bounded wait of the tests, scripts/record.py and bench/ (`error` is what they raise
+    when the bound passes: a test fails, a script reports).
+    """
     deadline = time.monotonic() + timeout
     while True:
         value = condition()
         if value:
             return value
         if time.monotonic() >= deadline:
-            raise AssertionError(f"waited {timeout:g} s for {what}")
+            raise error(f"waited {timeout:g} s for {what}")
         time.sleep(interval)
 
 

@@ -1,7 +1,7 @@
 """Threads for tests of blocking calls: run a call in the background, join it with a bound.
 
 `Worker.started` lists every worker started since it was last cleared, so a fixture can wait for
-a test's workers before closing the fds they use (tests/fast/test_splice.py's `sockets`).
+a test's workers before closing the fds they use (tests/fast/conftest.py's `sockets`).
 """
 
 import socket

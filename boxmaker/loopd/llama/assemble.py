@@ -27,19 +27,21 @@ or `{"error": {"code", "message", "type"}}` when the server fails mid-stream. Th
 from dataclasses import dataclass, field
 from typing import Any
 
-import orjson
-
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     HTTP_BODY_CAP_BYTES,
     BadResponse,
-    ChatEvent,
-    Completion,
-    FinishReason,
     HttpStatus,
     StreamClosedEarly,
-    ToolCallDelta,
 )
-from boxmaker.proto import ContentEvent, ProgressEvent, ReasoningEvent, Timings, ToolCall
+from boxmaker.loopd.llama.types import ChatEvent, Completion, FinishReason, ToolCallDelta
+from boxmaker.proto import (
+    ContentEvent,
+    ProgressEvent,
+    ReasoningEvent,
+    Timings,
+    ToolCall,
+    load_json_object,
+)
 
 _FINISH = {r.value: r for r in FinishReason}
 
@@ -92,12 +94,9 @@ class Assembler:
             BadResponse: not JSON, a wrong type, an unknown finish_reason.
             HttpStatus: the stream carried an error object with an HTTP status code.
         """
-        try:
-            chunk = orjson.loads(payload)
-        except orjson.JSONDecodeError as exc:
-            raise BadResponse(f"a stream chunk is not JSON ({exc}): {payload[:80]!r}") from None
-        if not isinstance(chunk, dict):
-            raise BadResponse(f"a stream chunk is not a JSON object: {payload[:80]!r}")
+        chunk = load_json_object(
+            payload, "a stream chunk", lambda m: BadResponse(f"{m}: {payload[:80]!r}")
+        )
         if "error" in chunk:
             raise _stream_error(chunk["error"], payload)
         events: list[ChatEvent] = []

@@ -31,7 +31,17 @@ import time
 from collections.abc import Callable
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.http import (
+from boxmaker.loopd.llama.assemble import Assembler
+from boxmaker.loopd.llama.errors import (
+    HTTP_BODY_CAP_BYTES,
+    BadResponse,
+    HttpStatus,
+    InferError,
+    Stalled,
+    StreamClosedEarly,
+    ThinkingOverrun,
+)
+from boxmaker.loopd.llama.http import (
     HeadParser,
     ResponseHead,
     TruncatedBody,
@@ -39,43 +49,19 @@ from boxmaker.loopd.http import (
     build_request,
     content_type,
 )
-from boxmaker.loopd.llama.assemble import Assembler
-from boxmaker.loopd.llama.info import control_body, parse_control, parse_slots, slots_target
-from boxmaker.loopd.llama.request import CHAT_PATH, CONTROL_PATH
-from boxmaker.loopd.llama.types import (
-    HTTP_BODY_CAP_BYTES,
-    BadResponse,
-    ChatEvent,
-    Completion,
-    HttpStatus,
-    InferError,
-    Stalled,
-    StreamClosedEarly,
-    ThinkingOverrun,
+from boxmaker.loopd.llama.info import (
+    CONTROL_PATH,
+    control_body,
+    parse_control,
+    parse_slots,
+    slots_target,
 )
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.loopd.llama.sse import EventStream
+from boxmaker.loopd.llama.transport import Clock, Connection, Response, short_exchange
+from boxmaker.loopd.llama.types import Completion, OnEvent
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
-from boxmaker.loopd.sse import EventStream
-from boxmaker.loopd.transport import Clock, Connection, Response, exchange
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
-
-OnEvent = Callable[[ChatEvent], None]
-
-
-def control_exchange(
-    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
-) -> Response:
-    """One short request on its own connection (a /slots poll, the control call, an info call),
-    within `control_timeout_ms` and the client's size caps."""
-    return exchange(
-        config.socket,
-        method,
-        target,
-        body,
-        timeout_ms=config.control_timeout_ms,
-        max_header_bytes=config.max_header_bytes,
-        max_body_bytes=config.max_body_bytes,
-        clock=clock,
-    )
 
 
 def run_chat(
@@ -153,7 +139,7 @@ class _Chat:
         try:
             resp = self._exchange("GET", slots_target(self.cfg.model), None)
         except InferError as exc:
-            return SlotView.UNAVAILABLE, f"{exc.TAG}: {exc}"
+            return SlotView.UNAVAILABLE, exc.describe()
         if resp.status != 200:
             text = resp.body[:200].decode("utf-8", "replace")
             return SlotView.UNAVAILABLE, f"HTTP {resp.status}: {text}"
@@ -257,4 +243,4 @@ class _Chat:
             raise ThinkingOverrun(f"{why}; the server refused reasoning_end: {said}")
 
     def _exchange(self, method: str, target: str, body: bytes | None) -> Response:
-        return control_exchange(self.cfg, method, target, body, self.clock)
+        return short_exchange(self.cfg, method, target, body, self.clock)

@@ -21,8 +21,9 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.chat import OnEvent, control_exchange, run_chat
-from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.llama.chat import run_chat
+from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, HttpStatus, InferError
+from boxmaker.loopd.llama.gate import Gate, SlotGate
 from boxmaker.loopd.llama.info import (
     TOKENIZE_PATH,
     Props,
@@ -36,14 +37,8 @@ from boxmaker.loopd.llama.info import (
 )
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy, Rng
-from boxmaker.loopd.llama.types import (
-    HTTP_BODY_CAP_BYTES,
-    ChatRequest,
-    Completion,
-    HttpStatus,
-    InferError,
-)
-from boxmaker.loopd.transport import Clock, Response
+from boxmaker.loopd.llama.transport import Clock, Response, short_exchange
+from boxmaker.loopd.llama.types import ChatRequest, Completion, OnEvent
 from boxmaker.proto import RetryingEvent
 
 
@@ -55,17 +50,17 @@ class Client:
         clock: Clock = time.monotonic,
         sleep: Callable[[float], None] = time.sleep,
         rng: Rng | None = None,
-        gate: SlotGate | None = None,
+        gate: Gate | None = None,
     ) -> None:
         """Args:
         config: the [inference] section.
         clock: a monotonic clock in seconds.
         sleep: waits the given seconds (between retries).
         rng: the jitter source (a random.Random).
-        gate: a slot gate shared with other clients; by default this client's own.
+        gate: any Gate, shared with other clients; by default this client's own SlotGate.
         """
         self.config = config
-        self.gate = gate if gate is not None else SlotGate(config.queue_length)
+        self.gate: Gate = gate if gate is not None else SlotGate(config.queue_length)
         self.policy = RetryPolicy.from_config(config)
         self._clock = clock
         self._sleep = sleep
@@ -117,7 +112,7 @@ class Client:
                 delay = self.policy.next_delay(failed, elapsed_ms, err, self._rng)
                 if delay is None:
                     raise
-                on_event(RetryingEvent(attempt=failed + 1, after_ms=delay, error=_text(err)))
+                on_event(RetryingEvent(attempt=failed + 1, after_ms=delay, error=err.describe()))
                 self._sleep(delay / 1000)
 
     def _attempt(self, slot: int, body: bytes, on_event: OnEvent) -> Completion:
@@ -139,12 +134,8 @@ class Client:
         return parse_tokenize(self._call("POST", TOKENIZE_PATH, body).body)
 
     def _call(self, method: str, target: str, body: bytes | None) -> Response:
-        resp = control_exchange(self.config, method, target, body, self._clock)
+        resp = short_exchange(self.config, method, target, body, self._clock)
         if resp.status != 200:
             text = resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
             raise HttpStatus(resp.status, text)
         return resp
-
-
-def _text(err: InferError) -> str:
-    return f"{err.TAG}: {err}"

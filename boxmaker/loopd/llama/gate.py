@@ -1,9 +1,11 @@
 """The slot gate: one request in flight per slot, first come first served, a bounded queue.
 
-M2a brief, section 4, step 1. `SlotQueue` is the core: the holder of one slot and the tickets
-waiting for it, with no threads and no clock, so its rules get plain tests. `SlotGate` is the
-shell: one `threading.Condition` over a `SlotQueue` per slot, used as a context manager around
-exactly one request (never across a tool call or an approval):
+M2a brief, section 4, step 1. `Gate` is the seam: what `Client` needs of a gate, so a gate that
+lives in another process (the worker's side of loopd's, M2b) can stand in for `SlotGate`;
+tests/support/check_gate.py holds the checks every `Gate` must pass. `SlotQueue` is the core: the
+holder of one slot and the tickets waiting for it, with no threads and no clock, so its rules get
+plain tests. `SlotGate` is the shell: one `threading.Condition` over a `SlotQueue` per slot, used
+as a context manager around exactly one request (never across a tool call or an approval):
 
     with gate.hold(slot, on_event):
         ...one request...
@@ -19,11 +21,29 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Iterator
+from contextlib import AbstractContextManager, contextmanager
+from typing import Protocol
 
-from boxmaker.loopd.llama.types import Busy, ChatEvent
+from boxmaker.loopd.llama.errors import Busy
+from boxmaker.loopd.llama.types import OnEvent
 from boxmaker.proto import QueuedEvent
+
+
+class Gate(Protocol):
+    """Holds one slot at a time for one request, first come first served, with a bounded line."""
+
+    def hold(self, slot: int, on_event: OnEvent) -> AbstractContextManager[None]:
+        """Holds `slot` for the body of the `with`, after waiting in line if need be.
+
+        While it waits it calls `on_event(QueuedEvent(ahead))` with its place, then again each
+        time that number changes. The slot is given up, or the line left, on every way out of the
+        `with`: its end, an exception in its body, and an exception raised by `on_event`.
+
+        Raises:
+            Busy: `queue_length` requests are already waiting for the slot; nothing is queued.
+        """
+        ...
 
 
 class Ticket:
@@ -82,7 +102,10 @@ class SlotQueue:
 
 
 class SlotGate:
-    """The gate for every slot of one loopd: the threading shell over one SlotQueue per slot."""
+    """The gate for every slot of one loopd: the threading shell over one SlotQueue per slot.
+
+    It is a `Gate` for the threads of one process.
+    """
 
     def __init__(self, queue_length: int) -> None:
         self._queue_length = queue_length
@@ -94,18 +117,9 @@ class SlotGate:
             self._queues[slot] = SlotQueue(slot, self._queue_length)
         return self._queues[slot]
 
-    def waiting(self, slot: int) -> int:
-        """How many requests are waiting for `slot` now (the holder not counted)."""
-        with self._cond:
-            return len(self._queue(slot).waiting)
-
     @contextmanager
-    def hold(self, slot: int, on_event: Callable[[ChatEvent], None]) -> Iterator[None]:
-        """Holds `slot` for the body of the `with`, after waiting in line if need be.
-
-        Raises:
-            Busy: the line for the slot is full.
-        """
+    def hold(self, slot: int, on_event: OnEvent) -> Iterator[None]:
+        """See `Gate.hold`."""
         ticket = Ticket()
         with self._cond:
             queue = self._queue(slot)
@@ -124,7 +138,7 @@ class SlotGate:
         queue: SlotQueue,
         ticket: Ticket,
         ahead: int,
-        on_event: Callable[[ChatEvent], None],
+        on_event: OnEvent,
     ) -> None:
         # on_event is called without the lock, so a slow caller never blocks the gate.
         on_event(QueuedEvent(ahead))

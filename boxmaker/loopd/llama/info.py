@@ -15,13 +15,14 @@ from typing import Any, Final
 
 import orjson
 
-from boxmaker.loopd.http import target
-from boxmaker.loopd.llama.types import BadResponse
-from boxmaker.proto import Timings
+from boxmaker.loopd.llama.errors import BadResponse
+from boxmaker.loopd.llama.http import target
+from boxmaker.proto import Timings, load_json
 
 PROPS_PATH: Final = "/props"
 SLOTS_PATH: Final = "/slots"
 TOKENIZE_PATH: Final = "/tokenize"
+CONTROL_PATH: Final = "/v1/chat/completions/control"
 
 # More than this many tokens short of the previous total is a cache loss (M2a brief, section 4).
 CACHE_LOSS_SLACK_TOKENS: Final = 64
@@ -47,12 +48,17 @@ class CacheHit:
 
 
 @dataclass(frozen=True, slots=True)
-class CacheLoss:
+class CacheMiss:
+    """A cache loss (the brief's word): `got` is more than 64 tokens short of `expected`.
+
+    Not proto's CacheLoss, which is the log record a turn writes for one.
+    """
+
     expected: int  # the previous request's total: what the cache should have held
     got: int  # this request's cache_n
 
 
-CacheOutcome = CacheHit | CacheLoss
+CacheOutcome = CacheHit | CacheMiss
 
 
 def cache_outcome(previous: Timings, current: Timings) -> CacheOutcome:
@@ -63,7 +69,7 @@ def cache_outcome(previous: Timings, current: Timings) -> CacheOutcome:
     """
     expected = previous.total
     if expected - current.cache_n > CACHE_LOSS_SLACK_TOKENS:
-        return CacheLoss(expected=expected, got=current.cache_n)
+        return CacheMiss(expected=expected, got=current.cache_n)
     return CacheHit()
 
 
@@ -90,11 +96,8 @@ def control_body(completion_id: str, model: str) -> bytes:
 # ---- answers -----------------------------------------------------------------------------------
 
 
-def _load(body: bytes, what: str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        raise BadResponse(f"{what}: the answer is not JSON ({exc}): {body[:80]!r}") from None
+def _load(body: bytes, path: str) -> Any:
+    return load_json(body, f"{path}: the answer", lambda m: BadResponse(f"{m}: {body[:80]!r}"))
 
 
 def _field(obj: object, key: str, kind: type, path: str) -> Any:
@@ -146,7 +149,7 @@ def parse_tokenize(body: bytes) -> tuple[int, ...]:
 
 def parse_control(body: bytes) -> tuple[bool, str | None]:
     """The control call's answer: (success, message). Anything not `success: true` is False."""
-    obj = _load(body, "/v1/chat/completions/control")
+    obj = _load(body, CONTROL_PATH)
     if not isinstance(obj, dict):
         return False, f"not a JSON object: {body[:80]!r}"
     message = obj.get("message")

@@ -29,7 +29,6 @@ from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.types import ChatRequest
 
 CHAT_PATH: Final = "/v1/chat/completions"
-CONTROL_PATH: Final = "/v1/chat/completions/control"
 
 # Keys the client owns: an `extra` mapping may not change what the client relies on.
 RESERVED_KEYS: Final = frozenset(

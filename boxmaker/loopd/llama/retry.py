@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from typing import Final, Protocol
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.types import (
+from boxmaker.loopd.llama.errors import (
     ConnectFailed,
     HttpStatus,
     InferError,

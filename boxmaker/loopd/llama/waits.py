@@ -31,7 +31,7 @@ import enum
 from dataclasses import dataclass
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.types import InferError, LoadTimeout, Stalled, WaitTimeout
+from boxmaker.loopd.llama.errors import InferError, LoadTimeout, Stalled, WaitTimeout
 
 
 class SlotView(enum.Enum):

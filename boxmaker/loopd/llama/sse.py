@@ -10,7 +10,7 @@ enforced in the splitter as soon as a line passes it; that and every other SSEEr
 from typing import Final
 
 from boxmaker._fast.sse import SSELineSplitter
-from boxmaker.loopd.llama.types import BadResponse
+from boxmaker.loopd.llama.errors import BadResponse
 from boxmaker.proto import ProtocolError
 
 DONE: Final = b"[DONE]"

@@ -25,15 +25,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Final, Literal
+from typing import Final
 from urllib.parse import quote
 
 from boxmaker._fast.chunked import ChunkedDecoder
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed
-from boxmaker.proto import NEED_DATA, ProtocolError
-from boxmaker.proto.frame import _Sentinel
-
-NeedData = Literal[_Sentinel.NEED_DATA]
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed
+from boxmaker.proto import NEED_DATA, NeedData, ProtocolError
 
 # The host name sent on a Unix socket: llama-server ignores it, HTTP/1.1 requires the header.
 HOST: Final = "localhost"

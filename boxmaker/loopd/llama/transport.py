@@ -3,7 +3,8 @@
 loopd never opens TCP; `inferproxy` does that. A `Connection` carries one request: connect,
 send it whole, then receive with a timeout on each read. Closing the connection is how loopd
 cancels a generation, so every path closes it. `exchange()` is one short request (/slots, /props,
-the control call) read whole under one deadline, computed from an injected monotonic clock.
+the control call) read whole under one deadline, computed from an injected monotonic clock;
+`short_exchange()` is the same with the limits from the config.
 
 Failures come out as the client's own errors: a connect or send that fails is `ConnectFailed`
 (retryable: inferproxy may be restarting), naming the socket path and the errno.
@@ -18,12 +19,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
-import orjson
-
-from boxmaker.loopd.http import HeadParser, ResponseHead, body_decoder, build_request
-from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
+from boxmaker.loopd.config import InferenceConfig
+from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
+from boxmaker.loopd.llama.http import HeadParser, ResponseHead, body_decoder, build_request
 from boxmaker.proto import NEED_DATA
 
 Clock = Callable[[], float]
@@ -115,12 +114,22 @@ class Response:
     def status(self) -> int:
         return self.head.status
 
-    def json(self) -> Any:
-        """The body as JSON. Raises BadResponse if it is not."""
-        try:
-            return orjson.loads(self.body)
-        except orjson.JSONDecodeError as exc:
-            raise BadResponse(f"the body is not JSON ({exc}): {self.body[:80]!r}") from None
+
+def short_exchange(
+    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
+) -> Response:
+    """`exchange` within [inference]'s `control_timeout_ms` and size caps: a /slots poll, the
+    control call, an info call."""
+    return exchange(
+        config.socket,
+        method,
+        target,
+        body,
+        timeout_ms=config.control_timeout_ms,
+        max_header_bytes=config.max_header_bytes,
+        max_body_bytes=config.max_body_bytes,
+        clock=clock,
+    )
 
 
 def exchange(
