@@ -6,8 +6,11 @@ The limit flags exist so tests and benchmarks can set them; their defaults are t
 import argparse
 import sys
 
+from boxmaker._daemon import SetupError
+from boxmaker._daemon.log import DaemonLog
+
 from .limits import DEFAULT_ACCEPT_BURST, DEFAULT_ACCEPT_RATE, DEFAULT_MAX_CONNECTIONS
-from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings, SetupError
+from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings
 
 
 def parse_upstream(text: str) -> tuple[str, int]:
@@ -93,7 +96,8 @@ def main(argv: list[str] | None = None) -> int:
             accept_rate=args.accept_rate,
             connect_timeout=args.connect_timeout,
         )
-        return Proxy(settings).serve()
+        Proxy(settings, DaemonLog("inferproxy", sys.stdout, sys.stderr)).serve()
+        return 0
     except SetupError as exc:
         print(f"inferproxy: {exc}", file=sys.stderr, flush=True)
         return 2
