@@ -1,16 +1,22 @@
 """`inferproxy --listen <socket path> --upstream <host:port>`. No config file (m2a spec, section 2).
 
 The limit flags exist so tests and benchmarks can set them; their defaults are the brief's.
+`main(argv, env)` takes its streams from an injected `Environment`, so tests call it in-process.
 """
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, NoReturn
 
+from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon import SetupError
 from boxmaker._daemon.log import DaemonLog
 
 from .limits import DEFAULT_ACCEPT_BURST, DEFAULT_ACCEPT_RATE, DEFAULT_MAX_CONNECTIONS
 from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 def parse_upstream(text: str) -> tuple[str, int]:
@@ -49,8 +55,33 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _ParserExit(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse writing to the Environment's streams, and raising instead of calling sys.exit."""
+
+    def __init__(self, env: Environment, prog: str, description: str) -> None:
+        super().__init__(prog=prog, description=description)
+        self.env = env
+
+    def _print_message(self, message: str, file: "SupportsWrite[str] | None" = None) -> None:
+        stream = self.env.stderr if file is sys.stderr else self.env.stdout
+        stream.write(message)
+        stream.flush()
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self.env.stderr.write(message)
+            self.env.stderr.flush()
+        raise _ParserExit(status)
+
+
+def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        env or Environment(),
         prog="inferproxy",
         description="Forward a Unix socket to one TCP upstream, bytes only.",
     )
@@ -83,8 +114,18 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitStatus:
+    """Runs the proxy until SIGTERM or SIGINT (OK), or says in one line why it cannot (USAGE).
+
+    Args:
+        argv: the arguments after the program name; sys.argv[1:] when None.
+        env: the streams; the process's own when None.
+    """
+    env = env or Environment()
+    try:
+        args = build_parser(env).parse_args(argv)
+    except _ParserExit as exc:
+        return ExitStatus(exc.status)
     try:
         host, port = parse_upstream(args.upstream)
         settings = Settings(
@@ -96,8 +137,9 @@ def main(argv: list[str] | None = None) -> int:
             accept_rate=args.accept_rate,
             connect_timeout=args.connect_timeout,
         )
-        Proxy(settings, DaemonLog("inferproxy", sys.stdout, sys.stderr)).serve()
-        return 0
+        Proxy(settings, DaemonLog("inferproxy", env.stdout, env.stderr)).serve()
     except SetupError as exc:
-        print(f"inferproxy: {exc}", file=sys.stderr, flush=True)
-        return 2
+        env.stderr.write(f"inferproxy: {exc}\n")
+        env.stderr.flush()
+        return ExitStatus.USAGE  # nothing was started: the flags asked for what cannot be
+    return ExitStatus.OK
