@@ -69,5 +69,4 @@ def prepare_socket_folder(folder: str, own_uid: int | None = None) -> None:
         SetupError: it cannot be created, or an existing folder is not safe (see the module).
     """
     _create_missing(os.path.abspath(folder))
-    if not os.path.isdir(folder):
-        raise SetupError(f"the socket's folder {folder} exists and is not a directory")
+    check_socket_folder(folder, own_uid)

@@ -13,7 +13,13 @@ from boxmaker._daemon import SetupError
 from boxmaker._daemon.log import DaemonLog
 
 from .limits import DEFAULT_ACCEPT_BURST, DEFAULT_ACCEPT_RATE, DEFAULT_MAX_CONNECTIONS
-from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings
+from .proxy import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    Proxy,
+    Settings,
+)
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -79,6 +85,20 @@ class _Parser(argparse.ArgumentParser):
         raise _ParserExit(status)
 
 
+# The longest timeout a flag takes: a week is past any wait that means something, and keeps every
+# timeout inside what poll(2) and the socket calls can be given.
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+def _seconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_TIMEOUT_SECONDS} seconds (a week), got {text!r}"
+        )
+    return value
+
+
 def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     parser = _Parser(
         env or Environment(),
@@ -107,9 +127,24 @@ def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--connect-timeout",
-        type=_positive_float,
+        type=_seconds,
         default=DEFAULT_CONNECT_TIMEOUT,
         help=f"seconds to reach the upstream (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--first-byte-timeout",
+        type=_seconds,
+        default=DEFAULT_FIRST_BYTE_TIMEOUT,
+        help="seconds a new connection may wait for its first byte from the client "
+        f"(default {DEFAULT_FIRST_BYTE_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="seconds a connection may carry no byte either way; at least --first-byte-timeout, "
+        "and longer than the client's longest wait for an answer "
+        f"(default {DEFAULT_IDLE_TIMEOUT:g})",
     )
     return parser
 
@@ -128,6 +163,11 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitS
         return ExitStatus(exc.status)
     try:
         host, port = parse_upstream(args.upstream)
+        if args.idle_timeout < args.first_byte_timeout:
+            raise SetupError(
+                f"--idle-timeout ({args.idle_timeout:g} s) must be at least "
+                f"--first-byte-timeout ({args.first_byte_timeout:g} s)"
+            )
         settings = Settings(
             listen=args.listen,
             upstream_host=host,
@@ -136,6 +176,8 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitS
             accept_burst=args.accept_burst,
             accept_rate=args.accept_rate,
             connect_timeout=args.connect_timeout,
+            first_byte_timeout=args.first_byte_timeout,
+            idle_timeout=args.idle_timeout,
         )
         Proxy(settings, DaemonLog("inferproxy", env.stdout, env.stderr)).serve()
     except SetupError as exc:

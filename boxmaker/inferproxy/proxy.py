@@ -8,6 +8,8 @@ releases the GIL; nothing here looks at the bytes.
 """
 
 import contextlib
+import math
+import select
 import socket
 import threading
 import time
@@ -20,6 +22,7 @@ from boxmaker._daemon.signals import stop_signals
 from boxmaker._fast import IMPLEMENTATIONS
 from boxmaker._fast.splice import METHOD, pump
 
+from .idle import tcp_quiet_ms
 from .limits import (
     DEFAULT_ACCEPT_BURST,
     DEFAULT_ACCEPT_RATE,
@@ -28,6 +31,13 @@ from .limits import (
 )
 
 DEFAULT_CONNECT_TIMEOUT = 3.0  # seconds; a dead upstream closes the client this fast
+# loopd sends its request as soon as it has connected: a client that has said nothing by then
+# never will, and must not keep one of the few connections.
+DEFAULT_FIRST_BYTE_TIMEOUT = 5.0
+# Longer than the longest silence of a working loopd: it waits for the first token of an answer
+# for at most busy_wait_ms + load_wait_ms (600 + 180 s by default), asking /slots on another
+# connection meanwhile; 2 minutes more for its polls and a slow start.
+DEFAULT_IDLE_TIMEOUT = 900.0
 # A Unix socket holds only its sender's SO_SNDBUF (212 KiB by default) in flight, so the
 # upstream -> client copy stalls on every ~200 KiB; 1 MiB (the kernel doubles it) lets a
 # splice move more per call and keeps both sides busy. Measured by bench/proxy.py.
@@ -45,6 +55,8 @@ class Settings:
     accept_burst: int = DEFAULT_ACCEPT_BURST
     accept_rate: float = DEFAULT_ACCEPT_RATE
     connect_timeout: float = DEFAULT_CONNECT_TIMEOUT
+    first_byte_timeout: float = DEFAULT_FIRST_BYTE_TIMEOUT
+    idle_timeout: float = DEFAULT_IDLE_TIMEOUT
 
     @property
     def upstream(self) -> str:
@@ -132,7 +144,36 @@ class Connection:
             self.abort()
             self._finish()
             return
+        if not self._first_byte_arrives():
+            timeout = self.proxy.settings.first_byte_timeout
+            self.proxy.log.say(
+                f"closed an idle connection: no byte from the client in {timeout:g} s "
+                f"(--first-byte-timeout {timeout:g})"
+            )
+            self.abort()
+            self._finish()
+            return
         self._copy(self.client, upstream)
+
+    def _first_byte_arrives(self) -> bool:
+        """Waits for the client's first byte (or its EOF, or an abort); False at the timeout.
+
+        One poll() per connection, before the copy starts: the copy loop itself is unchanged.
+        """
+        poller = select.poll()
+        poller.register(self.client.fileno(), select.POLLIN)
+        return bool(poller.poll(math.ceil(self.proxy.settings.first_byte_timeout * 1000)))
+
+    def quiet_ms(self) -> int | None:
+        """How long the connection has carried no byte either way; None while that cannot be
+        told (still connecting upstream) or no longer matters (cut, or closed)."""
+        with self._lock:  # the fd stays ours while we ask: the last thread out closes it
+            if self._aborted or self._closed or self.upstream is None:
+                return None
+            try:
+                return tcp_quiet_ms(self.upstream)
+            except OSError:
+                return None
 
     def _copy(self, src: socket.socket, dst: socket.socket) -> None:
         try:
@@ -167,6 +208,7 @@ class Proxy:
         )
         self._lock = threading.Lock()  # guards limits and the tables below, across threads
         self._connections: set[Connection] = set()
+        self._idle_check_at: float | None = None  # main thread only
 
     def track(self, conn: Connection) -> None:
         with self._lock:
@@ -195,7 +237,9 @@ class Proxy:
                     f"upstream {self.settings.upstream}",
                     f"splice={IMPLEMENTATIONS.get('splice', '?')} ({METHOD})",
                 )
-                accept_until_stopped(listener.sock, stop, self._admit, self.log)
+                accept_until_stopped(
+                    listener.sock, stop, self._admit, self.log, on_timer=self._close_idle
+                )
             finally:
                 listener.close()
                 self._stop_connections()
@@ -216,6 +260,44 @@ class Proxy:
         except RuntimeError:  # could not start a thread
             client.close()
             self.forget(conn)
+            return
+        due = time.monotonic() + self.settings.idle_timeout
+        if self._idle_check_at is None or due < self._idle_check_at:
+            self._idle_check_at = due
+
+    def _close_idle(self) -> float | None:
+        """Cuts every connection quiet for the idle timeout; the seconds until the next check.
+
+        The accept loop calls it before each wait. It asks the kernel only once a deadline may
+        have passed, and then schedules the next check for the earliest one still to come.
+        """
+        if self._idle_check_at is None:
+            return None
+        now = time.monotonic()
+        if now < self._idle_check_at:
+            return self._idle_check_at - now
+        limit_ms = math.ceil(self.settings.idle_timeout * 1000)
+        with self._lock:
+            conns = list(self._connections)
+        wait: float | None = None
+        for conn in conns:
+            quiet_ms = conn.quiet_ms()
+            if quiet_ms is None:
+                # Still connecting (or already ending): look again a whole timeout from now.
+                left = self.settings.idle_timeout
+            elif quiet_ms >= limit_ms:
+                timeout = self.settings.idle_timeout
+                self.log.say(
+                    f"closed an idle connection: no byte either way in {timeout:g} s "
+                    f"(--idle-timeout {timeout:g})"
+                )
+                conn.abort()
+                continue
+            else:
+                left = (limit_ms - quiet_ms) / 1000
+            wait = left if wait is None else min(wait, left)
+        self._idle_check_at = None if wait is None else now + wait
+        return wait
 
     def _stop_connections(self) -> None:
         with self._lock:

@@ -4,19 +4,13 @@ Each case returns a named ExitStatus and says why in one line on the injected st
 leaves a socket file behind.
 """
 
-import io
 import os
 
 import pytest
 
-from boxmaker._cli import Environment, ExitStatus
-from boxmaker.inferproxy.cli import main
+from boxmaker._cli import ExitStatus
 
-
-def run(*argv: str) -> tuple[ExitStatus, str, str]:
-    out, err = io.StringIO(), io.StringIO()
-    status = main(list(argv), Environment(stdin=io.StringIO(), stdout=out, stderr=err))
-    return status, out.getvalue(), err.getvalue()
+from .conftest import run_main as run
 
 
 @pytest.mark.parametrize(
@@ -46,6 +40,9 @@ def test_bad_upstream_is_usage_with_one_line(
         ("--accept-burst", "many", "expected a whole number, got 'many'"),
         ("--accept-rate", "nan", "expected a positive number, got 'nan'"),
         ("--connect-timeout", "-1", "expected a positive number, got '-1'"),
+        ("--first-byte-timeout", "0", "expected a positive number, got '0'"),
+        ("--idle-timeout", "inf", "expected a positive number, got 'inf'"),
+        ("--idle-timeout", "1e300", "expected at most 604800 seconds (a week), got '1e300'"),
     ],
 )
 def test_bad_flag_value_is_usage_naming_the_flag(
@@ -91,3 +88,12 @@ def test_path_that_is_a_file_is_usage_and_the_file_is_kept(short_dir: str) -> No
     assert "exists and is a regular file, not a socket; refusing to remove it" in err
     with open(path) as f:
         assert f.read() == "precious\n"
+
+
+def test_idle_timeout_shorter_than_the_first_byte_timeout_is_usage(short_dir: str) -> None:
+    path = os.path.join(short_dir, "never.sock")
+    argv = ["--listen", path, "--upstream", "127.0.0.1:9"]
+    status, out, err = run(*argv, "--first-byte-timeout", "10", "--idle-timeout", "2")
+    assert (status, out) == (ExitStatus.USAGE, "")
+    assert err == "inferproxy: --idle-timeout (2 s) must be at least --first-byte-timeout (10 s)\n"
+    assert not os.path.exists(path)
