@@ -14,6 +14,7 @@ import socket
 from collections.abc import Callable
 
 from .log import DaemonLog
+from .peer import peer_refusal
 from .signals import StopSignals
 
 RESOURCE_BACKOFF_SECONDS = 0.1  # pause after accept() ran out of fds or memory
@@ -76,5 +77,10 @@ def _accept_pending(
                 log.warn(f"accept failed: {exc}")
                 return False
             raise
+        refusal = peer_refusal(client, own_uid)
+        if refusal is not None:
+            client.close()
+            log.say(f"refused a connection: {refusal}")
+            continue
         on_client(client)
     return True
