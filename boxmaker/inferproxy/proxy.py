@@ -83,6 +83,7 @@ class Connection:
     def __init__(self, proxy: "Proxy", client: socket.socket) -> None:
         self.proxy = proxy
         self.client = client
+        self.accepted_at = time.monotonic()  # the first-byte timeout counts from here
         self.upstream: socket.socket | None = None
         self._lock = threading.Lock()
         self._running = 1  # the connecting thread; becomes 2 once both copies run
@@ -160,9 +161,10 @@ class Connection:
 
         One poll() per connection, before the copy starts: the copy loop itself is unchanged.
         """
+        deadline = self.accepted_at + self.proxy.settings.first_byte_timeout
         poller = select.poll()
         poller.register(self.client.fileno(), select.POLLIN)
-        return bool(poller.poll(math.ceil(self.proxy.settings.first_byte_timeout * 1000)))
+        return bool(poller.poll(max(0, math.ceil((deadline - time.monotonic()) * 1000))))
 
     def quiet_ms(self) -> int | None:
         """How long the connection has carried no byte either way; None while that cannot be
