@@ -1,13 +1,28 @@
 """`inferproxy --listen <socket path> --upstream <host:port>`. No config file (m2a spec, section 2).
 
 The limit flags exist so tests and benchmarks can set them; their defaults are the brief's.
+`main(argv, env)` takes its streams from an injected `Environment`, so tests call it in-process.
 """
 
 import argparse
 import sys
+from typing import TYPE_CHECKING, NoReturn
+
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker._daemon import SetupError
+from boxmaker._daemon.log import DaemonLog
 
 from .limits import DEFAULT_ACCEPT_BURST, DEFAULT_ACCEPT_RATE, DEFAULT_MAX_CONNECTIONS
-from .proxy import DEFAULT_CONNECT_TIMEOUT, Proxy, Settings, SetupError
+from .proxy import (
+    DEFAULT_CONNECT_TIMEOUT,
+    DEFAULT_FIRST_BYTE_TIMEOUT,
+    DEFAULT_IDLE_TIMEOUT,
+    Proxy,
+    Settings,
+)
+
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
 
 
 def parse_upstream(text: str) -> tuple[str, int]:
@@ -46,8 +61,47 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+class _ParserExit(Exception):
+    def __init__(self, status: int) -> None:
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse writing to the Environment's streams, and raising instead of calling sys.exit."""
+
+    def __init__(self, env: Environment, prog: str, description: str) -> None:
+        super().__init__(prog=prog, description=description)
+        self.env = env
+
+    def _print_message(self, message: str, file: "SupportsWrite[str] | None" = None) -> None:
+        stream = self.env.stderr if file is sys.stderr else self.env.stdout
+        stream.write(message)
+        stream.flush()
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self.env.stderr.write(message)
+            self.env.stderr.flush()
+        raise _ParserExit(status)
+
+
+# The longest timeout a flag takes: a week is past any wait that means something, and keeps every
+# timeout inside what poll(2) and the socket calls can be given.
+MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
+
+
+def _seconds(text: str) -> float:
+    value = _positive_float(text)
+    if value > MAX_TIMEOUT_SECONDS:
+        raise argparse.ArgumentTypeError(
+            f"expected at most {MAX_TIMEOUT_SECONDS} seconds (a week), got {text!r}"
+        )
+    return value
+
+
+def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
+    parser = _Parser(
+        env or Environment(),
         prog="inferproxy",
         description="Forward a Unix socket to one TCP upstream, bytes only.",
     )
@@ -73,17 +127,47 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument(
         "--connect-timeout",
-        type=_positive_float,
+        type=_seconds,
         default=DEFAULT_CONNECT_TIMEOUT,
         help=f"seconds to reach the upstream (default {DEFAULT_CONNECT_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--first-byte-timeout",
+        type=_seconds,
+        default=DEFAULT_FIRST_BYTE_TIMEOUT,
+        help="seconds a new connection may wait for its first byte from the client "
+        f"(default {DEFAULT_FIRST_BYTE_TIMEOUT:g})",
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=_seconds,
+        default=DEFAULT_IDLE_TIMEOUT,
+        help="seconds a connection may carry no byte either way; at least --first-byte-timeout, "
+        "and longer than the client's longest wait for an answer "
+        f"(default {DEFAULT_IDLE_TIMEOUT:g})",
     )
     return parser
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitStatus:
+    """Runs the proxy until SIGTERM or SIGINT (OK), or says in one line why it cannot (USAGE).
+
+    Args:
+        argv: the arguments after the program name; sys.argv[1:] when None.
+        env: the streams; the process's own when None.
+    """
+    env = env or Environment()
+    try:
+        args = build_parser(env).parse_args(argv)
+    except _ParserExit as exc:
+        return ExitStatus(exc.status)
     try:
         host, port = parse_upstream(args.upstream)
+        if args.idle_timeout < args.first_byte_timeout:
+            raise SetupError(
+                f"--idle-timeout ({args.idle_timeout:g} s) must be at least "
+                f"--first-byte-timeout ({args.first_byte_timeout:g} s)"
+            )
         settings = Settings(
             listen=args.listen,
             upstream_host=host,
@@ -92,8 +176,12 @@ def main(argv: list[str] | None = None) -> int:
             accept_burst=args.accept_burst,
             accept_rate=args.accept_rate,
             connect_timeout=args.connect_timeout,
+            first_byte_timeout=args.first_byte_timeout,
+            idle_timeout=args.idle_timeout,
         )
-        return Proxy(settings).serve()
+        Proxy(settings, DaemonLog("inferproxy", env.stdout, env.stderr)).serve()
     except SetupError as exc:
-        print(f"inferproxy: {exc}", file=sys.stderr, flush=True)
-        return 2
+        env.stderr.write(f"inferproxy: {exc}\n")
+        env.stderr.flush()
+        return ExitStatus.USAGE  # nothing was started: the flags asked for what cannot be
+    return ExitStatus.OK

@@ -1,14 +1,19 @@
 """Fixtures for the inferproxy tests: a real daemon as a subprocess, a TCP upstream in the test."""
 
+import io
 import os
 import select
 import shutil
+import signal
 import socket
 import tempfile
+import threading
 from collections.abc import Callable, Iterator
 
 import pytest
 
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker.inferproxy.cli import main
 from tests.support.procs import Daemon, python_module, wait_for_socket
 
 BOUND = 10.0  # seconds for anything that should take milliseconds
@@ -104,3 +109,30 @@ def upstream_pending(listener: socket.socket, within: float) -> bool:
     """True if a connection reaches the upstream listener within `within` seconds."""
     ready, _, _ = select.select([listener], [], [], within)
     return bool(ready)
+
+
+def run_main(*argv: str) -> tuple[ExitStatus, str, str]:
+    """`main(argv, env)` in this process: its status, stdout and stderr.
+
+    Only for arguments that stop it before it serves. Should it serve after all (the refusal
+    under test is broken), a SIGTERM after BOUND stops it, and the test fails on the OK status
+    and the start line instead of hanging.
+    """
+    out, err = io.StringIO(), io.StringIO()
+    lock = threading.Lock()
+    returned = False
+
+    def stop_if_serving() -> None:
+        with lock:
+            if not returned:
+                signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGTERM)
+
+    timer = threading.Timer(BOUND, stop_if_serving)
+    timer.start()
+    try:
+        status = main(list(argv), Environment(stdin=io.StringIO(), stdout=out, stderr=err))
+    finally:
+        with lock:
+            returned = True
+        timer.cancel()
+    return status, out.getvalue(), err.getvalue()

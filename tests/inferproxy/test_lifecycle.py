@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from boxmaker._fast import NO_EXTENSIONS
-from boxmaker.inferproxy.cli import main, parse_upstream
+from boxmaker.inferproxy.cli import parse_upstream
 from boxmaker.inferproxy.proxy import Settings
 from tests.support.procs import Daemon, open_fds, thread_count, wait_for
 
@@ -143,17 +143,6 @@ def test_console_script_runs_the_same_daemon(short_dir: str, upstream: socket.so
         assert not os.path.exists(path)
     finally:
         daemon.kill()
-
-
-def test_main_returns_2_with_a_clear_message_for_a_bad_upstream(
-    short_dir: str, capsys: pytest.CaptureFixture[str]
-) -> None:
-    path = os.path.join(short_dir, "never.sock")
-    assert main(["--listen", path, "--upstream", "no-port-here"]) == 2
-    assert capsys.readouterr().err == (
-        "inferproxy: --upstream must be host:port, got 'no-port-here'\n"
-    )
-    assert not os.path.exists(path)
 
 
 @pytest.mark.parametrize(

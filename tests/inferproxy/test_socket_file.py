@@ -1,4 +1,7 @@
-"""The socket file: replaced when stale, 0600 in a 0700 folder, and nothing else is ever removed."""
+"""The socket file: replaced when stale, 0600 in a 0700 folder, and nothing else is ever removed.
+
+A folder that another user could change is refused at start (OpenSSH's StrictModes).
+"""
 
 import os
 import socket
@@ -6,9 +9,10 @@ import stat
 
 import pytest
 
+from boxmaker._cli import ExitStatus
 from tests.support.procs import Daemon, python_module
 
-from .conftest import BOUND, StartProxy, accept, address, connect
+from .conftest import BOUND, StartProxy, accept, address, connect, run_main
 
 
 def mode(path: str) -> int:
@@ -55,6 +59,53 @@ def test_missing_folder_is_created_0700(
         os.umask(old_umask)
     assert mode(folder) == 0o700
     assert mode(path) == 0o600
+
+
+def test_every_level_the_proxy_creates_is_0700(
+    start_proxy: StartProxy, short_dir: str, upstream: socket.socket
+) -> None:
+    levels = [os.path.join(short_dir, *"abc"[: i + 1]) for i in range(3)]
+    path = os.path.join(levels[-1], "infer.sock")
+    old_umask = os.umask(0o022)  # os.makedirs would leave the upper levels 0755
+    try:
+        start_proxy(path, address(upstream))
+    finally:
+        os.umask(old_umask)
+    assert [mode(level) for level in levels] == [0o700] * 3
+    assert mode(path) == 0o600
+
+
+@pytest.mark.parametrize("folder_mode", [0o770, 0o707, 0o777, 0o1777])
+def test_folder_that_others_can_write_is_refused(short_dir: str, folder_mode: int) -> None:
+    folder = os.path.join(short_dir, "run")
+    os.mkdir(folder)
+    os.chmod(folder, folder_mode)
+    path = os.path.join(folder, "infer.sock")
+    assert run_main("--listen", path, "--upstream", "127.0.0.1:9") == (
+        ExitStatus.USAGE,
+        "",
+        f"inferproxy: the socket's folder {folder} can be written by other users "
+        f"(mode {folder_mode:04o}); refusing to put a socket there (chmod go-w it, or choose "
+        "another folder)\n",
+    )
+    assert os.listdir(folder) == []
+    assert mode(folder) == folder_mode  # left as it was
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a folder to another user needs root")
+def test_folder_another_user_owns_is_refused(short_dir: str) -> None:
+    folder = os.path.join(short_dir, "run")
+    os.mkdir(folder, 0o700)
+    nobody = 65534
+    os.chown(folder, nobody, nobody)
+    path = os.path.join(folder, "infer.sock")
+    assert run_main("--listen", path, "--upstream", "127.0.0.1:9") == (
+        ExitStatus.USAGE,
+        "",
+        f"inferproxy: the socket's folder {folder} is owned by uid {nobody}, not by this user "
+        f"(uid {os.geteuid()}) or root; refusing to put a socket there\n",
+    )
+    assert os.listdir(folder) == []
 
 
 def test_existing_folder_is_left_as_it_is(
