@@ -2,9 +2,9 @@
 
 Each number kind has a maximum: the largest value loads and the client can use it (a request is
 built and encoded, every wait set on a real socket and a real lock); one more is refused. Tables
-sent to the server have a nesting limit. The file must be a regular file of at most 1 MiB, and
-any failure to read or parse it is one line naming the file (exit status 1 from loopd). A
-generated family of values ends the same way: a usable config, or a one-line ConfigError.
+sent to the server have a nesting limit. A generated family of values ends the same way: a
+usable config, or a one-line ConfigError. The file itself (a regular file of at most 1 MiB, one
+line per failure, exit status 1 from loopd) is test_config_file.py's.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import math
 import os
 import random
 import socket
-import subprocess
 import threading
 import time
 import typing
@@ -29,11 +28,9 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boxmaker._cli import ExitStatus
 from boxmaker._fast.sse import SSELineSplitter
 from boxmaker.loopd import _kinds
-from boxmaker.loopd.cli import main
-from boxmaker.loopd.config import MAX_CONFIG_BYTES, Config, ConfigError, load_config
+from boxmaker.loopd.config import Config, ConfigError
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy
@@ -42,10 +39,7 @@ from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, WaitLimits
 from boxmaker.loopd.selftest import cache_requests, tool_call_request
 from boxmaker.proto import UserMessage
 from tests.loopd.test_config import error, leaf_keys, parse, set_key, text
-from tests.support.cli import run_cli
-from tests.support.procs import python_module, wait_for
 
-DEEP = 50_000
 LEAF_KEYS = leaf_keys()
 
 
@@ -239,133 +233,6 @@ def test_tool_parameters_must_be_json_orjson_writes(table: str, says: str) -> No
 def test_64_bit_integers_in_tool_parameters_are_fine() -> None:
     table = f"{{ a = {2**64 - 1}, b = {-(2**63)} }}"
     assert_usable(parse(set_key("selftest.tool_parameters", table)))
-
-
-# ---- the file ----------------------------------------------------------------------------------
-
-
-def load_bounded(path: Path) -> ConfigError:
-    """load_config(path) in a thread that must end within the bound; the error it raised."""
-    caught: list[BaseException] = []
-
-    def run() -> None:
-        try:
-            load_config(path, env={})
-        except BaseException as exc:  # handed to the test thread
-            caught.append(exc)
-
-    thread = threading.Thread(target=run, daemon=True)
-    thread.start()
-    wait_for(lambda: not thread.is_alive(), f"load_config({path}) to return")
-    assert len(caught) == 1, "it loaded"
-    assert isinstance(caught[0], ConfigError), repr(caught[0])
-    assert "\n" not in str(caught[0])
-    assert str(caught[0]).startswith(f"{path}: ")
-    return caught[0]
-
-
-def test_a_fifo_is_refused_at_once(tmp_path: Path) -> None:
-    fifo = tmp_path / "loopd.toml"
-    os.mkfifo(fifo)
-    assert "cannot read it: a FIFO, not a regular file" in str(load_bounded(fifo))
-
-
-@pytest.mark.parametrize("device", ["/dev/zero", "/dev/null"])
-def test_a_device_is_refused_unread(device: str, tmp_path: Path) -> None:
-    assert "a character device, not a regular file" in str(load_bounded(Path(device)))
-    link = tmp_path / "loopd.toml"
-    link.symlink_to(device)  # a link is followed, and what it points at is checked
-    assert "a character device, not a regular file" in str(load_bounded(link))
-
-
-def test_a_folder_is_refused(tmp_path: Path) -> None:
-    assert "cannot read it: a folder, not a regular file" in str(load_bounded(tmp_path))
-
-
-def padded(size: int) -> bytes:
-    """A valid config of exactly `size` bytes: the required keys, then a comment."""
-    head = text().encode() + b"#"
-    return head + b"x" * (size - len(head) - 1) + b"\n"
-
-
-def test_a_file_of_1_mib_loads_and_one_byte_more_is_refused(tmp_path: Path) -> None:
-    path = tmp_path / "loopd.toml"
-    path.write_bytes(padded(MAX_CONFIG_BYTES))
-    assert load_config(path, env={}).inference.model == "smol"
-    path.write_bytes(padded(MAX_CONFIG_BYTES + 1))
-    assert "larger than 1048576 bytes (1 MiB)" in str(load_bounded(path))
-
-
-def test_toml_nested_50000_deep_is_one_line(tmp_path: Path) -> None:
-    path = tmp_path / "loopd.toml"
-    path.write_text(text() + "[loop]\nx = " + "[" * DEEP + "]" * DEEP + "\n")
-    assert str(load_bounded(path)) == f"{path}: not valid TOML: nested too deeply to parse"
-
-
-@pytest.mark.parametrize(
-    ("content", "says"),
-    [
-        (text(inference='"bad\\nkey" = 1'), "unknown key inference.bad\\nkey"),
-        (text(selftest='tool_choice = "a\\nb"'), 'got "a\\nb"'),
-        (text() + '[inference."x\\ny"]\n', "unknown section [inference.x\\ny]"),
-        (text(inference='"a\u2028b" = 1'), "unknown key inference.a\\u2028b"),
-    ],
-)
-def test_a_message_stays_one_line_whatever_the_file_holds(content: str, says: str) -> None:
-    message = str(error(content))
-    assert "\n" not in message
-    assert "\u2028" not in message
-    assert says in message
-
-
-def test_a_str_with_a_lone_surrogate_is_refused() -> None:
-    assert "not UTF-8 text" in str(error(text(inference='model = "\ud800"')))
-
-
-# ---- the command line ---------------------------------------------------------------------------
-
-
-def write_case(case: str, folder: Path) -> Path:
-    path = folder / "loopd.toml"
-    if case == "fifo":
-        os.mkfifo(path)
-    elif case == "too_large":
-        path.write_bytes(padded(MAX_CONFIG_BYTES + 1))
-    elif case == "deep":
-        path.write_text("x = " + "[" * DEEP + "]" * DEEP + "\n")
-    elif case == "not_toml":
-        path.write_text("[inference\n")
-    elif case == "overflow":
-        path.write_text(set_key("inference.liveness_ms", "10000000000000"))
-    return path
-
-
-CASES = ["fifo", "too_large", "deep", "not_toml", "overflow"]
-
-
-@pytest.mark.parametrize("case", CASES)
-def test_loopd_says_one_line_naming_the_file_and_exits_1(case: str, tmp_path: Path) -> None:
-    path = write_case(case, tmp_path)
-    done: list[Any] = []
-    thread = threading.Thread(
-        target=lambda: done.append(run_cli(main, ["selftest", "--config", path])), daemon=True
-    )
-    thread.start()
-    wait_for(lambda: not thread.is_alive(), f"loopd selftest on the {case} config to end")
-    [result] = done
-    assert result.status == ExitStatus.ERROR
-    assert result.stdout == ""
-    [line] = result.stderr_lines
-    assert line.startswith(f"loopd selftest: {path}: ")
-
-
-def test_a_real_loopd_on_toml_50000_deep_prints_one_line(tmp_path: Path) -> None:
-    # In a fresh process, as the owner meets it: no 3,000-line traceback.
-    path = write_case("deep", tmp_path)
-    argv = python_module("boxmaker.loopd", "selftest", "--config", str(path))
-    done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
-    assert done.returncode == 1
-    assert done.stderr == f"loopd selftest: {path}: not valid TOML: nested too deeply to parse\n"
 
 
 # ---- a generated family of values ---------------------------------------------------------------
