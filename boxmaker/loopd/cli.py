@@ -1,4 +1,8 @@
-"""`loopd <command> --config <path>`: the daemon's command line. `main(argv=None) -> int`.
+"""`loopd <command> --config <path>`: the daemon's command line.
+
+`main(argv=None, env=None) -> ExitStatus`, in httpie's shape: every byte goes through the
+injected `Environment`'s streams (argparse's usage and help too), so tests call it in-process
+(tests/support/cli.py).
 
     loopd selftest --config <path>
         Runs the three start-up checks (`selftest`) against the configured server and prints one
@@ -9,23 +13,25 @@
         slot. Prints each ChatEvent, then the Completion or the error, as one JSON object per
         line on stdout. Exit 0 on a completion, 1 on an error.
 
-A config that cannot be loaded exits 1 with the ConfigError's message (it names the file and the
-key) on stderr; a bad argument or `--messages` file exits 2 like any usage error. No traceback
-reaches the user for any of these. `loopd serve` comes with the channel (a later issue).
+A config that cannot be loaded exits 1 with the ConfigError's message (one line naming the file
+and the key) on stderr; a bad argument or `--messages` file exits 2 like any usage error; Ctrl-C
+exits 130. No traceback reaches the user for any of these. `loopd serve` comes with the channel
+(a later issue).
 """
 
 from __future__ import annotations
 
 import argparse
-import enum
+import io
 import os
 import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, Any
+from typing import IO, TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
+from boxmaker._cli import Environment, ExitStatus
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
@@ -39,13 +45,10 @@ from boxmaker.proto import (
     load_json,
 )
 
+if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
 PROG = "loopd"
-
-
-class ExitStatus(enum.IntEnum):
-    OK = 0
-    ERROR = 1  # a check failed, the request ended in an error, or the config is wrong
-    USAGE = 2  # bad arguments (argparse's own code) or a bad --messages file
 
 
 class UsageError(Exception):
@@ -57,23 +60,24 @@ def _print_json(out: IO[str], obj: dict[str, Any]) -> None:
     out.flush()  # a watcher sees each event as it happens
 
 
-def _error(command: str, message: str) -> None:
-    print(f"{PROG} {command}: {message}", file=sys.stderr, flush=True)
+def _error(env: Environment, command: str, message: str) -> None:
+    env.stderr.write(f"{PROG} {command}: {message}\n")
+    env.stderr.flush()
 
 
 # ---- loopd selftest ----------------------------------------------------------------------------
 
 
-def cmd_selftest(config: Config, _args: argparse.Namespace) -> ExitStatus:
+def cmd_selftest(config: Config, _args: argparse.Namespace, env: Environment) -> ExitStatus:
     failed = []
     for result in iter_selftest(config, Client(config.inference)):
-        print(result.line(), flush=True)
+        env.stdout.write(result.line() + "\n")
+        env.stdout.flush()
         if not result.ok:
             failed.append(result.check)
     if failed:
-        _error(
-            "selftest", f"FAILED ({', '.join(failed)}); loopd will not start against this server"
-        )
+        why = f"FAILED ({', '.join(failed)}); loopd will not start against this server"
+        _error(env, "selftest", why)
         return ExitStatus.ERROR
     return ExitStatus.OK
 
@@ -120,9 +124,9 @@ def complete_request(config: Config, args: argparse.Namespace) -> ChatRequest:
     return ChatRequest(config.inference.slots[0], messages, (), thinking=not args.no_thinking)
 
 
-def cmd_complete(config: Config, args: argparse.Namespace) -> ExitStatus:
+def cmd_complete(config: Config, args: argparse.Namespace, env: Environment) -> ExitStatus:
     req = complete_request(config, args)
-    out = sys.stdout
+    out = env.stdout
 
     def on_event(event: ChatEvent) -> None:
         _print_json(out, event_to_json(event))
@@ -131,7 +135,7 @@ def cmd_complete(config: Config, args: argparse.Namespace) -> ExitStatus:
         completion = Client(config.inference).chat_with_retry(req, on_event)
     except InferError as err:
         _print_json(out, {"type": "error", **err.to_json()})
-        _error("complete", err.describe())
+        _error(env, "complete", err.describe())
         return ExitStatus.ERROR
     _print_json(out, completion_to_json(completion))
     return ExitStatus.OK
@@ -139,17 +143,47 @@ def cmd_complete(config: Config, args: argparse.Namespace) -> ExitStatus:
 
 # ---- the parser --------------------------------------------------------------------------------
 
-Command = Callable[[Config, argparse.Namespace], ExitStatus]
+Command = Callable[[Config, argparse.Namespace, Environment], ExitStatus]
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog=PROG, description="Boxmaker's agent daemon: its inference path and start-up checks."
+class _ParserExit(Exception):
+    """argparse finished (help shown, or a usage error written): main returns `status`."""
+
+    def __init__(self, status: int) -> None:
+        super().__init__(status)
+        self.status = status
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ArgumentParser that writes to the Environment's streams and returns instead of exiting
+    (httpie's parser does the same)."""
+
+    def __init__(self, *args: Any, env: Environment, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.env = env
+
+    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
+        if message:
+            # argparse passes sys.stdout for --help and sys.stderr (or None) for errors.
+            (self.env.stdout if file is sys.stdout else self.env.stderr).write(message)
+
+    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
+        if message:
+            self._print_message(message, sys.stderr)
+        raise _ParserExit(status)
+
+
+def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
+    env = env if env is not None else Environment()
+    parser = _Parser(
+        prog=PROG,
+        description="Boxmaker's agent daemon: its inference path and start-up checks.",
+        env=env,
     )
     commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     def add(name: str, run: Command, help_text: str) -> argparse.ArgumentParser:
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub = commands.add_parser(name, help=help_text, description=help_text, env=env)
         sub.add_argument(
             "--config",
             required=True,
@@ -184,26 +218,48 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Runs one command; returns its exit status (see ExitStatus)."""
-    args = build_parser().parse_args(argv)
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> ExitStatus:
+    """Runs one command.
+
+    Args:
+        argv: the arguments after the program name; None means sys.argv[1:].
+        env: the streams to use; None means the process's own.
+
+    Returns:
+        Its exit status (see ExitStatus): a config that does not load is ERROR.
+    """
+    env = env if env is not None else Environment()
+    try:
+        args = build_parser(env).parse_args(argv)
+    except _ParserExit as done:
+        return ExitStatus(done.status)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        _error(args.command, str(exc))
+        _error(env, args.command, str(exc))
         return ExitStatus.ERROR
     try:
-        return int(args.run(config, args))
+        status: ExitStatus = args.run(config, args, env)
+        return status
     except UsageError as exc:
-        _error(args.command, str(exc))
+        _error(env, args.command, str(exc))
         return ExitStatus.USAGE
     except KeyboardInterrupt:
-        _error(args.command, "interrupted")
-        return 130  # the shell's code for SIGINT
+        _error(env, args.command, "interrupted")
+        return ExitStatus.INTERRUPTED
     except BrokenPipeError:
         # The reader went away (`loopd complete ... | head -1`): nothing left to tell anyone.
-        # Python would report the pipe again when it flushes stdout at exit, so point stdout at
-        # /dev/null first (the recipe in the `signal` module's documentation).
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        _quiet(env.stdout)
         return ExitStatus.ERROR
+
+
+def _quiet(stream: IO[str]) -> None:
+    """Points a stream whose reader left at /dev/null. Python would report the broken pipe again
+    when it flushes stdout at exit (the recipe in the `signal` module's documentation)."""
+    try:
+        fd = stream.fileno()
+    except (OSError, ValueError, io.UnsupportedOperation):
+        return  # a stream without a descriptor (a test's) has nothing to flush at exit
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, fd)
+    os.close(devnull)

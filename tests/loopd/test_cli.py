@@ -1,8 +1,11 @@
-"""`loopd selftest` and `loopd complete` as real subprocesses (`python -m boxmaker.loopd`).
+"""`loopd selftest` and `loopd complete`: exit codes, stdout's lines (one result or one JSON
+object each) and stderr's messages; no traceback may show.
 
-Against the real llama-server through the real inferproxy where a server is needed (conftest.py),
-and against a socket nobody listens on for the error paths. Exit codes, stdout's lines (one
-result or one JSON object each) and stderr's messages are checked; no traceback may show.
+Against the real llama-server through the real inferproxy (conftest.py), each command runs as a
+real subprocess (`python -m boxmaker.loopd`), as supervisord and the owner run it. What needs no
+server (usage errors, a bad config or --messages file, a socket nobody listens on) calls `main`
+in-process through tests/support/cli.py; two subprocess tests keep the entry point honest (the
+status reaches the shell, Ctrl-C is 130).
 """
 
 from __future__ import annotations
@@ -10,7 +13,9 @@ from __future__ import annotations
 import fcntl
 import json
 import os
+import select
 import shutil
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -18,7 +23,10 @@ from typing import Any
 
 import pytest
 
+from boxmaker._cli import ExitStatus
+from boxmaker.loopd.cli import main
 from tests.loopd.conftest import Stack, local_profile, short_tmpdir
+from tests.support.cli import Result, run_cli
 from tests.support.procs import python_module
 from tests.support.toml import toml_dumps
 
@@ -45,6 +53,10 @@ def loopd(*args: str | Path) -> subprocess.CompletedProcess[str]:
     )
     assert "Traceback" not in done.stderr, done.stderr
     return done
+
+
+def loopd_in_process(*args: str | Path) -> Result:
+    return run_cli(main, args)
 
 
 def json_lines(stdout: str) -> list[dict[str, Any]]:
@@ -105,31 +117,49 @@ def test_selftest_fails_naming_the_mismatch(single_stack: Stack) -> None:
 def test_selftest_without_an_inferproxy_exits_1_with_what_it_could_not_reach(
     offline_dir: Path,
 ) -> None:
-    done = loopd("selftest", "--config", offline_config(offline_dir))
-    assert done.returncode == 1
+    done = loopd_in_process("selftest", "--config", offline_config(offline_dir))
+    assert done.status == ExitStatus.ERROR
     props, tool_call, cache = done.stdout.splitlines()
     assert props.startswith("FAILED  props: no answer: connect: ")
     assert str(offline_dir / "infer.sock") in props
     assert "not run: the server could not be reached" in tool_call
     assert "not run: the server could not be reached" in cache
+    assert done.stderr_lines == [
+        "loopd selftest: FAILED (props, tool_call, cache); loopd will not start against this server"
+    ]
 
 
 def test_a_missing_config_exits_1_naming_the_file(offline_dir: Path) -> None:
     missing = offline_dir / "absent.toml"
     for command in (["selftest"], ["complete", "--say", "hi"]):
-        done = loopd(*command, "--config", missing)
-        assert done.returncode == 1
+        done = loopd_in_process(*command, "--config", missing)
+        assert done.status == ExitStatus.ERROR
         assert done.stdout == ""
-        assert done.stderr.startswith(f"loopd {command[0]}: {missing}: no such file")
+        assert done.stderr_lines == [
+            f"loopd {command[0]}: {missing}: no such file (conf/loopd.toml.example shows every key)"
+        ]
 
 
 def test_a_wrong_key_exits_1_naming_the_key(offline_dir: Path) -> None:
     path = offline_config(offline_dir)
     path.write_text(path.read_text().replace("max_tokens", "max_tokenz"))
-    done = loopd("selftest", "--config", path)
-    assert done.returncode == 1
-    assert "inference.max_tokenz" in done.stderr
-    assert "did you mean" in done.stderr
+    done = loopd_in_process("selftest", "--config", path)
+    assert done.status == ExitStatus.ERROR
+    [line] = done.stderr_lines
+    assert line.startswith(f"loopd selftest: {path}: unknown key inference.max_tokenz")
+    assert "did you mean" in line
+
+
+def test_the_entry_point_exits_with_mains_status(offline_dir: Path) -> None:
+    # The one subprocess among the offline tests: the status must reach the shell.
+    missing = offline_dir / "absent.toml"
+    done = loopd("selftest", "--config", missing)
+    assert (done.returncode, done.stdout) == (1, "")
+    assert (
+        done.stderr
+        == f"loopd selftest: {missing}: no such file (conf/loopd.toml.example shows every key)\n"
+    )
+    assert loopd().returncode == 2
 
 
 # ---- loopd complete ----------------------------------------------------------------------------
@@ -219,11 +249,12 @@ def test_a_bad_messages_file_is_a_usage_error_naming_the_file(
     path = offline_dir / "messages.json"
     if content is not None:
         path.write_text(content)
-    done = loopd("complete", "--config", offline_config(offline_dir), "--messages", path)
-    assert done.returncode == 2
+    done = loopd_in_process("complete", "--config", offline_config(offline_dir), "--messages", path)
+    assert done.status == ExitStatus.USAGE
     assert done.stdout == ""
-    assert done.stderr.startswith(f"loopd complete: --messages {path}: ")
-    assert said in done.stderr
+    [line] = done.stderr_lines
+    assert line.startswith(f"loopd complete: --messages {path}: ")
+    assert said in line
 
 
 def test_complete_prints_the_error_and_exits_1_on_http_400(single_stack: Stack) -> None:
@@ -240,14 +271,38 @@ def test_complete_prints_the_error_and_exits_1_on_http_400(single_stack: Stack) 
 
 def test_complete_without_an_inferproxy_retries_then_exits_1(offline_dir: Path) -> None:
     config = offline_config(offline_dir, retry_delays_ms=[20, 20, 20])
-    done = loopd("complete", "--config", config, "--say", "hi")
-    assert done.returncode == 1
+    done = loopd_in_process("complete", "--config", config, "--say", "hi")
+    assert done.status == ExitStatus.ERROR
     *events, last = json_lines(done.stdout)
     assert [e["type"] for e in events] == ["retrying"] * 3
     assert [e["attempt"] for e in events] == [2, 3, 4]
     assert last["type"] == "error"
     assert last["error"] == "connect"
     assert str(offline_dir / "infer.sock") in last["message"]
+    [line] = done.stderr_lines
+    assert line.startswith("loopd complete: connect: cannot connect to ")
+
+
+def test_ctrl_c_exits_130_saying_interrupted(offline_dir: Path) -> None:
+    # A real process and a real SIGINT, sent while the client waits a minute before its retry.
+    config = offline_config(offline_dir, retry_delays_ms=[60_000, 60_000, 60_000])
+    argv = python_module("boxmaker.loopd", "complete", "--config", str(config), "--say", "hi")
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        ready, _, _ = select.select([proc.stdout], [], [], RUN_BOUND)
+        assert ready, f"no retrying line within {RUN_BOUND} s"
+        first = json.loads(proc.stdout.readline())  # the wait before retry 2 has begun
+        assert first["type"] == "retrying"
+        proc.send_signal(signal.SIGINT)
+        stdout, stderr = proc.communicate(timeout=RUN_BOUND)
+    finally:
+        proc.kill()
+        proc.wait()
+    assert proc.returncode == ExitStatus.INTERRUPTED
+    assert ExitStatus.INTERRUPTED.value == 130  # the shell's code for SIGINT
+    assert stdout == ""
+    assert stderr == "loopd complete: interrupted\n"
 
 
 def test_a_reader_that_goes_away_ends_complete_quietly(single_stack: Stack) -> None:
@@ -291,7 +346,16 @@ def test_a_reader_that_goes_away_ends_complete_quietly(single_stack: Stack) -> N
     ],
 )
 def test_usage_errors_exit_2(args: tuple[str, ...], said: str) -> None:
-    done = loopd(*args)
-    assert done.returncode == 2
-    assert "usage: loopd" in done.stderr
-    assert said in done.stderr
+    done = loopd_in_process(*args)
+    assert done.status == ExitStatus.USAGE
+    assert done.stdout == ""
+    assert done.stderr.startswith("usage: loopd")
+    assert said in done.stderr_lines[-1]
+
+
+def test_help_goes_to_stdout_and_exits_0() -> None:
+    done = loopd_in_process("complete", "--help")
+    assert done.status == ExitStatus.OK
+    assert done.stdout.startswith("usage: loopd complete ")
+    assert "--no-thinking" in done.stdout
+    assert done.stderr == ""
