@@ -236,6 +236,15 @@ class InferenceConfig:
     max_sse_line_bytes: Annotated[int, BYTES] = 1_048_576
     max_body_bytes: Annotated[int, BYTES] = 4_194_304
     control_timeout_ms: Annotated[int, MS] = 5000
+    # ---- what one response may hold (issue 9): past any of these the stream is a protocol error
+    # (not retried). Far above what a real model produces; they exist so that no server can make
+    # loopd hold without bound.
+    max_interim_heads: Annotated[int, _integer(0, "1xx heads before a response")] = 8
+    max_content_bytes: Annotated[int, BYTES] = 4_194_304
+    max_reasoning_bytes: Annotated[int, BYTES] = 4_194_304
+    max_tool_calls: Annotated[int, _integer(1, "tool calls per completion")] = 128
+    max_tool_call_bytes: Annotated[int, BYTES] = 1_048_576  # ids, names and arguments together
+    # ---- end of the response caps
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def _relations(self) -> Iterator[tuple[str, str]]:

@@ -22,7 +22,13 @@ from typing import Any
 
 import orjson
 
-from boxmaker.loopd.http import HeadParser, ResponseHead, body_decoder, build_request
+from boxmaker.loopd.http import (
+    DEFAULT_MAX_INTERIM_HEADS,
+    HeadParser,
+    ResponseHead,
+    body_decoder,
+    build_request,
+)
 from boxmaker.loopd.llama.types import BadResponse, ConnectFailed, Stalled
 from boxmaker.proto import NEED_DATA
 
@@ -132,12 +138,13 @@ def exchange(
     timeout_ms: int,
     max_header_bytes: int,
     max_body_bytes: int,
+    max_interim_heads: int = DEFAULT_MAX_INTERIM_HEADS,
     clock: Clock = time.monotonic,
 ) -> Response:
     """One short request on its own connection, the whole response read within `timeout_ms`.
 
     Raises:
-        ConnectFailed: no connection, or it closed before a response head.
+        ConnectFailed: no connection, or it closed before any byte of a response.
         Stalled: the response was not complete within `timeout_ms`.
         BadResponse: a malformed or over-long head or body, or a body cut short.
     """
@@ -145,7 +152,7 @@ def exchange(
     what = f"{method} {target}"
     with Connection.open(path, timeout_ms / 1000) as conn:
         conn.send(build_request(method, target, body), timeout_ms / 1000)
-        parser = HeadParser(max_header_bytes)
+        parser = HeadParser(max_header_bytes, max_interim_heads)
 
         def read() -> bytes:
             data = conn.recv(deadline - clock())
