@@ -67,7 +67,8 @@ lint: $(VENV)/.stamp-install
 	$(VENV)/bin/ruff check boxmaker tests bench scripts
 	$(VENV)/bin/ruff format --check boxmaker tests bench scripts
 
-typecheck: $(VENV)/.stamp-install
+# mypy follows bench/'s imports of the peers, so it needs the bench extra.
+typecheck: $(VENV)/.stamp-bench
 	$(PY) -m pip install --quiet mypy
 	$(VENV)/bin/mypy
 

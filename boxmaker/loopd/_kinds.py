@@ -1,4 +1,4 @@
-"""The value kinds of loopd's config: what a key's value must be, in words, and its check. [core]
+"""The value kinds of loopd's config: what a key's value must be, in words, and its check.
 
 A `Kind` is `expected` (the words an error message uses) and `convert` (checks one TOML value and
 returns the typed one, or raises `Bad`). config.py declares every key with one of these; _walker.py
@@ -18,14 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
+
 # The maxima, each far above any real setting and far below what breaks the code that uses it.
 MAX_MS = 86_400_000  # one day: no wait of loopd's needs more; 10**13 ms overflowed a timeval
 MAX_BYTES = 1 << 30  # 1 GiB: a cap, never allocated up front; the largest default is 4 MiB
 MAX_TOKENS = 1 << 24  # 16,777,216: above the largest context windows; llama-server reads int32
 MAX_SLOTS = 1024  # slot ids and total_slots: far above any server's -np
 MAX_JSON_DEPTH = 64  # a table sent to the server; orjson writes at most 254 levels in all
-# Linux's sun_path is 108 bytes including the terminating NUL.
-MAX_UNIX_SOCKET_PATH_BYTES = 107
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX (4096) less the NUL
 _JSON_INTEGERS = range(-(2**63), 2**64)  # what orjson writes
 

@@ -1,4 +1,4 @@
-"""The walker of loopd's config: a TOML table read against the section dataclasses. [core]
+"""The walker of loopd's config: a TOML table read against the section dataclasses.
 
 A key is `name: Annotated[type, Kind, "what it is" (optional), Env(...) (optional)] = default`;
 without a default it is required. A field whose type is a dataclass is a sub-table. `build` reads

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
+from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
 from boxmaker.loopd._kinds import (
     BOOL,
     BYTES,
@@ -31,7 +32,6 @@ from boxmaker.loopd._kinds import (
     MAX_MS,
     MAX_SLOTS,
     MAX_TOKENS,
-    MAX_UNIX_SOCKET_PATH_BYTES,
     MS,
     PATH,
     SLOT_IDS,
@@ -121,6 +121,15 @@ class InferenceConfig:
     max_body_bytes: Annotated[int, BYTES] = 4_194_304
     # The calls on a second connection (/slots, the control call), and the main request's connect.
     control_timeout_ms: Annotated[int, MS] = 5000
+    # ---- what one response may hold (issue 9): past any of these the stream is a protocol error
+    # (not retried). Far above what a real model produces; they exist so that no server can make
+    # loopd hold without bound.
+    max_interim_heads: Annotated[int, integer(0, 1_000, "1xx heads before a response")] = 8
+    max_content_bytes: Annotated[int, BYTES] = 4_194_304
+    max_reasoning_bytes: Annotated[int, BYTES] = 4_194_304
+    max_tool_calls: Annotated[int, integer(1, 1_000_000, "tool calls per completion")] = 128
+    max_tool_call_bytes: Annotated[int, BYTES] = 1_048_576  # ids, names and arguments together
+    # ---- end of the response caps
     sampling: SamplingConfig = field(default_factory=SamplingConfig)
 
     def _relations(self) -> Iterator[tuple[str, str]]:

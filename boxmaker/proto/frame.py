@@ -8,11 +8,22 @@ its own set of kinds.
 Decoding follows h11's verbs: `receive_data(data)` (b"" is EOF), then `next_frame()` until it
 returns NEED_DATA (more bytes needed) or CLOSED (EOF at a frame boundary). A malformed frame raises
 FrameError, whose message says what was wrong and is meant for an `error` frame with code
-`bad_request` (`error_frame`); the decoder then stays broken, as the connection is to be closed.
-Only the frame's shape is checked here; what a body holds is the receiver's business.
+`bad_request` (`error_frame`); the decoder then stays broken, as the connection is to be closed,
+and holds nothing: what it had buffered is dropped, and so is every byte fed after.
+
+A frame is refused unless it is what `encode_frame` would write for what it decodes to, as log
+lines are (proto/log.py): compact JSON as orjson writes it, so one frame has one spelling. That
+refuses a duplicate key (JSON leaves its meaning open; orjson keeps the last) and a value nested
+deeper than orjson can write back. Nesting is also capped at MAX_FRAME_DEPTH levels, the frame
+object itself counting as one, so that no receiver walks an unbounded depth. Only the frame's
+shape is checked here; what a body holds is the receiver's business.
 """
 
+import array
 import enum
+import itertools
+import json
+import re
 from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Literal
@@ -27,6 +38,9 @@ from .wire import ErrorCode, WireError
 # the limit exists so that a peer cannot make us buffer without bound.
 MAX_FRAME_BYTES = 1_048_576
 LENGTH_BYTES = 4
+# Levels of objects and arrays, the frame object counting as 1 (its body as 2). orjson cannot
+# write more than 254; a turn or an event needs under 10; the margin is for tool schemas.
+MAX_FRAME_DEPTH = 128
 
 # The channel's kinds (M2b section 6). The worker pipes add their own.
 CHANNEL_KINDS: frozenset[str] = frozenset({"turn", "turn_event", "turn_done", "error"})
@@ -75,7 +89,8 @@ def encode_frame(
 
     Raises:
         EncodeError: `kind` is not one of `kinds`, `body` is not a dict of JSON values, `final` is
-            not a bool, or the JSON is longer than MAX_FRAME_BYTES.
+            not a bool, the JSON is nested deeper than MAX_FRAME_DEPTH or longer than
+            MAX_FRAME_BYTES.
     """
     if kind not in kinds:
         raise EncodeError(f"frame kind {quote(kind)} is unknown (known: {_listed(kinds)})")
@@ -87,6 +102,8 @@ def encode_frame(
         payload = orjson.dumps({"kind": kind, "final": final, "body": body})
     except orjson.JSONEncodeError as e:
         raise EncodeError(f"frame body of kind {quote(kind)} is not JSON: {e}") from None
+    if (depth := _depth(payload, MAX_FRAME_DEPTH)) > MAX_FRAME_DEPTH:
+        raise EncodeError(f"frame of kind {quote(kind)} is nested {_deeper(depth)}")
     if len(payload) > MAX_FRAME_BYTES:
         raise EncodeError(
             f"frame of kind {quote(kind)} is {len(payload)} bytes, over the limit of "
@@ -108,6 +125,46 @@ def _listed(kinds: Collection[str]) -> str:
     return ", ".join(sorted(kinds))
 
 
+# A JSON string, escapes included (the unrolled form: fast on long strings).
+_JSON_STRING = re.compile(rb'"[^"\\]*(?:\\.[^"\\]*)*"')
+_BRACKET_STEPS = bytes.maketrans(b"[]{}", b"\x01\xff\x01\xff")  # +1, -1 as signed bytes
+_NOT_BRACKETS = bytes(b for b in range(256) if b not in b"[]{}")
+
+
+def _depth(payload: bytes, limit: int) -> int:
+    """How deep the objects and arrays of `payload` (JSON that orjson read or wrote) nest, or 0
+    when they cannot pass `limit`. Works on the bytes, in C loops: strings are cut out, the
+    brackets left are summed as +1 and -1, and the highest running sum is the depth."""
+    if payload.count(b"[") + payload.count(b"{") <= limit:
+        return 0  # the common case: too few brackets to pass the limit at all
+    brackets = _JSON_STRING.sub(b"", payload).translate(_BRACKET_STEPS, _NOT_BRACKETS)
+    return max(itertools.accumulate(array.array("b", brackets)))
+
+
+def _deeper(depth: int, limit: int = MAX_FRAME_DEPTH) -> str:
+    return f"deeper than {limit} levels of objects and arrays (reached {depth})"
+
+
+def _duplicate_key(text: str) -> str | None:
+    """The first key that an object of `text` (JSON orjson accepted) holds twice, or None."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items if not found else ():
+            if key in seen:
+                found.append(key)
+                break
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except (ValueError, RecursionError):
+        return None
+    return found[0] if found else None
+
+
 class FrameDecoder:
     """Frames out of a byte stream fed in pieces of any size.
 
@@ -115,19 +172,25 @@ class FrameDecoder:
         kinds: the kinds this end accepts; any other is an error.
         max_frame_bytes: the largest N accepted; checked from the prefix, before the body is
             buffered. At most MAX_FRAME_BYTES.
+        max_depth: the most levels of nesting accepted, the frame object counting as 1. At most
+            MAX_FRAME_DEPTH.
     """
 
     def __init__(
         self,
         kinds: Collection[str] = CHANNEL_KINDS,
         max_frame_bytes: int = MAX_FRAME_BYTES,
+        max_depth: int = MAX_FRAME_DEPTH,
     ) -> None:
         if not 1 <= max_frame_bytes <= MAX_FRAME_BYTES:
             raise ValueError(
                 f"max_frame_bytes must be 1 to {MAX_FRAME_BYTES}, got {max_frame_bytes}"
             )
+        if not 2 <= max_depth <= MAX_FRAME_DEPTH:
+            raise ValueError(f"max_depth must be 2 to {MAX_FRAME_DEPTH}, got {max_depth}")
         self._kinds = frozenset(kinds)
         self._max = max_frame_bytes
+        self._max_depth = max_depth
         self._buf = bytearray()
         self._eof = False
         self._error: FrameError | None = None
@@ -138,7 +201,8 @@ class FrameDecoder:
         return len(self._buf)
 
     def receive_data(self, data: bytes) -> None:
-        """Adds bytes from the peer; b"" means the peer closed (EOF).
+        """Adds bytes from the peer; b"" means the peer closed (EOF). After a FrameError the
+        bytes are dropped: the connection is being closed, and nothing is held for it.
 
         Raises:
             RuntimeError: bytes after EOF (the caller's bug, not the peer's).
@@ -147,7 +211,7 @@ class FrameDecoder:
             self._eof = True  # again is harmless, as in h11
         elif self._eof:
             raise RuntimeError("receive_data after EOF: the stream has ended")
-        else:
+        elif self._error is None:
             self._buf += data
 
     def next_frame(self) -> Frame | NeedData | Closed:
@@ -162,6 +226,7 @@ class FrameDecoder:
             return self._next()
         except FrameError as e:
             self._error = e
+            self._buf = bytearray()  # frees it: a broken stream holds nothing
             raise
 
     def _next(self) -> Frame | NeedData | Closed:
@@ -190,6 +255,8 @@ class FrameDecoder:
 
     def _parse(self, payload: bytes) -> Frame:
         obj = load_json_object(payload, "frame", FrameError)
+        if (depth := _depth(payload, self._max_depth)) > self._max_depth:
+            raise FrameError(f"frame is nested {_deeper(depth, self._max_depth)}")
         for key in _KEYS:
             if key not in obj:
                 raise FrameError(
@@ -209,4 +276,19 @@ class FrameDecoder:
             raise FrameError(f"frame body must be an object, got {json_type(body)}")
         if kind not in self._kinds:
             raise FrameError(f"frame kind {quote(kind)} is unknown (known: {_listed(self._kinds)})")
+        try:
+            canonical = orjson.dumps(obj) == payload
+        except orjson.JSONEncodeError as e:  # pragma: no cover - the depth check comes first
+            raise FrameError(f"frame cannot be written back as JSON ({e})") from None
+        if not canonical:
+            raise FrameError(self._why_not_canonical(payload.decode()))
         return Frame(kind, final, body)
+
+    @staticmethod
+    def _why_not_canonical(text: str) -> str:
+        if (key := _duplicate_key(text)) is not None:
+            return f"frame has the key {quote(key)} twice in one object; a key may appear once"
+        return (
+            "frame is not in the canonical form encode_frame writes (compact JSON as orjson "
+            "writes it: no whitespace, no needless escapes, numbers in their shortest form)"
+        )

@@ -49,6 +49,12 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("inference.max_sse_line_bytes", 1024 * 1024),
     ("inference.max_body_bytes", 4 * 1024 * 1024),
     ("inference.control_timeout_ms", 5000),
+    # Issue 9's caps on one response (not in the briefs).
+    ("inference.max_interim_heads", 8),
+    ("inference.max_content_bytes", 4 * 1024 * 1024),
+    ("inference.max_reasoning_bytes", 4 * 1024 * 1024),
+    ("inference.max_tool_calls", 128),
+    ("inference.max_tool_call_bytes", 1024 * 1024),
     ("inference.sampling.temperature", None),
     ("inference.sampling.top_p", None),
     ("inference.sampling.top_k", None),

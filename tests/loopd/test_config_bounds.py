@@ -32,9 +32,10 @@ from boxmaker._fast.sse import SSELineSplitter
 from boxmaker.loopd import _kinds
 from boxmaker.loopd.config import Config, ConfigError
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import Stalled
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy
-from boxmaker.loopd.llama.types import ChatRequest, Stalled
+from boxmaker.loopd.llama.types import ChatRequest
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, WaitLimits
 from boxmaker.loopd.selftest import cache_requests, tool_call_request
 from boxmaker.proto import UserMessage

@@ -9,9 +9,14 @@ decisions are made by the cores: `waits.FirstByteWait` (how long to wait for the
    `/slots?model=<id>` on a second connection (at most `control_timeout_ms`), emit
    `Waiting{slot_busy}`, and let `FirstByteWait` decide: wait on, or WaitTimeout / LoadTimeout /
    Stalled.
-3. From the first byte on, every read times out after `liveness_ms`: any byte counts (progress
-   events and deltas alike) and silence past it is `Stalled`. There is no total deadline.
-4. An error status is `HttpStatus(status, body)` with at most 4 KiB of the body kept.
+3. From the first byte on, liveness (DECISIONS.md, "Liveness"): the response head must be
+   complete within `liveness_ms` of its first byte, and then the stream must make progress at
+   least every `liveness_ms`. Progress is a complete SSE event that moves the completion on (a
+   prompt_progress event, a delta: `Assembler.progress`), never a comment, an empty chunk or part
+   of a line, so a server that pings or drips bytes without producing anything is `Stalled`.
+   There is no total deadline; what one completion may hold is capped instead (`assemble`).
+4. An error status is `HttpStatus(status, body)` with at most 4 KiB of the body kept, read
+   within `liveness_ms` of the head.
 5. Each stream payload is folded; the reasoning count is checked after each. At `thinking_cap`,
    POST `reasoning_end` to `/v1/chat/completions/control` on a second connection, emit
    `ThinkingCapped`, read on. Reasoning `thinking_overrun` tokens past that, or a control call
@@ -20,9 +25,9 @@ decisions are made by the cores: `waits.FirstByteWait` (how long to wait for the
    finish_reason; without one it is `StreamClosedEarly`.
 
 The connection is closed on every way out, which is how generation is cancelled. No thread is
-started: the /slots poll and the control call are made from this thread, between reads. The clock
-is used only for the first-byte decisions (reads time out by the socket's own timer), so a test
-may pass a clock that jumps.
+started: the /slots poll and the control call are made from this thread, between reads. The
+injected clock is used only for the first-byte decisions, so a test may pass a clock that jumps;
+the liveness deadlines are kept on `time.monotonic`.
 """
 
 from __future__ import annotations
@@ -31,7 +36,7 @@ import time
 from collections.abc import Callable
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.assemble import Assembler
+from boxmaker.loopd.llama.assemble import Assembler, CompletionLimits
 from boxmaker.loopd.llama.errors import (
     HTTP_BODY_CAP_BYTES,
     BadResponse,
@@ -62,6 +67,8 @@ from boxmaker.loopd.llama.transport import Clock, Connection, Response, short_ex
 from boxmaker.loopd.llama.types import Completion, OnEvent
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
+
+_now = time.monotonic  # the liveness clock: real time, whatever clock the caller injects
 
 
 def run_chat(
@@ -112,23 +119,28 @@ class _Chat:
 
     # -- step 2: the first byte --
     def _await_head(self, conn: Connection) -> tuple[ResponseHead, bytes]:
-        parser = HeadParser(self.cfg.max_header_bytes)
+        parser = HeadParser(self.cfg.max_header_bytes, self.cfg.max_interim_heads)
         wait = FirstByteWait(WaitLimits.from_config(self.cfg), self.slot, self.clock())
-        begun = False
+        deadline: float | None = None  # once a byte came: the head is due by then
         while True:
-            data = conn.recv(self.liveness_s if begun else self.cfg.poll_ms / 1000)
+            if deadline is None:
+                data = conn.recv(self.cfg.poll_ms / 1000)
+            else:
+                left = deadline - _now()
+                data = conn.recv(left) if left > 0 else None
             if data is None:
-                if begun:
+                if deadline is not None:
                     raise Stalled(
-                        f"the response head stopped for {self.cfg.liveness_ms} ms "
-                        f"(liveness_ms) after {parser.received} bytes"
+                        f"the response head was not complete {self.cfg.liveness_ms} ms "
+                        f"(liveness_ms) after its first byte ({parser.received} bytes came)"
                     )
                 view, detail = self._poll_slots()
                 self.on_event(WaitingEvent(slot_busy=view is SlotView.BUSY))
                 if (err := wait.observe(self.clock(), view, detail)) is not None:
                     raise err
                 continue
-            begun = True
+            if deadline is None:
+                deadline = _now() + self.liveness_s
             parser.receive_data(data)  # b"": the close; next_head() says what it means
             if (head := parser.next_head()) is not NEED_DATA:
                 assert isinstance(head, ResponseHead)
@@ -155,8 +167,10 @@ class _Chat:
 
     # -- an error status --
     def _http_error(self, conn: Connection, head: ResponseHead, rest: bytes) -> HttpStatus:
-        """The error with up to 4 KiB of its body: what came before a close, silence or bad byte."""
+        """The error with up to 4 KiB of its body: what came before a close, the liveness
+        deadline or a bad byte."""
         parts: list[bytes] = []
+        deadline = _now() + self.liveness_s
         try:
             decoder = body_decoder(head, self.cfg.max_body_bytes)
             data: bytes | None = rest
@@ -164,8 +178,8 @@ class _Chat:
                 parts.append(decoder.feed(data or b""))
                 if decoder.done or sum(map(len, parts)) >= HTTP_BODY_CAP_BYTES:
                     break
-                if not (data := conn.recv(self.liveness_s)):
-                    break  # the close, or silence: keep what came
+                if (left := deadline - _now()) <= 0 or not (data := conn.recv(left)):
+                    break  # the close, or the deadline: keep what came
         except BadResponse:
             pass  # the status is the news; a broken body is kept as far as it went
         text = b"".join(parts)[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
@@ -173,24 +187,30 @@ class _Chat:
 
     # -- steps 3 to 5: the stream --
     def _stream(self, conn: Connection, head: ResponseHead, rest: bytes) -> Completion:
-        decoder = body_decoder(head, None)  # a stream's size is bounded per line, not in all
+        decoder = body_decoder(head, None)  # a stream is bounded by the completion caps
         events = EventStream(self.cfg.max_sse_line_bytes)
-        asm = Assembler()
+        asm = Assembler(CompletionLimits.from_config(self.cfg))
         guard = ThinkingGuard(self.cfg.thinking_cap, self.cfg.thinking_overrun)
+        deadline = _now() + self.liveness_s
         data = rest
         try:
             while True:
+                progress = asm.progress
                 for payload in events.feed(decoder.feed(data)):
                     for event in asm.feed(payload):
                         self.on_event(event)
                     self._check_thinking(asm, guard)
                 if events.done or decoder.done:
                     break
-                got = conn.recv(self.liveness_s)
+                now = _now()  # after the events, and after a reasoning_end call among them
+                if asm.progress != progress and not asm.finished:
+                    deadline = now + self.liveness_s
+                got = conn.recv(deadline - now) if now < deadline else None
                 if got is None:
                     raise Stalled(
-                        f"no byte for {self.cfg.liveness_ms} ms (liveness_ms) in the middle "
-                        f"of the stream, after {decoder.received} body bytes"
+                        f"no progress for {self.cfg.liveness_ms} ms (liveness_ms) in the middle "
+                        f"of the stream, after {decoder.received} body bytes: no complete event "
+                        "with a delta or prompt progress (pings and partial lines do not count)"
                     )
                 if not got:
                     self._closed(decoder.end)

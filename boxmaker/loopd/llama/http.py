@@ -3,22 +3,31 @@
 loopd sends one request per connection with `Connection: close` (M2a brief, section 2), so the
 client needs no keep-alive, no pipelining and no request state machine. What it needs is here:
 
-- `build_request(method, target, body)`: the request bytes. A body is always JSON.
+- `build_request(method, target, body)`: the request bytes. A body is always JSON. Every request
+  says `Accept-Encoding: identity`: the client reads no content coding.
 - `HeadParser`: `receive_data(b)` (b"" for EOF), then `next_head()` -> `ResponseHead` or
   `NEED_DATA` (h11's verbs, STYLE.md R2). The head is the status line and the header lines up to
-  the blank line; `rest` holds the bytes after it. Informational (1xx) heads are skipped. Header
-  names are case-insensitive and may repeat (a llama-server router forwards `Connection: close`
-  twice). Lines end in CRLF; a bare LF is accepted too (RFC 9112 section 2.2 allows it).
+  the blank line; `rest` holds the bytes after it. Informational (1xx) heads are skipped, but
+  they count: their bytes against the one head cap, their number against `max_interim_heads`,
+  so a peer that sends `100 Continue` for ever is stopped. `101 Switching Protocols` is an error
+  (the client never asks to upgrade). Header names are case-insensitive and may repeat (a
+  llama-server router forwards `Connection: close` twice). Lines end in CRLF; a bare LF is
+  accepted too (RFC 9112 section 2.2 allows it).
 - `body_decoder(head, max_body_bytes)`: the framing of the body that follows (RFC 9112 section
   6.3): none for 204 and 304; chunked when Transfer-Encoding ends in chunked (through
   `_fast.chunked`); Content-Length; otherwise everything up to the close. Each decoder has
   `feed(bytes) -> bytes`, `done`, and `end()` for EOF, which raises `TruncatedBody` when the
-  framing says more was due.
+  framing says more was due. A Content-Encoding other than identity is refused.
 
-Limits live here, from config (STYLE.md R2): the head is capped (16 KiB by default, h11's default
-too) so a peer that never ends its head cannot make us buffer without bound, and a body that is
-not a stream can be capped (4 MiB). Every breach, and every ProtocolError from the fast decoders,
-is a `BadResponse` whose message says what was wrong.
+Limits live here, from config (STYLE.md R2): the heads are capped (16 KiB by default, h11's
+default too) so a peer that never ends its head cannot make us buffer without bound, and a body
+that is not a stream can be capped (4 MiB). Every breach, and every ProtocolError from the fast
+decoders, is a `BadResponse` whose message says what was wrong.
+
+Connect or protocol: a close before any byte of the response is `ConnectFailed` (retryable: the
+server or the proxy went away). Once a byte has arrived the server has answered, so a broken or
+cut head is a `BadResponse`, and bytes that cannot begin an HTTP/1.x status line are refused at
+once, without waiting for a line end.
 """
 
 from __future__ import annotations
@@ -42,7 +51,11 @@ _TOKEN_RE: Final = re.compile(rb"[!#$%&'*+.^_`|~0-9A-Za-z-]+")
 # What a request target may hold: a path and query, already percent-encoded.
 _TARGET_RE: Final = re.compile(r"/[\x21-\x7e]*")
 _HEAD_END_RE: Final = re.compile(rb"\r?\n\r?\n")
+_STATUS_PREFIX: Final = b"HTTP/1."  # what every response head starts with
 SHOW_BYTES: Final = 60  # how much of a bad line an error message quotes
+# A server that honours `Connection: close` and no `Expect` sends no 1xx at all; a few are
+# tolerated (103 Early Hints), more is a loop.
+DEFAULT_MAX_INTERIM_HEADS: Final = 8
 
 
 class TruncatedBody(BadResponse):
@@ -73,8 +86,8 @@ def build_request(method: str, target: str, body: bytes | None = None) -> bytes:
         body: a JSON body, or None for none.
 
     Returns:
-        The request line, Host, Content-Type and Content-Length (with a body), `Connection:
-        close`, the blank line and the body.
+        The request line, Host, Content-Type and Content-Length (with a body), `Accept-Encoding:
+        identity`, `Connection: close`, the blank line and the body.
 
     Raises:
         ValueError: a method or target that would not make a valid request line.
@@ -86,7 +99,7 @@ def build_request(method: str, target: str, body: bytes | None = None) -> bytes:
     lines = [f"{method} {target} HTTP/1.1", f"Host: {HOST}"]
     if body is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(body)}"]
-    lines += ["Connection: close", "", ""]
+    lines += ["Accept-Encoding: identity", "Connection: close", "", ""]
     return "\r\n".join(lines).encode("ascii") + (body or b"")
 
 
@@ -111,16 +124,22 @@ class ResponseHead:
 
 
 class HeadParser:
-    """Reads one response head, fed in pieces of any size."""
+    """Reads one response head, and the interim (1xx) heads before it, fed in pieces of any size."""
 
-    def __init__(self, max_header_bytes: int) -> None:
+    def __init__(
+        self, max_header_bytes: int, max_interim_heads: int = DEFAULT_MAX_INTERIM_HEADS
+    ) -> None:
         """Args:
-        max_header_bytes: the most bytes a head may take, its blank line included.
+        max_header_bytes: the most bytes the heads may take together, blank lines included.
+        max_interim_heads: the most 1xx heads skipped before the final one.
         """
         self._max = max_header_bytes
+        self._max_interim = max_interim_heads
         self._buf = bytearray()
         self._eof = False
         self._scanned = 0  # where the search for the blank line resumes
+        self._spent = 0  # bytes of the interim heads already parsed, counted against the cap
+        self.interim = 0  # interim heads skipped so far
         self.received = 0  # bytes fed so far, for messages
         self.rest = b""  # the bytes after the head, once next_head() returned it
 
@@ -135,29 +154,56 @@ class HeadParser:
         """The final (non-1xx) response head, or NEED_DATA.
 
         Raises:
-            BadResponse: the head is malformed or longer than the cap.
-            ConnectFailed: the peer closed before a whole head arrived (nothing usable came).
+            ConnectFailed: the peer closed before sending any byte.
+            BadResponse: the head is malformed, longer than the cap, cut by the close, or
+                preceded by too many interim heads.
         """
         while True:
+            start = bytes(self._buf[: len(_STATUS_PREFIX)])
+            if not _STATUS_PREFIX.startswith(start):
+                line = bytes(self._buf).split(b"\n", 1)[0]
+                raise BadResponse(f"not an HTTP/1.x status line: {_show(line)}")
+            room = self._max - self._spent  # what this head may take
             # Look back 3 bytes so a blank line cut across feeds is still found.
             match = _HEAD_END_RE.search(self._buf, max(0, self._scanned - 3))
-            if match is None or match.end() > self._max:
-                if len(self._buf) >= self._max:
-                    raise BadResponse(f"response head longer than {self._max} bytes")
+            if match is None or match.end() > room:
+                if len(self._buf) >= room:
+                    raise BadResponse(self._too_long())
                 if self._eof:
-                    got = f"after {len(self._buf)} bytes of a head" if self._buf else "without"
-                    raise ConnectFailed(f"the server closed the connection {got} answering")
+                    if not self.received:
+                        raise ConnectFailed("the server closed the connection without answering")
+                    raise BadResponse(
+                        f"the server closed the connection after {self.received} bytes, "
+                        "inside the response head"
+                    )
                 self._scanned = len(self._buf)
                 return NEED_DATA
             head = bytes(self._buf[: match.start()])
             del self._buf[: match.end()]
             self._scanned = 0
             parsed = parse_head(head)
+            if parsed.status == 101:
+                raise BadResponse("101 Switching Protocols, but the client never asks to upgrade")
             if 100 <= parsed.status < 200:
-                continue  # an interim response (100 Continue): the real one follows
+                # An interim response (100 Continue, 103 Early Hints): the real one follows.
+                self.interim += 1
+                self._spent += match.end()
+                if self.interim > self._max_interim:
+                    raise BadResponse(
+                        f"more than {self._max_interim} interim (1xx) heads before the response"
+                    )
+                continue
             self.rest = bytes(self._buf)
             self._buf.clear()
             return parsed
+
+    def _too_long(self) -> str:
+        if self.interim:
+            return (
+                f"response heads longer than {self._max} bytes in all "
+                f"({self.interim} interim 1xx heads, then the response's)"
+            )
+        return f"response head longer than {self._max} bytes"
 
 
 def parse_head(head: bytes) -> ResponseHead:
@@ -285,10 +331,15 @@ def body_decoder(head: ResponseHead, max_bytes: int | None) -> BodyDecoder:
     """The decoder for the body after `head`.
 
     Raises:
-        BadResponse: a Transfer-Encoding other than chunked, or a bad or conflicting length.
+        BadResponse: a Transfer-Encoding other than chunked, a Content-Encoding other than
+            identity, or a bad or conflicting length.
     """
     if head.status in (204, 304):
         return EmptyBody()
+    encodings = [c.strip().lower() for v in head.get_all("Content-Encoding") for c in v.split(",")]
+    if [c for c in encodings if c and c != "identity"]:
+        # Accept-Encoding: identity was sent; a compressed body would be read as garbage.
+        raise BadResponse(f"unsupported Content-Encoding: {', '.join(encodings)} (identity asked)")
     codings = [c.strip().lower() for v in head.get_all("Transfer-Encoding") for c in v.split(",")]
     if codings:
         # Transfer-Encoding wins over Content-Length (RFC 9112 section 6.3, rule 3).

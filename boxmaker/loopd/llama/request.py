@@ -18,6 +18,8 @@ server, and the recordings show reasoning_content with true and none with false.
 
 `extra` is for the start-up self-test, which needs `tool_choice`, `parallel_tool_calls`, `stop`
 and a `temperature` of its own; its assistant prefill is simply the last message of the request.
+It may lower `max_tokens`, never raise it: the client stops a stream that generates more than
+[inference] max_tokens (`llama.assemble`).
 """
 
 from collections.abc import Mapping
@@ -60,7 +62,8 @@ def chat_body(
         Compact UTF-8 JSON (orjson), the same bytes for the same inputs.
 
     Raises:
-        ValueError: `extra` names a key the client owns (see RESERVED_KEYS).
+        ValueError: `extra` names a key the client owns (see RESERVED_KEYS), or a max_tokens that
+            is not an integer from 1 to config.max_tokens.
         boxmaker.proto.EncodeError: a message or tool that cannot be encoded.
     """
     body: dict[str, Any] = {
@@ -83,5 +86,14 @@ def chat_body(
     for key, value in (extra or {}).items():
         if key in RESERVED_KEYS:
             raise ValueError(f"extra request field {key!r} is set by the client itself")
+        if key == "max_tokens" and not _lower_max_tokens(value, config.max_tokens):
+            raise ValueError(
+                f"extra max_tokens must be an integer from 1 to [inference] max_tokens = "
+                f"{config.max_tokens} (the stream is stopped there), got {value!r:.40}"
+            )
         body[key] = value  # an existing key keeps its place: same order, new value
     return orjson.dumps(body)
+
+
+def _lower_max_tokens(value: object, limit: int) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and 1 <= value <= limit

@@ -22,7 +22,13 @@ from pathlib import Path
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
-from boxmaker.loopd.llama.http import HeadParser, ResponseHead, body_decoder, build_request
+from boxmaker.loopd.llama.http import (
+    DEFAULT_MAX_INTERIM_HEADS,
+    HeadParser,
+    ResponseHead,
+    body_decoder,
+    build_request,
+)
 from boxmaker.proto import NEED_DATA
 
 Clock = Callable[[], float]
@@ -128,6 +134,7 @@ def short_exchange(
         timeout_ms=config.control_timeout_ms,
         max_header_bytes=config.max_header_bytes,
         max_body_bytes=config.max_body_bytes,
+        max_interim_heads=config.max_interim_heads,
         clock=clock,
     )
 
@@ -141,12 +148,13 @@ def exchange(
     timeout_ms: int,
     max_header_bytes: int,
     max_body_bytes: int,
+    max_interim_heads: int = DEFAULT_MAX_INTERIM_HEADS,
     clock: Clock = time.monotonic,
 ) -> Response:
     """One short request on its own connection, the whole response read within `timeout_ms`.
 
     Raises:
-        ConnectFailed: no connection, or it closed before a response head.
+        ConnectFailed: no connection, or it closed before any byte of a response.
         Stalled: the response was not complete within `timeout_ms`.
         BadResponse: a malformed or over-long head or body, or a body cut short.
     """
@@ -154,7 +162,7 @@ def exchange(
     what = f"{method} {target}"
     with Connection.open(path, timeout_ms / 1000) as conn:
         conn.send(build_request(method, target, body), timeout_ms / 1000)
-        parser = HeadParser(max_header_bytes)
+        parser = HeadParser(max_header_bytes, max_interim_heads)
 
         def read() -> bytes:
             data = conn.recv(deadline - clock())
