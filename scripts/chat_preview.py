@@ -15,8 +15,8 @@ from pathlib import Path
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, InferError
+from boxmaker.loopd.turn.records import assistant_message
 from boxmaker.proto import (
-    AssistantMessage,
     ChatMessage,
     ContentEvent,
     ReasoningEvent,
@@ -73,8 +73,7 @@ def main() -> int:
             print(f"\n[error: {err.TAG}: {err}]")
             continue
         print()
-        answer = AssistantMessage(done.content, done.reasoning_content, done.tool_calls)
-        history = [*messages, answer]
+        history = [*messages, assistant_message(done)]
 
 
 if __name__ == "__main__":

@@ -319,6 +319,8 @@ class LoopConfig:
     tool_iterations: Annotated[int, _integer(1, "tool rounds per turn")] = 8
     repeat_detection: Annotated[bool, BOOL] = True
     tool_result_cap: Annotated[int, BYTES] = 16_384
+    parallel_tools: Annotated[bool, BOOL] = True
+    tool_timeout_ms: Annotated[int, MS] = 30_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

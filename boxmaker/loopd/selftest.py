@@ -37,6 +37,7 @@ from boxmaker.loopd.llama.types import (
     FinishReason,
     InferError,
 )
+from boxmaker.loopd.turn.records import assistant_message
 from boxmaker.proto import AssistantMessage, ChatMessage, ToolSchema, UserMessage
 
 PROPS: Final = "props"
@@ -234,10 +235,7 @@ def cache_requests(
     st = config.selftest
     messages: list[ChatMessage] = [UserMessage(st.cache_first_prompt)]
     if turn1 is not None:
-        messages += [
-            AssistantMessage(turn1.content, turn1.reasoning_content, turn1.tool_calls),
-            UserMessage(st.cache_second_prompt),
-        ]
+        messages += [assistant_message(turn1), UserMessage(st.cache_second_prompt)]
     req = ChatRequest(config.inference.slots[0], tuple(messages), (_tool(st),), thinking=False)
     extra = {
         "max_tokens": min(config.inference.max_tokens, CACHE_TURN_MAX_TOKENS),
