@@ -182,33 +182,38 @@ def chat_bodies(fake: FakeServer) -> list[dict[str, Any]]:
 # ---- config, sessions, time ---------------------------------------------------------------------
 
 
-def config_for(socket: Path, home: Path, **loop: Any) -> Config:
-    """A whole Config: the fake server's socket, short waits, the home, and [loop] overrides."""
+def config_text(socket: Path, home: Path, system: Path | None = None, **loop: Any) -> str:
+    """A whole loopd.toml: the fake server's socket, short waits, the home, the system prompt
+    file (when given) and [loop] overrides."""
 
     def toml(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
 
-    text = "\n".join(
-        [
-            "[inference]",
-            f"socket = {toml(str(socket))}",
-            f'model = "{MODEL}"',
-            "slots = [0, 1]",
-            "liveness_ms = 2000",
-            "control_timeout_ms = 2000",
-            "retry_attempts = 1",
-            "retry_delays_ms = []",
-            "[expect]",
-            f'chat_template_sha256 = "{"0" * 64}"',
-            "n_ctx = 2048",
-            "total_slots = 2",
-            "[paths]",
-            f"home = {toml(str(home))}",
-            "[loop]",
-            *(f"{k} = {toml(v)}" for k, v in loop.items()),
-        ]
-    )
-    return parse_config(text + "\n", "test.toml", home)
+    lines = [
+        "[inference]",
+        f"socket = {toml(str(socket))}",
+        f'model = "{MODEL}"',
+        "slots = [0, 1]",
+        "liveness_ms = 2000",
+        "control_timeout_ms = 2000",
+        "retry_attempts = 1",
+        "retry_delays_ms = []",
+        "[expect]",
+        f'chat_template_sha256 = "{"0" * 64}"',
+        "n_ctx = 2048",
+        "total_slots = 2",
+        "[paths]",
+        f"home = {toml(str(home))}",
+        "[loop]",
+        *(f"{k} = {toml(v)}" for k, v in loop.items()),
+    ]
+    if system is not None:
+        lines += ["[baseline]", f"system = {toml(str(system))}"]
+    return "\n".join(lines) + "\n"
+
+
+def config_for(socket: Path, home: Path, **loop: Any) -> Config:
+    return parse_config(config_text(socket, home, **loop), "test.toml", home)
 
 
 class Ticker:
