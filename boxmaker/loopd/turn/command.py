@@ -43,7 +43,6 @@ from boxmaker.proto import (
     TurnEvent,
     WireError,
     event_to_json,
-    validate_session_id,
 )
 
 # The store's refusals, as the channel's codes.
@@ -74,8 +73,7 @@ def _print(out: IO[str], obj: dict[str, Any]) -> None:
 
 
 def _open(config: Config, client: Client, session: str, new: bool) -> SessionLog:
-    validate_session_id(session)  # before any file is read
-    store = SessionStore(config.paths.home)
+    store = SessionStore(config.paths.home)  # checks the id before any path is built
     if not new:
         return store.open(session)
     if store.exists(session):
