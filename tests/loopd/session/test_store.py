@@ -186,7 +186,7 @@ def test_a_failed_append_is_cut_back_and_the_log_closed(tmp_path: Path) -> None:
     assert verify_session(tmp_path, "s1").ok
 
 
-# --- modes ---------------------------------------------------------------------------------------
+# --- modes ----------------------------------------------------------------------------------------
 
 
 @pytest.fixture(params=[0o000, 0o022, 0o077], ids=["umask000", "umask022", "umask077"])
@@ -207,7 +207,7 @@ def test_folders_are_0700_and_files_0600_whatever_the_umask(tmp_path: Path, umas
         assert mode(home / "sessions" / "s1" / name) == 0o600, name
 
 
-# --- bad ids -------------------------------------------------------------------------------------
+# --- bad ids --------------------------------------------------------------------------------------
 
 BAD_IDS = {
     "dot-dot": "../x",
@@ -259,7 +259,7 @@ def test_the_longest_id_is_fine(tmp_path: Path) -> None:
     assert verify_session(tmp_path, "a" * 128).ok
 
 
-# --- one writer ----------------------------------------------------------------------------------
+# --- one writer -----------------------------------------------------------------------------------
 
 
 def test_a_second_open_in_this_process_is_busy_until_the_first_closes(tmp_path: Path) -> None:
