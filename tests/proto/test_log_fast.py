@@ -6,7 +6,9 @@ accept a log verify_log refuses, nor return other records.
 """
 
 import re
+from typing import Any
 
+import orjson
 import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
@@ -75,6 +77,55 @@ def test_each_bad_line_as_a_first_line_is_refused_the_same_way(case: str) -> Non
     line, _ = BAD_LINES[case]
     assert_same(line)
     assert_same(SESSION_DATA + line)
+
+
+def first_lines() -> dict[str, dict[str, Any]]:
+    """Each golden line's object, made the first line of a log (seq 0, 64 zeros)."""
+    out = {}
+    for name, (_, _, record) in LINES.items():
+        obj = orjson.loads(encode_line(record, 0, GENESIS_PREV))
+        out[name] = obj
+    return out
+
+
+FIRST = first_lines()
+WRONG_VALUES: list[object] = [None, True, False, 0, -1, 1.5, 2**63, "x", "", [], {}, [{}]]
+
+
+@pytest.mark.parametrize("name", list(FIRST))
+def test_every_field_with_every_wrong_type_agrees(name: str) -> None:
+    obj = FIRST[name]
+    assert _fast(orjson.dumps(obj) + b"\n") is not None
+    for key in obj:
+        for value in WRONG_VALUES:
+            if value == obj[key] and type(value) is type(obj[key]):
+                continue
+            assert_same(orjson.dumps({**obj, key: value}) + b"\n")
+
+
+NOT_CANONICAL = {
+    "leading space": (b"{", b" {"),
+    "space after a colon": (b'"seq":0', b'"seq": 0'),
+    "minus zero": (b'"seq":0', b'"seq":-0'),
+    "zero as a float": (b'"seq":0', b'"seq":0.0'),
+    "exponent": (b'"seq":0', b'"seq":0e0'),
+    "escaped slash": (b'"type":"', b'"type":"\\/'),
+    "escaped letter": (b'"time":"2', b'"time":"\\u0032'),
+    "duplicate key": (b'"seq":0,', b'"seq":0,"seq":0,'),
+    "space before the newline": (b"}\n", b"} \n"),
+    "tab before the newline": (b"}\n", b"}\t\n"),
+}
+
+
+@pytest.mark.parametrize("name", list(FIRST))
+@pytest.mark.parametrize("how", list(NOT_CANONICAL))
+def test_a_line_not_in_canonical_form_is_refused_as_verify_log_refuses(name: str, how: str) -> None:
+    old, new = NOT_CANONICAL[how]
+    line = orjson.dumps(FIRST[name]) + b"\n"
+    bad = line.replace(old, new, 1)
+    assert bad != line
+    assert _fast(bad) is None
+    assert_same(bad)
 
 
 def test_an_empty_log() -> None:

@@ -189,7 +189,9 @@ def test_a_failed_append_is_cut_back_and_the_log_closed(tmp_path: Path) -> None:
 # --- modes ----------------------------------------------------------------------------------------
 
 
-@pytest.fixture(params=[0o000, 0o022, 0o077], ids=["umask000", "umask022", "umask077"])
+@pytest.fixture(
+    params=[0o000, 0o022, 0o077, 0o277], ids=["umask000", "umask022", "umask077", "umask277"]
+)
 def umask(request: pytest.FixtureRequest) -> Iterator[int]:
     old = os.umask(request.param)
     try:
