@@ -14,9 +14,8 @@ Rules (M2b brief section 2, DECISIONS.md "Sessions"):
 - `open` reads and checks everything (`check.check_session`): a log that fails is refused with
   the file, the line and the fault, and nothing is repaired.
 
-`create` writes the log as `0.jsonl.new`, locked before anything is in it, and renames it to
-`0.jsonl` once its `session_start` line is on disk, so nobody ever sees a log without its first
-line, and a create racing an open never loses the lock to it.
+`create` builds the session's folder under a hidden name and renames it into place complete, its
+log already locked, so nobody ever sees a session without its first line.
 """
 
 from __future__ import annotations
@@ -25,6 +24,7 @@ import contextlib
 import errno
 import fcntl
 import os
+import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
@@ -71,7 +71,6 @@ __all__ = [
 
 SESSIONS_DIR = "sessions"
 LOG_NAME = "0.jsonl"
-NEW_LOG_NAME = "0.jsonl.new"  # the log while `create` writes its first line
 BASELINE_NAME = "0.baseline.json"
 
 
@@ -95,7 +94,12 @@ class SessionStore:
         return session_dir(self.home, session_id).is_dir()
 
     def create(self, session_id: str, baseline: Baseline, *, slot: int, time: str) -> SessionLog:
-        """Creates the session: its folder, `0.baseline.json`, then `0.jsonl` with `session_start`.
+        """Creates the session: `0.baseline.json`, then `0.jsonl` with its `session_start`.
+
+        The folder is built under a hidden name (`.<id>.<pid>.<random>.new`, which no id can
+        be) and renamed into place complete, with the log already locked: nobody ever sees a
+        session without its first line, and an open racing the create gets SessionBusy or
+        NoSuchSession, never a half-made session.
 
         Returns the log, open and locked.
 
@@ -109,25 +113,18 @@ class SessionStore:
         baseline_bytes = baseline.to_bytes()
         start = SessionStart(time, session_id, 0, slot, baseline.hash)
         line = encode_line(start, 0, GENESIS_PREV)
-        ensure_dir(path.parent)
-        try:
-            os.mkdir(path, DIR_MODE)
-        except FileExistsError:
-            raise SessionExists(f"session {session_id} already exists ({path})") from None
-        except OSError as e:
-            raise SessionError(f"{path}: cannot create the session's folder: {e.strerror}") from e
-        made: list[Path] = []
+        sessions = path.parent
+        ensure_dir(sessions)
+        if path.exists():
+            raise SessionExists(f"session {session_id} already exists ({path})")
+        tmp = sessions / f".{session_id}.{os.getpid()}.{secrets.token_hex(4)}.new"
         fd = -1
         try:
-            os.chmod(path, DIR_MODE)
-            fsync_dir(path.parent)
-            new_log = path / NEW_LOG_NAME
-            fd = create_file(new_log)
-            made.append(new_log)
+            os.mkdir(tmp, DIR_MODE)
+            os.chmod(tmp, DIR_MODE)
+            fd = create_file(tmp / LOG_NAME)
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # nobody else knows the file yet
-            base_path = path / BASELINE_NAME
-            bfd = create_file(base_path)
-            made.append(base_path)
+            bfd = create_file(tmp / BASELINE_NAME)
             try:
                 write_all(bfd, baseline_bytes)
                 os.fsync(bfd)
@@ -136,14 +133,19 @@ class SessionStore:
             if os.write(fd, line) != len(line):
                 raise OSError(errno.ENOSPC, "short write")
             os.fsync(fd)
-            os.rename(new_log, path / LOG_NAME)
-            made[0] = path / LOG_NAME
-            fsync_dir(path)
+            fsync_dir(tmp)
+            try:
+                os.rename(tmp, path)  # fails on a folder with files in it: another create won
+            except OSError as e:
+                if e.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    raise SessionExists(f"session {session_id} already exists ({path})") from None
+                raise
+            fsync_dir(sessions)
         except OSError as e:
-            _undo_create(fd, made, path)
+            _undo_create(fd, tmp)
             raise SessionError(f"{path}: cannot create the session: {e.strerror or e}") from e
         except BaseException:
-            _undo_create(fd, made, path)
+            _undo_create(fd, tmp)
             raise
         checked = CheckedLog(baseline, start, (start,), 1, next_prev(line))
         return SessionLog(fd, session_id, path, checked, len(line))
@@ -282,7 +284,7 @@ def verify_session(home: Path, session_id: str) -> Finding:
     try:
         fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:
-        return Finding(session_id, str(log_path), error=_no_log(path))
+        return Finding(session_id, str(log_path), error=f"{log_path}: missing; no log")
     except OSError as e:
         return Finding(session_id, str(log_path), error=f"{log_path}: cannot read: {e.strerror}")
     try:
@@ -306,59 +308,25 @@ def _busy(session_id: str, path: Path) -> SessionBusy:
     )
 
 
-def _no_log(path: Path) -> str:
-    new = path / NEW_LOG_NAME
-    if new.exists():
-        return (
-            f"{new}: a create was interrupted before the log's first line was on disk; nothing "
-            f"was recorded in this session: remove {path} to use the id again"
-        )
-    return (
-        f"{path / LOG_NAME}: missing; the folder holds no log (a create that failed at its "
-        f"start?): remove {path} to use the id again"
-    )
-
-
 def _open_locked(session_id: str, path: Path) -> int:
     """Opens `0.jsonl` for appending and takes its lock, or explains why not."""
     log_path = path / LOG_NAME
-    for _ in range(3):
-        try:
-            fd = os.open(log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        except FileNotFoundError:
-            pass
-        else:
-            if try_lock(fd):
-                return fd
-            os.close(fd)
-            raise _busy(session_id, path)
-        # No 0.jsonl: a create is writing 0.jsonl.new (and holds its lock), or one died.
-        try:
-            nfd = os.open(path / NEW_LOG_NAME, os.O_RDONLY | os.O_CLOEXEC)
-        except FileNotFoundError:
-            if log_path.exists():
-                continue  # the create just renamed it
-            raise LogCorrupt(_no_log(path)) from None
-        try:
-            free = try_lock(nfd)
-        finally:
-            os.close(nfd)
-        if not free:
-            raise SessionBusy(f"session {session_id} is being created right now")
-        if not log_path.exists():
-            raise LogCorrupt(_no_log(path))
-    raise _busy(session_id, path)
-
-
-def _undo_create(fd: int, made: list[Path], path: Path) -> None:
-    """Removes what a failed create made, so the id can be used again."""
-    for p in made:
-        with contextlib.suppress(OSError):
-            os.unlink(p)
     try:
-        os.rmdir(path)
-        fsync_dir(path.parent)
-    except OSError:
-        pass
+        fd = os.open(log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+    except FileNotFoundError:
+        raise LogCorrupt(f"{log_path}: missing; the session's folder holds no log") from None
+    if not try_lock(fd):
+        os.close(fd)
+        raise _busy(session_id, path)
+    return fd
+
+
+def _undo_create(fd: int, tmp: Path) -> None:
+    """Removes what a failed create made under its hidden name, so nothing is left behind."""
+    for name in (LOG_NAME, BASELINE_NAME):
+        with contextlib.suppress(OSError):
+            os.unlink(tmp / name)
+    with contextlib.suppress(OSError):
+        os.rmdir(tmp)
     if fd >= 0:
         os.close(fd)
