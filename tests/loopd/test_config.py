@@ -66,6 +66,8 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("loop.tool_iterations", 8),
     ("loop.repeat_detection", True),
     ("loop.tool_result_cap", 16 * 1024),
+    ("loop.parallel_tools", True),  # not in the brief: issue 10 (parallel tool calls)
+    ("loop.tool_timeout_ms", 30_000),  # not in the brief: issue 10 (a call that hangs)
     ("baseline.system", BASE / "system.md"),
 ]
 

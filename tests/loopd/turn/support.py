@@ -260,8 +260,8 @@ class RecordingPort:
 
 
 class StaggeredPort:
-    """Answers `echo` after a delay that shrinks with the call number, so a parallel batch finishes
-    in reverse call order; `finished` keeps the order they finished in."""
+    """Answers `echo` after a delay that shrinks with the call number, so a parallel batch tends
+    to finish out of call order. `finished` keeps the order they finished in."""
 
     def __init__(self, inner: Any, step_s: float = 0.03, span: int = 8) -> None:
         self.inner = inner
@@ -275,6 +275,29 @@ class StaggeredPort:
         response: ToolResponse = self.inner.call(request)
         with self._lock:
             self.finished.append(request.call)
+        return response
+
+
+class BackwardsPort:
+    """Call k of a batch of n answers only once call k+1 has: the batch finishes in exactly the
+    reverse of call order, which only calls running at the same time can do (one by one, call 0
+    would wait for a call that has not started, for `bound_s`)."""
+
+    def __init__(self, inner: Any, n: int, bound_s: float = 10.0) -> None:
+        self.inner = inner
+        self.bound_s = bound_s
+        self.done = [threading.Event() for _ in range(n)]
+        self.finished: list[int] = []
+        self._lock = threading.Lock()
+
+    def call(self, request: ToolRequest) -> ToolResponse:
+        k = request.call
+        if k + 1 < len(self.done) and not self.done[k + 1].wait(self.bound_s):
+            raise AssertionError(f"call {k + 1} never finished: the calls are not concurrent")
+        response: ToolResponse = self.inner.call(request)
+        with self._lock:
+            self.finished.append(k)
+        self.done[k].set()
         return response
 
 

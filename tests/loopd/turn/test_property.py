@@ -36,6 +36,7 @@ from tests.loopd.turn.conversations import (
     drive_core,
 )
 from tests.loopd.turn.support import (
+    BackwardsPort,
     StaggeredPort,
     Ticker,
     baseline,
@@ -153,7 +154,7 @@ def test_parallel_batch_finishing_out_of_order_logs_in_call_order() -> None:
     conv = Conversation(8, True, 64, (TurnScript("Echo four.", True, False, (batch, say("ok"))),))
     with Place() as a, Place() as b:
         sequential = run_conversation(a, conv, parallel=False)
-        port = StaggeredPort(FakeTools(clock=lambda: NOON), 0.03)
+        port = BackwardsPort(FakeTools(clock=lambda: NOON), len(texts))
         parallel = run_conversation(b, conv, parallel=True, port=port)
         assert port.finished == [3, 2, 1, 0]  # they did run at once, and finished backwards
         assert parallel == sequential
