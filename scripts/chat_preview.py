@@ -16,8 +16,8 @@ from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest
+from boxmaker.loopd.turn.records import assistant_message
 from boxmaker.proto import (
-    AssistantMessage,
     ChatMessage,
     ContentEvent,
     ReasoningEvent,
@@ -74,8 +74,7 @@ def main() -> int:
             print(f"\n[error: {err.describe()}]")
             continue
         print()
-        answer = AssistantMessage(done.content, done.reasoning_content, done.tool_calls)
-        history = [*messages, answer]
+        history = [*messages, assistant_message(done)]
 
 
 if __name__ == "__main__":

@@ -8,6 +8,10 @@ injected `Environment`'s streams (argparse's usage and help too), so tests call 
         Runs the three start-up checks (`selftest`) against the configured server and prints one
         line per check: `ok` or `FAILED`, and what it found. Exit 0 when all pass, else 1.
 
+    loopd turn --config <path> --session <id> [--new] --say <text> [--no-thinking]
+        One turn of a session, in this process (turn/command.py): each event, then the outcome,
+        as one JSON object per line. Exit 0 on turn_done, 1 on an error.
+
     loopd complete --config <path> (--say <text> | --messages <file.json>) [--no-thinking]
         One request through the whole client (slot gate, waits, retry) on the first configured
         slot. Prints each ChatEvent, then the Completion or the error, as one JSON object per
@@ -37,6 +41,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, completion_to_json, event_to_json
 from boxmaker.loopd.selftest import iter_selftest
+from boxmaker.loopd.turn.command import run_turn_command
 from boxmaker.proto import (
     BodyError,
     ChatMessage,
@@ -141,6 +146,22 @@ def cmd_complete(config: Config, args: argparse.Namespace, env: Environment) -> 
     return ExitStatus.OK
 
 
+# ---- loopd turn (boxmaker/loopd/turn/command.py) ------------------------------------------------
+
+
+def cmd_turn(config: Config, args: argparse.Namespace, env: Environment) -> ExitStatus:
+    status = run_turn_command(
+        config,
+        session=args.session,
+        new=args.new,
+        say=args.say,
+        thinking=not args.no_thinking,
+        out=env.stdout,
+        err=env.stderr,
+    )
+    return ExitStatus(status)
+
+
 # ---- the parser --------------------------------------------------------------------------------
 
 Command = Callable[[Config, argparse.Namespace, Environment], ExitStatus]
@@ -215,6 +236,11 @@ def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     complete.add_argument(
         "--no-thinking", action="store_true", help="ask the chat template to leave thinking off"
     )
+    turn = add("turn", cmd_turn, "Run one turn of a session in this process; events as JSON lines.")
+    turn.add_argument("--session", required=True, metavar="ID", help="the session's id")
+    turn.add_argument("--new", action="store_true", help="create the session (it must not exist)")
+    turn.add_argument("--say", required=True, metavar="TEXT", help="the user's message")
+    turn.add_argument("--no-thinking", action="store_true", help="ask for no reasoning this turn")
     return parser
 
 

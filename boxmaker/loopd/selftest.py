@@ -38,6 +38,7 @@ from boxmaker.proto import (
     load_json_object,
     sha256_hex,
 )
+from boxmaker.loopd.turn.records import assistant_message
 
 PROPS: Final = "props"
 TOOL_CALL: Final = "tool_call"
@@ -230,10 +231,7 @@ def cache_requests(
     st = config.selftest
     messages: list[ChatMessage] = [UserMessage(st.cache_first_prompt)]
     if turn1 is not None:
-        messages += [
-            AssistantMessage(turn1.content, turn1.reasoning_content, turn1.tool_calls),
-            UserMessage(st.cache_second_prompt),
-        ]
+        messages += [assistant_message(turn1), UserMessage(st.cache_second_prompt)]
     req = ChatRequest(config.inference.slots[0], tuple(messages), (_tool(st),), thinking=False)
     extra = {
         "max_tokens": min(config.inference.max_tokens, CACHE_TURN_MAX_TOKENS),

@@ -1,0 +1,62 @@
+"""`bxctl verify <session> [--home <path>] [--json]`: checks a session's log from disk.
+
+Read-only and lock-free (`loopd.session.store.verify_session`): it works with no daemon running
+and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else /var/lib/boxmaker.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from pathlib import Path
+
+import orjson
+
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker.loopd.session.store import verify_session
+from boxmaker.proto import SessionIdError
+
+HELP = "check a session's log and baseline file from disk, and print what was found"
+HOME_ENV = "BOXMAKER_HOME"
+DEFAULT_HOME = Path("/var/lib/boxmaker")
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("session", help="the session id")
+    parser.add_argument(
+        "--home",
+        type=Path,
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
+    )
+    parser.add_argument("--json", action="store_true", help="print the finding as one JSON line")
+
+
+def home_from(arg: Path | None) -> Path:
+    if arg is not None:
+        return arg
+    env = os.environ.get(HOME_ENV)
+    return Path(env) if env else DEFAULT_HOME
+
+
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    home = home_from(args.home)
+    try:
+        found = verify_session(home, args.session)
+    except SessionIdError as e:
+        env.stderr.write(f"bxctl verify: {e}\n")
+        return ExitStatus.USAGE
+    if args.json:
+        obj = {
+            "ok": found.ok,
+            "session": found.session_id,
+            "log": found.log,
+            "records": found.records,
+            "turns": found.turns,
+            "started": found.started,
+            "last_activity": found.last_activity,
+            "error": found.error,
+        }
+        env.stdout.write(orjson.dumps(obj).decode() + "\n")
+    else:
+        env.stdout.write(found.line() + "\n")
+    return ExitStatus.OK if found.ok else ExitStatus.ERROR

@@ -1,0 +1,32 @@
+"""The session store's errors. Each message names the file and, for a bad log, the line."""
+
+
+class SessionError(Exception):
+    """A session cannot be created, opened or appended to; the message says why."""
+
+
+class SessionBusy(SessionError):
+    """Another open log (in this process or another) holds the session's lock: one writer."""
+
+
+class NoSuchSession(SessionError):
+    """The session's folder does not exist."""
+
+
+class SessionExists(SessionError):
+    """A session with this id already exists, so it cannot be created."""
+
+
+class LogCorrupt(SessionError):
+    """The log or its baseline file is refused: the message names the file, the line, the fault.
+
+    Nothing is repaired: the files are left exactly as they were found.
+    """
+
+
+class BaselineError(SessionError):
+    """A baseline cannot be assembled or read back; the message names the file."""
+
+
+class BaselineTooLarge(BaselineError):
+    """The baseline is over its token budget."""

@@ -1,0 +1,208 @@
+"""The tool registry, the three core schemas, and how a model's tool call is resolved. [core]
+
+Every session's `tools` array is exactly `CORE_SCHEMAS` (M2b brief section 5), fixed for the
+epoch so the prompt cache keeps hitting:
+
+| Tool        | Answered by      | Does                                                        |
+|-------------|------------------|-------------------------------------------------------------|
+| `clock`     | the port         | the current time                                            |
+| `find_tool` | loopd            | searches the registry's other tools, name and description   |
+| `call_tool` | loopd, the port  | runs a registry tool that is not core                       |
+
+The registry lists the tools the port can run, each with its `core` flag; M2b's is `clock`
+(core) and `echo`. `find_tool` searches only the tools that are not core: the core ones are in the
+tools array already, and call_tool refuses them, so offering them there would mislead the model.
+
+`resolve` decides what happens to one call, with no I/O: an `Answer` that loopd gives itself
+(find_tool's result, or an error that says what was wrong), or a `Dispatch` for the port with the
+tool name and the arguments as JSON text. A call that is unknown, not JSON, or does not match its
+tool's schema is always an `Answer`: the port never sees it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass
+from typing import Final
+
+import orjson
+
+from boxmaker.loopd.tools.schema import check_arguments
+from boxmaker.proto import ToolCall, ToolSchema
+
+FIND_TOOL: Final = "find_tool"
+CALL_TOOL: Final = "call_tool"
+
+# The brief's exact texts.
+FIND_TOOL_FOOTER: Final = "Call it with call_tool."
+NO_TOOL_MATCHES: Final = "No tool matches."
+
+CLOCK_SCHEMA: Final = ToolSchema(
+    "clock",
+    "Returns the current date and time in UTC, as RFC 3339 text.",
+    {"type": "object", "properties": {}},
+)
+FIND_TOOL_SCHEMA: Final = ToolSchema(
+    FIND_TOOL,
+    "Finds more tools. Searches tool names and descriptions for the query (case-insensitive) "
+    "and returns the matching tools' schemas.",
+    {
+        "type": "object",
+        "properties": {"query": {"type": "string", "description": "A word or phrase to look for."}},
+        "required": ["query"],
+    },
+)
+CALL_TOOL_SCHEMA: Final = ToolSchema(
+    CALL_TOOL,
+    "Calls a tool that find_tool found, by its name, with arguments that match its schema.",
+    {
+        "type": "object",
+        "properties": {
+            "name": {"type": "string", "description": "The tool's name, as find_tool gave it."},
+            "arguments": {"type": "object", "description": "The tool's arguments."},
+        },
+        "required": ["name", "arguments"],
+    },
+)
+ECHO_SCHEMA: Final = ToolSchema(
+    "echo",
+    "Echoes text back unchanged: returns its text argument.",
+    {
+        "type": "object",
+        "properties": {"text": {"type": "string", "description": "The text to return."}},
+        "required": ["text"],
+    },
+)
+
+# The tools array of every session, in this order.
+CORE_SCHEMAS: Final = (CLOCK_SCHEMA, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredTool:
+    schema: ToolSchema
+    core: bool  # in every session's tools array and called directly; else reached via call_tool
+
+
+class Registry:
+    """The tools the port can run, in a fixed order."""
+
+    def __init__(self, tools: Iterable[RegisteredTool]) -> None:
+        self.tools = tuple(tools)
+        self._by_name = {t.schema.name: t for t in self.tools}
+        if len(self._by_name) != len(self.tools):
+            raise ValueError("the registry names a tool twice")
+        if reserved := {FIND_TOOL, CALL_TOOL} & self._by_name.keys():
+            raise ValueError(f"{', '.join(sorted(reserved))} are loopd's own tools")
+
+    def get(self, name: str) -> RegisteredTool | None:
+        return self._by_name.get(name)
+
+    def search(self, query: str) -> tuple[ToolSchema, ...]:
+        """The tools that are not core whose name or description contains `query`, ignoring
+        case. An empty query matches them all."""
+        needle = query.casefold()
+        return tuple(
+            t.schema
+            for t in self.tools
+            if not t.core
+            and (needle in t.schema.name.casefold() or needle in t.schema.description.casefold())
+        )
+
+
+def default_registry() -> Registry:
+    """M2b's registry: `clock` (core) and `echo`, the tools FakeTools answers."""
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), RegisteredTool(ECHO_SCHEMA, False)])
+
+
+def find_tool_answer(registry: Registry, query: str) -> str:
+    """find_tool's result: the matching schemas as a JSON array, then the footer; or the miss."""
+    found = registry.search(query)
+    if not found:
+        return NO_TOOL_MATCHES
+    return orjson.dumps([s.to_json() for s in found]).decode() + "\n" + FIND_TOOL_FOOTER
+
+
+# ---- resolving one call --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """loopd answers the call itself; `error` says the content reports a failure."""
+
+    name: str  # the tool the model meant (call_tool's target when it names one)
+    content: str
+    error: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Dispatch:
+    """The port runs `tool` with `arguments` (JSON text of an object that matched the schema)."""
+
+    tool: str
+    arguments: str
+
+    @property
+    def name(self) -> str:
+        return self.tool
+
+
+Resolution = Answer | Dispatch
+
+
+def _error(name: str, text: str) -> Answer:
+    return Answer(name, f"error: {text}", error=True)
+
+
+def resolve(call: ToolCall, registry: Registry) -> Resolution:
+    """What to do with one tool call, checked against the registry and the tool's schema."""
+    if call.name == FIND_TOOL:
+        args = check_arguments(call.arguments, FIND_TOOL_SCHEMA.parameters)
+        if isinstance(args, str):
+            return _error(FIND_TOOL, f"{FIND_TOOL}: {args}")
+        return Answer(FIND_TOOL, find_tool_answer(registry, args["query"]), error=False)
+    if call.name == CALL_TOOL:
+        return _resolve_call_tool(call, registry)
+    tool = registry.get(call.name)
+    if tool is None:
+        core = [t.schema.name for t in registry.tools if t.core]
+        names = ", ".join([*core, FIND_TOOL, CALL_TOOL])
+        return _error(
+            call.name,
+            f"there is no tool named {_quoted(call.name)}. The tools are {names}; "
+            f"{FIND_TOOL} finds more, and {CALL_TOOL} calls them.",
+        )
+    if not tool.core:
+        return _error(
+            call.name,
+            f"{call.name} is not called directly: call it with {CALL_TOOL}, "
+            f'{{"name": "{call.name}", "arguments": {{...}}}}.',
+        )
+    args = check_arguments(call.arguments, tool.schema.parameters)
+    if isinstance(args, str):
+        return _error(call.name, f"{call.name}: {args}")
+    return Dispatch(call.name, call.arguments)
+
+
+def _resolve_call_tool(call: ToolCall, registry: Registry) -> Resolution:
+    args = check_arguments(call.arguments, CALL_TOOL_SCHEMA.parameters)
+    if isinstance(args, str):
+        return _error(CALL_TOOL, f"{CALL_TOOL}: {args}")
+    name: str = args["name"]
+    tool = registry.get(name)
+    if tool is None:
+        return _error(
+            name, f"{CALL_TOOL}: there is no tool named {_quoted(name)}; {FIND_TOOL} lists them."
+        )
+    if tool.core:
+        return _error(name, f"{CALL_TOOL}: {name} is a core tool; call it directly.")
+    # The port gets the inner object's JSON text, checked against the target's own schema.
+    inner = orjson.dumps(args["arguments"]).decode()
+    checked = check_arguments(inner, tool.schema.parameters)
+    if isinstance(checked, str):
+        return _error(name, f"{name}: {checked}")
+    return Dispatch(name, inner)
+
+
+def _quoted(name: str) -> str:
+    return orjson.dumps(name[:64] + ("..." if len(name) > 64 else "")).decode()

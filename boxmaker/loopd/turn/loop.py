@@ -1,0 +1,319 @@
+"""One turn of a session as a sans-IO core (M2b brief section 3). [core]
+
+`TurnLoop` decides and its runner (`turn.runner`) acts. `start()` returns the first action; after
+carrying an action out, the runner passes its result to `send(result)` and gets the next one:
+
+| Action               | The runner                                   | Sends back                 |
+|----------------------|----------------------------------------------|----------------------------|
+| `Complete(request)`  | `chat_with_retry`, forwarding the ChatEvents | the `Completion`, or error |
+| `RunTools(requests)` | the port, each call bounded by a timeout     | a `ToolOutcome` per call   |
+| `Append(record)`     | appends it durably to the session's log      | None                       |
+| `Emit(event)`        | hands the event to the channel               | None                       |
+| `Done(outcome)`      | returns `TurnDone` or the `WireError`        | (the turn is over)         |
+
+The turn:
+1. Calls left without a result by an interrupted turn get one saying so (the log stays a
+   well-formed conversation), then `User` is appended.
+2. The request is the baseline's system message, `replay.messages` of the whole log so far, the
+   baseline's tools, and the turn's `thinking` switch (the generation prompt only).
+3. `Assistant` and `Usage` are appended; `CacheLoss` too when the completion lost the cache the
+   session's previous completion (in any turn) left.
+4. No tool calls: done, with the content and the last Usage.
+5. Otherwise the batch is judged by `turn.limits`, numbered from the session's call counter in
+   call order, and resolved by `tools.registry` (unknown or invalid calls and `find_tool` are
+   answered here; the port sees only valid calls of its tools). The port's calls go out in one
+   `RunTools`, concurrently or not as the runner is set; the results come back in call order, are
+   capped, appended as `ToolResult`s in call order and reported. Then step 2 again, unless the
+   batch ended the turn (`turn_limit`).
+
+An HTTP 400 ends the turn with `session_full` and nothing appended for that request; any other
+inference error ends it with `inference`. What was appended stays, and the session stays usable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Generator, Sequence
+from dataclasses import dataclass
+
+from boxmaker.loopd.llama.types import ChatRequest, Completion, HttpStatus, InferError
+from boxmaker.loopd.session.baseline import Baseline
+from boxmaker.loopd.session.replay import request_messages
+from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
+from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
+from boxmaker.loopd.turn.records import (
+    cache_loss,
+    cache_loss_event,
+    completion_records,
+    turn_usage,
+)
+from boxmaker.proto import (
+    Assistant,
+    ErrorCode,
+    ResultClass,
+    SessionStart,
+    ToolCall,
+    ToolCallStartedEvent,
+    ToolRequest,
+    ToolResponse,
+    ToolResult,
+    ToolResultEvent,
+    TurnDone,
+    TurnEvent,
+    Usage,
+    User,
+    WireError,
+)
+from boxmaker.proto.log import LogRecord
+
+# The status llama-server answers when the prompt does not fit the slot's context.
+CONTEXT_FULL_STATUS = 400
+
+INTERRUPTED_NOTE = (
+    "not run: the turn that asked for this call was interrupted before its result was "
+    "recorded (loopd stopped)."
+)
+
+
+# ---- actions --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Complete:
+    request: ChatRequest
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Port calls, numbered and in call order; the outcomes must come back in the same order."""
+
+    requests: tuple[ToolRequest, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Append:
+    record: LogRecord
+
+
+@dataclass(frozen=True, slots=True)
+class Emit:
+    event: TurnEvent
+
+
+@dataclass(frozen=True, slots=True)
+class Done:
+    outcome: TurnDone | WireError
+
+
+Action = Complete | RunTools | Append | Emit | Done
+
+
+@dataclass(frozen=True, slots=True)
+class ToolFailure:
+    """A port call that gave no response: `reason` completes "the tool X failed: ..."."""
+
+    reason: str
+
+
+ToolOutcome = ToolResponse | ToolFailure
+
+
+# ---- what the log says about the session --------------------------------------------------------
+
+
+def next_call_number(records: Sequence[LogRecord]) -> int:
+    """The session's call counter: one more than the highest ToolResult.call, or 0."""
+    calls = [r.call for r in records if isinstance(r, ToolResult)]
+    return max(calls) + 1 if calls else 0
+
+
+def last_usage(records: Sequence[LogRecord]) -> Usage | None:
+    return next((r for r in reversed(records) if isinstance(r, Usage)), None)
+
+
+def unanswered_calls(records: Sequence[LogRecord]) -> tuple[ToolCall, ...]:
+    """The calls of the log's last Assistant that no ToolResult after it answers."""
+    for i in range(len(records) - 1, -1, -1):
+        record = records[i]
+        if isinstance(record, Assistant):
+            answered = {r.tool_call_id for r in records[i + 1 :] if isinstance(r, ToolResult)}
+            return tuple(c for c in record.tool_calls if c.id not in answered)
+    return ()
+
+
+def error_outcome(err: InferError) -> WireError:
+    if isinstance(err, HttpStatus) and err.status == CONTEXT_FULL_STATUS:
+        return WireError(
+            ErrorCode.SESSION_FULL,
+            f"the conversation no longer fits the model's context (the server answered {err}); "
+            "nothing was recorded for this request: start a new session",
+        )
+    return WireError(ErrorCode.INFERENCE, f"{err.TAG}: {err}")
+
+
+# ---- the turn ----------------------------------------------------------------------------------
+
+
+class TurnLoop:
+    """One turn. Use `start()` once, then `send(result)` after each action until `Done`."""
+
+    def __init__(
+        self,
+        *,
+        baseline: Baseline,
+        records: Sequence[LogRecord],
+        content: str,
+        thinking: bool,
+        registry: Registry,
+        limits: LoopLimits,
+        clock: Callable[[], str],
+    ) -> None:
+        """Args:
+        baseline: the session's baseline (its system text and tools).
+        records: the session's log before this turn, `session_start` first.
+        content: the user's message.
+        thinking: False asks for no reasoning in this turn's completions.
+        registry: the tools the port can run.
+        limits: the [loop] limits.
+        clock: the time for each record, as RFC 3339 text.
+        """
+        if not records or not isinstance(records[0], SessionStart):
+            raise ValueError("a session's log starts with its session_start record")
+        self.baseline = baseline
+        self.records: list[LogRecord] = list(records)
+        self.slot = records[0].slot
+        self.next_call = next_call_number(records)
+        self._content = content
+        self._thinking = thinking
+        self._registry = registry
+        self._limits = limits
+        self._now = clock
+        self._gen = self._turn()
+        self._started = False
+
+    def start(self) -> Action:
+        if self._started:
+            raise RuntimeError("start() is called once; then send()")
+        self._started = True
+        return next(self._gen)
+
+    def send(self, result: object) -> Action:
+        try:
+            return self._gen.send(result)
+        except StopIteration:
+            raise RuntimeError("the turn is over: Done was its last action") from None
+
+    # -- the steps --
+    def _append(self, record: LogRecord) -> Generator[Action, object, None]:
+        yield Append(record)
+        self.records.append(record)
+
+    def _turn(self) -> Generator[Action, object, None]:
+        for call in unanswered_calls(self.records):
+            yield from self._append(self._note(call, INTERRUPTED_NOTE))
+        yield from self._append(User(self._now(), self._content))
+        limiter = TurnLimiter(self._limits)
+        previous = last_usage(self.records)
+        while True:
+            request = ChatRequest(
+                self.slot,
+                tuple(request_messages(self.baseline, self.records)),
+                self.baseline.tools,
+                thinking=self._thinking,
+            )
+            got = yield Complete(request)
+            if isinstance(got, InferError):
+                yield Done(error_outcome(got))
+                return
+            if not isinstance(got, Completion):
+                raise TypeError(f"Complete takes a Completion or an InferError, got {got!r:.80}")
+            assistant, usage = completion_records(got, self._now())
+            yield from self._append(assistant)
+            yield from self._append(usage)
+            loss = cache_loss(previous, got, self._now())
+            previous = usage
+            if loss is not None:
+                yield from self._append(loss)
+                yield Emit(cache_loss_event(loss))
+            if not got.tool_calls:
+                yield Done(TurnDone(got.content, turn_usage(usage)))
+                return
+            ended = yield from self._batch(got.tool_calls, limiter)
+            if ended is not None:
+                yield Done(WireError(ErrorCode.TURN_LIMIT, ended))
+                return
+
+    def _batch(
+        self, calls: tuple[ToolCall, ...], limiter: TurnLimiter
+    ) -> Generator[Action, object, str | None]:
+        """Runs one completion's calls; returns the turn_limit message if the batch ends it."""
+        plan = limiter.plan(calls)
+        first = self.next_call
+        self.next_call += len(calls)  # numbered in call order before any runs
+        plans: list[Resolution] = []
+        for i, call in enumerate(calls):
+            note = plan.note(i)
+            plans.append(
+                resolve(call, self._registry)
+                if note is None
+                else Answer(call.name, note, error=True)
+            )
+        for p in plans:
+            yield Emit(ToolCallStartedEvent(p.name))
+        port = [
+            (i, ToolRequest(first + i, p.tool, p.arguments))
+            for i, p in enumerate(plans)
+            if not isinstance(p, Answer)
+        ]
+        outcomes: dict[int, ToolOutcome] = {}
+        if port:
+            got = yield RunTools(tuple(req for _, req in port))
+            if not isinstance(got, tuple | list) or len(got) != len(port):
+                raise TypeError(f"RunTools takes one outcome per request, got {got!r:.80}")
+            outcomes = {i: outcome for (i, _), outcome in zip(port, got, strict=True)}
+        for i, (call, p) in enumerate(zip(calls, plans, strict=True)):
+            record = self._result(first + i, call, p, outcomes.get(i))
+            yield from self._append(record)
+            yield Emit(ToolResultEvent(p.name, record.class_, record.truncated))
+        return plan.ends_turn
+
+    def _note(self, call: ToolCall, content: str, number: int | None = None) -> ToolResult:
+        """A ToolResult loopd writes itself (an error or find_tool's answer)."""
+        if number is None:
+            number = self.next_call
+            self.next_call += 1
+        capped, cut = cap_result(content, self._limits.tool_result_cap)
+        return ToolResult(self._now(), number, call.id, capped, ResultClass.PUBLIC, False, cut)
+
+    def _result(
+        self, number: int, call: ToolCall, plan: Resolution, outcome: ToolOutcome | None
+    ) -> ToolResult:
+        if isinstance(plan, Answer):
+            return self._note(call, plan.content, number)
+        if isinstance(outcome, ToolFailure):
+            return self._note(call, f"error: the tool {plan.tool} failed: {outcome.reason}", number)
+        if not isinstance(outcome, ToolResponse):
+            raise TypeError(f"a tool outcome is a ToolResponse or a ToolFailure, got {outcome!r}")
+        if (problem := _response_problem(outcome)) is not None:
+            why = f"error: the tool {plan.tool} answered something unusable: {problem}"
+            return self._note(call, why, number)
+        capped, cut = cap_result(outcome.content, self._limits.tool_result_cap)
+        return ToolResult(
+            self._now(),
+            number,
+            call.id,
+            capped,
+            outcome.class_,
+            outcome.untrusted,
+            outcome.truncated or cut,
+        )
+
+
+def _response_problem(response: ToolResponse) -> str | None:
+    """Why a port's response cannot be recorded as it is, or None."""
+    if not isinstance(response.content, str):
+        return f"content is {type(response.content).__name__}, not text"
+    if not isinstance(response.class_, ResultClass):
+        return f"class is {response.class_!r}, not a ResultClass"
+    if not isinstance(response.untrusted, bool) or not isinstance(response.truncated, bool):
+        return "untrusted and truncated must be booleans"
+    return text_problem(response.content)

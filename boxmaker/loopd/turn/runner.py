@@ -1,0 +1,202 @@
+"""Runs one turn: the `turn.loop` core against the client, the tool port and the session's log.
+
+    outcome = run_turn(log, "What time is it?", client=client, port=FakeTools(),
+                       config=config.loop, on_event=print)
+
+`run_turn` carries out each action of the core in order:
+
+- `Complete`: `client.chat_with_retry`; each ChatEvent the channel knows is passed to `on_event`
+  as it arrives (the streamed tool-call pieces are not: the channel hears of a call once it is
+  whole, as `tool_call_started`). An InferError goes back to the core, which ends the turn.
+- `RunTools`: the port's calls, each on its own daemon thread so that one that hangs can be left
+  behind: with `[loop] parallel_tools` all at once, else one after another. Each call has
+  `tool_timeout_ms`; one that raises or has not answered by then becomes a `ToolFailure` and the
+  others are not affected. The outcomes go back in call order, whatever order they finish in. A
+  call left behind keeps its thread until the port answers; its answer is dropped.
+- `Append`: `log.append`, durable before it returns, so before the event that reports it.
+- `Emit`: `on_event`.
+
+A failed append (the disk) raises the store's SessionError out of `run_turn`: the log is closed
+and nothing more can be recorded, so the turn cannot go on.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from typing import Protocol
+
+from boxmaker.loopd.config import LoopConfig
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, InferError
+from boxmaker.loopd.session.baseline import Baseline
+from boxmaker.loopd.tools.port import ToolPort, utc_now
+from boxmaker.loopd.tools.registry import Registry, default_registry
+from boxmaker.loopd.turn.limits import LoopLimits
+from boxmaker.loopd.turn.loop import (
+    Append,
+    Complete,
+    Done,
+    Emit,
+    RunTools,
+    ToolFailure,
+    ToolOutcome,
+    TurnLoop,
+)
+from boxmaker.proto import EVENT_TYPES, ToolRequest, ToolResponse, TurnDone, TurnEvent, WireError
+from boxmaker.proto.log import LogRecord
+
+_TURN_EVENTS = tuple(EVENT_TYPES.values())
+
+
+class SessionLogLike(Protocol):
+    """What a turn needs of an open session log (`session.store.SessionLog`)."""
+
+    @property
+    def baseline(self) -> Baseline: ...
+
+    @property
+    def records(self) -> Sequence[LogRecord]: ...
+
+    def append(self, record: LogRecord) -> None: ...
+
+
+class ChatClient(Protocol):
+    """What a turn needs of `llama.client.Client`."""
+
+    def chat_with_retry(
+        self, req: ChatRequest, on_event: Callable[[ChatEvent], None]
+    ) -> Completion: ...
+
+
+OnEvent = Callable[[TurnEvent], None]
+
+
+def _drop(_event: TurnEvent) -> None:
+    pass
+
+
+def run_turn(
+    log: SessionLogLike,
+    content: str,
+    *,
+    client: ChatClient,
+    port: ToolPort,
+    config: LoopConfig,
+    thinking: bool = True,
+    on_event: OnEvent = _drop,
+    registry: Registry | None = None,
+    clock: Callable[[], str] = utc_now,
+) -> TurnDone | WireError:
+    """Runs one turn of the session whose log is open in `log`.
+
+    Args:
+        log: the session's open log (its lock held).
+        content: the user's message.
+        client: the inference client.
+        port: the tool port.
+        config: the [loop] section (limits, parallel_tools, tool_timeout_ms).
+        thinking: False asks for no reasoning in this turn.
+        on_event: gets every event of the turn, in order, from this thread.
+        registry: the tools the port runs; M2b's by default.
+        clock: the time for each record.
+
+    Returns:
+        TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference).
+
+    Raises:
+        SessionError: an append failed; the log is closed.
+    """
+    core = TurnLoop(
+        baseline=log.baseline,
+        records=log.records,
+        content=content,
+        thinking=thinking,
+        registry=registry or default_registry(),
+        limits=LoopLimits.from_config(config),
+        clock=clock,
+    )
+
+    def forward(event: ChatEvent) -> None:
+        if isinstance(event, _TURN_EVENTS):
+            on_event(event)
+
+    timeout_s = config.tool_timeout_ms / 1000
+    action = core.start()
+    while True:
+        result: object = None
+        if isinstance(action, Complete):
+            try:
+                result = client.chat_with_retry(action.request, forward)
+            except InferError as err:
+                result = err
+        elif isinstance(action, RunTools):
+            result = run_tools(port, action.requests, timeout_s, parallel=config.parallel_tools)
+        elif isinstance(action, Append):
+            log.append(action.record)
+        elif isinstance(action, Emit):
+            on_event(action.event)
+        elif isinstance(action, Done):
+            return action.outcome
+        action = core.send(result)
+
+
+# ---- the port's calls ---------------------------------------------------------------------------
+
+
+class _Call:
+    """One port call on a daemon thread; `outcome` is set once, by whichever side comes first."""
+
+    def __init__(self, port: ToolPort, request: ToolRequest) -> None:
+        self.request = request
+        self._port = port
+        self._lock = threading.Lock()
+        self._done = threading.Event()
+        self._outcome: ToolOutcome | None = None
+        self._thread = threading.Thread(
+            target=self._run, name=f"tool-{request.call}-{request.tool}", daemon=True
+        )
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def _settle(self, outcome: ToolOutcome) -> None:
+        with self._lock:
+            if self._outcome is None:
+                self._outcome = outcome
+                self._done.set()
+
+    def _run(self) -> None:
+        try:
+            response = self._port.call(self.request)
+        except Exception as exc:  # tool failures are data: any exception becomes a result
+            self._settle(ToolFailure(f"it raised {type(exc).__name__}: {exc}"))
+            return
+        if isinstance(response, ToolResponse):
+            self._settle(response)
+        else:
+            self._settle(ToolFailure(f"it answered {type(response).__name__}, not a response"))
+
+    def wait(self, deadline: float, timeout_s: float) -> ToolOutcome:
+        self._done.wait(max(0.0, deadline - time.monotonic()))
+        ms = round(timeout_s * 1000)
+        self._settle(ToolFailure(f"it did not answer within {ms} ms (tool_timeout_ms)"))
+        assert self._outcome is not None
+        return self._outcome
+
+
+def run_tools(
+    port: ToolPort, requests: Sequence[ToolRequest], timeout_s: float, *, parallel: bool
+) -> tuple[ToolOutcome, ...]:
+    """Runs the calls, each bounded by `timeout_s`; returns their outcomes in call order."""
+    calls = [_Call(port, r) for r in requests]
+    if parallel and len(calls) > 1:
+        for call in calls:
+            call.start()
+        started = time.monotonic()  # every call started within a moment of this
+        return tuple(call.wait(started + timeout_s, timeout_s) for call in calls)
+    outcomes = []
+    for call in calls:
+        call.start()
+        outcomes.append(call.wait(time.monotonic() + timeout_s, timeout_s))
+    return tuple(outcomes)
