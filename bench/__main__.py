@@ -1,4 +1,4 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions]` (all of them when none is named)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions]` (all when none is named)."""
 
 import importlib
 import sys
