@@ -5,8 +5,8 @@ whole log, check every line, the seq/prev chain and the baseline's hash) and the
 (`request_messages`). Logs of 1,000, 10,000 and 100,000 records are written once, a realistic
 mix (a user message, an assistant asking for the clock, its usage, the tool result, the answer
 and its usage, about 240 bytes a line), then each is resumed several times; the table shows the
-best and median times, per record and per MB, and where the time goes (read, the line checks,
-the rest of the checks, replay). The generic `verify_log` is timed once beside it, as the path
+best and median times, per record and per MB, and where the time goes (read, all the checks, the
+line checks among them, replay). The generic `verify_log` is timed once beside it, as the path
 the fast check replaces.
 
 Append is one record through `SessionLog.append`: one write of the whole line, then fsync. Its
@@ -126,19 +126,13 @@ def breakdown(home: Path, session: str) -> dict[str, float]:
 
 def bench_resume(home: Path, sizes: list[int], repeat: int) -> None:
     print("resume: open (read + check every line, the chain, the baseline) + replay")
-    head = (
-        "records",
-        "MB",
-        "best ms",
-        "median ms",
-        "us/record",
-        "MB/s",
-        "read",
-        "lines",
-        "checks",
-        "replay",
-        "verify_log ms",
+    print("  parts, each the best of the runs: read the files; check = all of open's checks, of")
+    print(
+        "  which lines = the line checks (parse, types, seq/prev chain); replay = request_messages;"
     )
+    print("  verify_log = the generic line check, for comparison with lines")
+    head: tuple[str, ...] = ("records", "MB", "best ms", "median ms", "us/record", "MB/s")
+    head += ("read", "check", "lines", "replay", "verify_log")
     print("  " + " ".join(f"{h:>10}" for h in head))
     for n in sizes:
         session = f"r{n}"
