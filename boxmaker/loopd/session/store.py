@@ -23,10 +23,9 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
-import gc
 import os
 import secrets
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
 
@@ -168,10 +167,9 @@ class SessionStore:
             log_path = path / LOG_NAME
             data = read_fd(fd)
             base_path = path / BASELINE_NAME
-            with gc_paused():
-                checked = check_session(
-                    session_id, str(log_path), data, str(base_path), read_maybe(base_path)
-                )
+            checked = check_session(
+                session_id, str(log_path), data, str(base_path), read_maybe(base_path)
+            )
         except BaseException:
             os.close(fd)
             raise
@@ -295,30 +293,12 @@ def verify_session(home: Path, session_id: str) -> Finding:
         os.close(fd)
     base_path = path / BASELINE_NAME
     try:
-        with gc_paused():
-            checked = check_session(
-                session_id, str(log_path), data, str(base_path), read_maybe(base_path)
-            )
+        checked = check_session(
+            session_id, str(log_path), data, str(base_path), read_maybe(base_path)
+        )
     except LogCorrupt as e:
         return Finding(session_id, str(log_path), error=str(e))
     return finding(session_id, str(log_path), checked)
-
-
-@contextlib.contextmanager
-def gc_paused() -> Iterator[None]:
-    """The cyclic garbage collector off while a log is checked.
-
-    Checking a log allocates a few objects per line, none in a cycle, so the collector finds
-    nothing; yet with it on, its passes over the growing heap cost about 40% of a resume of
-    100,000 records (make bench). It is left as it was found, even if a thread changed it.
-    """
-    was_enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if was_enabled:
-            gc.enable()
 
 
 def _busy(session_id: str, path: Path) -> SessionBusy:
