@@ -1,9 +1,9 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy]` (all of them when none is named)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions]` (all when none is named)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy")
+SUITES = ("sse", "proxy", "sessions")
 
 
 def main(argv: list[str]) -> int:

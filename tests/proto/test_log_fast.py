@@ -139,7 +139,7 @@ def test_random_logs_agree_and_take_the_fast_path(recs: list[LogRecord]) -> None
     assert _fast(data) == (recs, verify_log(data).next_prev)
 
 
-@settings(max_examples=1500, deadline=None)
+@settings(max_examples=600, deadline=None)
 @given(st.lists(records, min_size=1, max_size=4), st.data())
 def test_mutated_logs_agree(recs: list[LogRecord], data: st.DataObject) -> None:
     log = bytearray(log_of(recs))
@@ -176,7 +176,7 @@ near_times = st.builds(
 )
 
 
-@settings(max_examples=2000, deadline=None)
+@settings(max_examples=1000, deadline=None)
 @given(near_times | st.text(max_size=30))
 @example("2026-02-29T00:00:00Z")
 @example("2024-02-29T23:59:59.999Z")
@@ -184,7 +184,7 @@ near_times = st.builds(
 @example("2026-11-30T03:48:60Z")
 @example("0000-01-01T00:00:00Z")
 @example("2026-11-30T03:48:37Z\n2026-11-30T03:48:37Z")
-def test_the_batched_time_check_is_is_time(s: str) -> None:
+def test_the_fast_time_check_is_is_time(s: str) -> None:
     assert _times_ok([s]) == is_time(s)
     assert _times_ok(["2026-11-30T03:48:37.123Z", s]) == is_time(s)
 

@@ -315,6 +315,8 @@ def _open_locked(session_id: str, path: Path) -> int:
         fd = os.open(log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
     except FileNotFoundError:
         raise LogCorrupt(f"{log_path}: missing; the session's folder holds no log") from None
+    except OSError as e:
+        raise SessionError(f"{log_path}: cannot open it to append: {e.strerror}") from e
     if not try_lock(fd):
         os.close(fd)
         raise _busy(session_id, path)

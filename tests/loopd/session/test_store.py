@@ -148,6 +148,14 @@ def test_exists(tmp_path: Path) -> None:
     assert s.exists("s1")
 
 
+def test_a_log_that_cannot_be_opened_for_writing_is_a_session_error(tmp_path: Path) -> None:
+    path = make_session(tmp_path)
+    path.unlink()
+    path.mkdir()  # EISDIR even for root, where a file mode would not stop the open
+    with pytest.raises(SessionError, match="cannot open it to append: Is a directory"):
+        SessionStore(tmp_path).open("s1")
+
+
 def test_open_of_a_missing_session(tmp_path: Path) -> None:
     with pytest.raises(NoSuchSession, match="no session nope"):
         SessionStore(tmp_path).open("nope")
