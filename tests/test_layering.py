@@ -60,7 +60,7 @@ RULES: dict[str, frozenset[str]] = {
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
     CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON}),
-    SELFTEST: frozenset({PROTO, CONFIG, LLAMA}),
+    SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records"}),
     # llama: one row per module, because the direction inside it matters.
     LLAMA: frozenset(),  # __init__
     f"{LLAMA}.errors": frozenset(),  # llama's ground floor
@@ -472,3 +472,14 @@ def test_the_io_check_catches_each_form(source: str, found: list[str]) -> None:
 )
 def test_the_io_check_allows_pure_imports(source: str) -> None:
     assert io_uses(source) == []
+
+
+def test_only_the_turn_runner_starts_threads() -> None:
+    """The turn loop's threads (parallel tool calls) live in one shell module (issue 10)."""
+    starting = sorted(
+        m.name
+        for m in PY_MODULES
+        if (_under(m.name, TURN) or _under(m.name, TOOLS))
+        and "Thread(" in m.path.read_text("utf-8")
+    )
+    assert starting == [f"{TURN}.runner"]

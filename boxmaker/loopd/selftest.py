@@ -30,6 +30,7 @@ from boxmaker.loopd.config import Config, ExpectConfig, SelftestConfig
 from boxmaker.loopd.llama.errors import ConnectFailed, InferError
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS, CacheMiss, Props, cache_outcome
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, FinishReason
+from boxmaker.loopd.turn.records import assistant_message
 from boxmaker.proto import (
     AssistantMessage,
     ChatMessage,
@@ -38,7 +39,6 @@ from boxmaker.proto import (
     load_json_object,
     sha256_hex,
 )
-from boxmaker.loopd.turn.records import assistant_message
 
 PROPS: Final = "props"
 TOOL_CALL: Final = "tool_call"

@@ -24,7 +24,7 @@ import orjson
 
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.types import InferError
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session.baseline import assemble_baseline, check_budget
 from boxmaker.loopd.session.errors import (
     NoSuchSession,

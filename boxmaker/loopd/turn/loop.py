@@ -35,7 +35,8 @@ from __future__ import annotations
 from collections.abc import Callable, Generator, Sequence
 from dataclasses import dataclass
 
-from boxmaker.loopd.llama.types import ChatRequest, Completion, HttpStatus, InferError
+from boxmaker.loopd.llama.errors import HttpStatus, InferError
+from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.loopd.session.baseline import Baseline
 from boxmaker.loopd.session.replay import request_messages
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve

@@ -28,7 +28,8 @@ from collections.abc import Callable, Sequence
 from typing import Protocol
 
 from boxmaker.loopd.config import LoopConfig
-from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, InferError
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.session.baseline import Baseline
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, default_registry

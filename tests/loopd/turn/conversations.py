@@ -26,7 +26,8 @@ from typing import Any
 import orjson
 from hypothesis import strategies as st
 
-from boxmaker.loopd.llama.types import Completion, FinishReason, HttpStatus
+from boxmaker.loopd.llama.errors import HttpStatus
+from boxmaker.loopd.llama.types import Completion, FinishReason
 from boxmaker.loopd.session.baseline import Baseline
 from boxmaker.loopd.session.replay import request_messages
 from boxmaker.loopd.tools.port import FakeTools

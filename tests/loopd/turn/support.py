@@ -41,7 +41,9 @@ from boxmaker.proto import (
     ToolResponse,
     format_time,
 )
-from tests.support.fakeserver import FakeServer, Recorded, Reply, json_reply, sse_reply
+from tests.support.fakeserver import FakeServer
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, json_reply, sse_reply
 
 MODEL = "test-model"
 SYSTEM = "You are a test."

@@ -18,8 +18,8 @@ from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import ToolResult
 from tests.loopd.turn.conftest import Env
 from tests.loopd.turn.support import SYSTEM, calls, config_text, new_session, say
-from tests.support.fakeserver import json_reply
 from tests.support.procs import python_module
+from tests.support.replies import json_reply
 
 RUN_BOUND_S = 60.0
 

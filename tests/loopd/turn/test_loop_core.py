@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from boxmaker.loopd.llama.types import Completion, FinishReason, HttpStatus, Stalled
+from boxmaker.loopd.llama.errors import HttpStatus, Stalled
+from boxmaker.loopd.llama.types import Completion, FinishReason
 from boxmaker.loopd.tools.registry import default_registry
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (

@@ -37,7 +37,7 @@ from tests.loopd.turn.support import (
     new_session,
     say,
 )
-from tests.support.fakeserver import json_reply, sse_reply
+from tests.support.replies import json_reply, sse_reply
 
 
 def test_tool_iterations_ends_the_turn_and_the_session_stays_usable(env: Env) -> None:
