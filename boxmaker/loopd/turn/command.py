@@ -112,7 +112,7 @@ def run_turn_command(
             )
     except (SessionError, SessionIdError, InferError) as exc:
         code = next(c for kind, c in _CODES if isinstance(exc, kind))
-        text = f"{exc.TAG}: {exc}" if isinstance(exc, InferError) else str(exc)
+        text = exc.describe() if isinstance(exc, InferError) else str(exc)
         outcome = WireError(code, text)
     _print(out, outcome_to_json(outcome))
     if isinstance(outcome, WireError):

@@ -148,7 +148,7 @@ def error_outcome(err: InferError) -> WireError:
             f"the conversation no longer fits the model's context (the server answered {err}); "
             "nothing was recorded for this request: start a new session",
         )
-    return WireError(ErrorCode.INFERENCE, f"{err.TAG}: {err}")
+    return WireError(ErrorCode.INFERENCE, err.describe())
 
 
 # ---- the turn ----------------------------------------------------------------------------------
