@@ -6,7 +6,7 @@ codes), `frame` (the channel frame codec), `channel` (the channel's frame bodies
 session log's records, line form and chain), `errors` (the ProtocolError family).
 """
 
-from ._codec import load_json, load_json_object
+from ._codec import json_type, load_json, load_json_object
 from .channel import (
     EVENT_TYPES,
     CacheLossEvent,
@@ -163,6 +163,7 @@ __all__ = [
     "format_time",
     "is_session_id",
     "is_time",
+    "json_type",
     "load_json",
     "load_json_object",
     "next_prev",

@@ -19,6 +19,8 @@ from typing import Any, Final
 
 import orjson
 
+from boxmaker.proto import json_type
+
 # Messages quote at most this much of a bad value.
 _SHOWN_CHARS: Final = 60
 
@@ -35,21 +37,9 @@ _PY_TYPES: Final[dict[str, tuple[type, ...]]] = {
 
 def json_type_name(value: object) -> str:
     """The JSON Schema type name of a decoded JSON value (an integral number is "integer")."""
-    if value is None:
-        return "null"
-    if isinstance(value, bool):
-        return "boolean"
-    if isinstance(value, int):
+    if isinstance(value, float) and value.is_integer():
         return "integer"
-    if isinstance(value, float):
-        return "integer" if value.is_integer() else "number"
-    if isinstance(value, str):
-        return "string"
-    if isinstance(value, list):
-        return "array"
-    if isinstance(value, dict):
-        return "object"
-    return type(value).__name__
+    return json_type(value)
 
 
 def _is_type(value: object, name: str) -> bool:
