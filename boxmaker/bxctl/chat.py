@@ -41,6 +41,7 @@ from .client import (
     ChatError,
     ChatSession,
     bad_session_id,
+    check_socket,
     new_session_id,
     socket_from,
 )
@@ -154,11 +155,13 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     view: _TextView | _JsonView = (
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)
     )
-    if args.json:
-        env.stdout.write(_json_line({"session": chat.session}))
-    else:
-        (env.stderr if args.say is not None else env.stdout).write(f"session {chat.session}\n")
+    header = env.stderr if args.say is not None and not args.json else env.stdout
+    header.write(
+        _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
+    )
+    header.flush()
     try:
+        check_socket(chat.path)
         if args.say is not None:
             final = chat.turn(args.say, view.show)
             return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR

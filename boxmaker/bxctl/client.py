@@ -97,6 +97,20 @@ def turn_frame(session: str, content: str, *, resume: bool, thinking: bool) -> b
         raise ChatError(f"the message cannot be sent: {e}") from None
 
 
+def not_running(path: Path, why: str) -> ChatError:
+    return ChatError(f"loopd is not running ({why} at {path}); {START_HINT}")
+
+
+def check_socket(path: Path) -> None:
+    """Fails early, before a chat reads its first line, when there is no socket file at all.
+
+    Raises:
+        ChatError: nothing exists at `path`.
+    """
+    if not path.exists():
+        raise not_running(path, "no socket file")
+
+
 def _connect(path: Path) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -104,7 +118,7 @@ def _connect(path: Path) -> socket.socket:
     except (FileNotFoundError, ConnectionRefusedError) as e:
         sock.close()
         why = "no socket file" if isinstance(e, FileNotFoundError) else "nothing is listening"
-        raise ChatError(f"loopd is not running ({why} at {path}); {START_HINT}") from None
+        raise not_running(path, why) from None
     except OSError as e:
         sock.close()
         if e.errno == errno.EACCES:

@@ -1,6 +1,7 @@
 """bxctl chat against a scripted fake loopd on a real Unix socket, in-process through
 main(argv, env); one run as a real `python -m boxmaker.bxctl` subprocess."""
 
+import io
 import socket
 import subprocess
 import sys
@@ -9,7 +10,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from boxmaker._cli import ExitStatus
+from boxmaker._cli import Environment, ExitStatus
 from boxmaker.bxctl.cli import main
 from boxmaker.bxctl.render import DIM
 from boxmaker.proto import (
@@ -201,6 +202,17 @@ def test_not_running_without_a_socket_file(tmp_path: Path) -> None:
         "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
         "or `loopd serve --config <path>`"
     )
+
+
+def test_a_chat_without_a_socket_file_says_so_before_reading_a_line(tmp_path: Path) -> None:
+    class Unread(io.StringIO):
+        def readline(self, size: int | None = -1, /) -> str:  # type: ignore[override]
+            raise AssertionError("stdin was read")
+
+    env = Environment(stdin=Unread(), stdout=io.StringIO(), stderr=io.StringIO())
+    status = main(["chat", "--socket", str(tmp_path / "loop.sock")], env)
+    assert status == ExitStatus.ERROR
+    assert "loopd is not running (no socket file at" in env.stderr.getvalue()  # type: ignore[attr-defined]
 
 
 def test_not_running_with_a_socket_file_nobody_listens_on(tmp_path: Path) -> None:
