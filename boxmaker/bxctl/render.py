@@ -1,12 +1,11 @@
-"""What `bxctl chat` shows for each frame of a turn, as text pieces for two streams. [core]
+"""What `bxctl chat` shows for each frame of a turn, as text pieces for its streams. [core]
 
 No I/O: the shell (chat.py) writes each piece to the stream it names and flushes. A piece is for
 ANSWER (the reply's content) or EVENTS (everything else: reasoning, tool lines, status lines). In
 a chat both are stdout; with `--say` ANSWER is stdout and EVENTS is stderr. A turn's error is for
-ERRORS, always stderr. The Renderer tracks,
-per physical stream, whether a streamed run (content or reasoning) has left the cursor in the
-middle of a line, so every status line starts in column 0 and reasoning and content never share a
-line.
+ERRORS, always stderr. The Renderer tracks, per physical stream, whether a streamed run (content
+or reasoning) has left the cursor in the middle of a line, so every status line starts in column
+0 and reasoning and content never share a line.
 
 What each event becomes:
 
