@@ -1,3 +1,4 @@
-"""bxctl: the owner's command line. `bxctl verify` checks a session's log from disk; `bxctl chat`
-(the channel client) comes later. It imports proto, _cli and loopd.session only, never a daemon.
+"""bxctl: the owner's command line. `bxctl chat` talks to loopd over loop.sock; `bxctl sessions`
+lists the sessions on disk and `bxctl verify` checks one. It imports proto, _cli and loopd.session
+only, never a daemon.
 """

@@ -2,6 +2,15 @@
 shape). Every command writes only to the injected Environment's streams, so tests call `main`
 in-process.
 
+    bxctl chat [--socket <path>] [--session <id>] [--no-thinking] [--say <text>] [--json]
+        Talks to loopd over loop.sock, one connection per turn (chat.py says what each line
+        means). Exit 0; 1 when loopd is not running, a connection closes early, a frame is
+        malformed, or (with --say) the turn ends in an error; 2 for a bad session id.
+
+    bxctl sessions [--home <path>] [--json]
+        Lists the sessions on disk, newest first, each checked as verify checks one. Exit 0, or
+        1 when a session's log does not verify.
+
     bxctl verify <session> [--home <path>] [--json]
         Checks a session's log and baseline file from disk (no daemon needed) and prints the
         finding. Exit 0 when the log verifies, 1 when it is refused or missing, 2 for a bad
@@ -20,7 +29,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from boxmaker._cli import Environment, ExitStatus
 
-from . import verify
+from . import chat, sessions, verify
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -31,6 +40,8 @@ Run = Callable[[argparse.Namespace, Environment], ExitStatus]
 
 # name -> (help, add_arguments, run)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] = {
+    "chat": (chat.HELP, chat.add_arguments, chat.run),
+    "sessions": (sessions.HELP, sessions.add_arguments, sessions.run),
     "verify": (verify.HELP, verify.add_arguments, verify.run),
 }
 

@@ -1,0 +1,197 @@
+"""`bxctl chat [--socket <path>] [--session <id>] [--no-thinking] [--say <text>] [--json]`.
+
+A chat prints `session <id>` on stdout, then runs one turn per line of stdin until EOF or
+`/quit`; blank lines are skipped. Content streams to stdout as it arrives, reasoning too (dimmed
+on a terminal unless NO_COLOR is set), and tool calls and status events are one line each
+(render.py has the table). A turn that ends in an `error` frame prints `error <code>: <message>`
+on stderr and the chat goes on; the exit status is 0 at EOF or `/quit`.
+
+`--say <text>` runs one turn: stdout carries exactly the answer (turn_done's content), and
+`session <id>`, reasoning, tool and status lines go to stderr. Exit 0, or 1 with the error on
+stderr.
+
+`--json` prints, on stdout, first `{"session": "<id>"}`, then every frame body loopd sends, one
+JSON object per line, so every line of stdout parses (`{"event": ...}`, then
+`{"content": ..., "usage": ...}` or `{"code": ..., "message": ...}`). The refusal that bxctl
+answers by retrying (no_such_session for a new --session id) is not printed. With `--say`, the
+exit status says whether the turn succeeded.
+
+Whatever the mode, a loopd that is not running, a connection that closes before its final frame,
+or a malformed frame is one line on stderr and exit 1; a bad --session id is exit 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Callable
+from pathlib import Path
+from typing import TextIO
+
+import orjson
+
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker.proto import ChannelBody, Turn, TurnDone
+from boxmaker.proto.frame import Frame
+from boxmaker.proto.wire import WireError
+
+from .client import (
+    DEFAULT_SOCKET,
+    SOCKET_ENV,
+    ChatError,
+    ChatSession,
+    bad_session_id,
+    check_socket,
+    new_session_id,
+    socket_from,
+)
+from .render import Piece, Renderer, Stream, use_color
+
+HELP = "talk to loopd: one turn per line of stdin, or one turn with --say"
+PROG = "bxctl chat"
+QUIT = "/quit"
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--socket",
+        type=Path,
+        help=f"loopd's channel socket (default: ${SOCKET_ENV}, else {DEFAULT_SOCKET})",
+    )
+    parser.add_argument(
+        "--session",
+        metavar="ID",
+        help="the session to talk in; created when it does not exist (default: a new random id)",
+    )
+    parser.add_argument(
+        "--no-thinking",
+        action="store_true",
+        help="ask for no reasoning on these turns (sends thinking: false)",
+    )
+    parser.add_argument(
+        "--say",
+        metavar="TEXT",
+        help="run one turn with TEXT: the answer on stdout, everything else on stderr",
+    )
+    parser.add_argument(
+        "--json", action="store_true", help="print every frame body as one JSON line on stdout"
+    )
+
+
+def _json_line(obj: object) -> str:
+    return orjson.dumps(obj).decode() + "\n"
+
+
+class _TextView:
+    """Frames as text through a Renderer, each piece written and flushed as it comes."""
+
+    def __init__(self, env: Environment, *, say: bool) -> None:
+        events = env.stderr if say else env.stdout
+        self._streams: dict[Stream, TextIO] = {
+            Stream.ANSWER: env.stdout,
+            Stream.EVENTS: events,
+            Stream.ERRORS: env.stderr,
+        }
+        dim = use_color(_isatty(events), os.environ)
+        self._renderer = Renderer(dim=dim, split=say, stream_content=not say)
+
+    def write(self, pieces: list[Piece]) -> None:
+        touched: set[int] = set()
+        for piece in pieces:
+            stream = self._streams[piece.to]
+            stream.write(piece.text)
+            touched.add(id(stream))
+        for stream in self._streams.values():
+            if id(stream) in touched:
+                stream.flush()
+
+    def show(self, frame: Frame, body: ChannelBody) -> None:
+        if isinstance(body, TurnDone):
+            self.write(self._renderer.done(body))
+        elif isinstance(body, WireError):
+            self.write(self._renderer.error(body))
+        else:
+            assert not isinstance(body, Turn)  # exchange refuses a turn frame from loopd
+            self.write(self._renderer.event(body))
+
+    def cut(self) -> None:
+        """A turn ended without its final frame: close the open lines before the reason."""
+        self.write(self._renderer.close())
+
+
+class _JsonView:
+    def __init__(self, env: Environment) -> None:
+        self._out = env.stdout
+
+    def show(self, frame: Frame, body: ChannelBody) -> None:
+        self._out.write(_json_line(frame.body))
+        self._out.flush()
+
+    def cut(self) -> None:
+        pass
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError):
+        return False
+
+
+def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
+    if args.session is not None and (why := bad_session_id(args.session)) is not None:
+        env.stderr.write(f"{PROG}: {why}\n")
+        return ExitStatus.USAGE
+    if args.say is not None and not args.say.strip():
+        env.stderr.write(f"{PROG}: --say needs some text to say\n")
+        return ExitStatus.USAGE
+    new = args.session is None
+    chat = ChatSession(
+        path=socket_from(args.socket, os.environ),
+        session=new_session_id() if new else args.session,
+        resume=not new,
+        thinking=not args.no_thinking,
+    )
+    view: _TextView | _JsonView = (
+        _JsonView(env) if args.json else _TextView(env, say=args.say is not None)
+    )
+    header = env.stderr if args.say is not None and not args.json else env.stdout
+    header.write(
+        _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
+    )
+    header.flush()
+    try:
+        check_socket(chat.path)
+        if args.say is not None:
+            final = chat.turn(args.say, view.show)
+            return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR
+        _loop(chat, env, view.show, prompt=env.stdin_isatty and not args.json)
+        return ExitStatus.OK
+    except ChatError as e:
+        view.cut()
+        env.stderr.write(f"{PROG}: {e}\n")
+        env.stderr.flush()
+        return ExitStatus.ERROR
+
+
+def _loop(
+    chat: ChatSession,
+    env: Environment,
+    show: Callable[[Frame, ChannelBody], None],
+    *,
+    prompt: bool,
+) -> None:
+    """One turn per line of stdin, until EOF or /quit."""
+    while True:
+        if prompt:
+            env.stdout.write("> ")
+        env.stdout.flush()
+        line = env.stdin.readline()
+        if not line:
+            return
+        content = line.rstrip("\r\n")
+        if content.strip() == QUIT:
+            return
+        if not content.strip():
+            continue
+        chat.turn(content, show)

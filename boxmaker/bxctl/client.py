@@ -1,0 +1,224 @@
+"""The channel's client side for `bxctl chat`: one connection to loop.sock per turn.
+
+Per M2b section 6: connect, send one `turn` frame `{session, content, resume, thinking}`, read
+frames until one has `final: true`, close. Every way that can fail (no loopd, a connection closed
+before the final frame, a malformed frame) is a ChatError whose message is one line for a person;
+nothing here prints.
+
+`ChatSession` holds what carries over between turns: whether the next turn resumes. A turn that
+loopd refuses because the session's existence is not what `resume` said (`no_such_session` to
+`resume: true`, `session_exists` to `resume: false`) is sent again once with `resume` flipped, so
+`--session <id>` creates an unknown id and a first turn that failed after creating its session
+does not strand the next one.
+
+The turn body is built here rather than from proto.channel.Turn because DECISIONS.md's `thinking`
+key is not in that dataclass yet (it belongs to the server side that decodes it).
+"""
+
+from __future__ import annotations
+
+import errno
+import secrets
+import socket
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from boxmaker.proto import (
+    BodyError,
+    ChannelBody,
+    EncodeError,
+    FrameError,
+    Turn,
+    TurnDone,
+    decode_body,
+)
+from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
+from boxmaker.proto.wire import ErrorCode, WireError
+
+SOCKET_ENV = "BOXMAKER_SOCKET"
+DEFAULT_SOCKET = Path("/run/loop/loop.sock")  # `[channel] socket`'s default
+RECV_BYTES = 65536
+
+START_HINT = (
+    "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
+    "or `loopd serve --config <path>`"
+)
+
+# The refusal that says `resume` was wrong for this session, and the value that fixes it.
+_FLIP: dict[tuple[bool, ErrorCode], bool] = {
+    (True, ErrorCode.NO_SUCH_SESSION): False,
+    (False, ErrorCode.SESSION_EXISTS): True,
+}
+
+
+class ChatError(Exception):
+    """A turn could not be run or finished; str() is one line for stderr."""
+
+
+def socket_from(arg: Path | None, environ: Mapping[str, str]) -> Path:
+    """`--socket`, else $BOXMAKER_SOCKET when set and not empty, else /run/loop/loop.sock."""
+    if arg is not None:
+        return arg
+    env = environ.get(SOCKET_ENV)
+    return Path(env) if env else DEFAULT_SOCKET
+
+
+def new_session_id() -> str:
+    """A fresh random id (16 hex digits: it matches SESSION_ID_RE, and never collides in
+    practice)."""
+    sid = secrets.token_hex(8)
+    assert SESSION_ID_RE.fullmatch(sid)
+    return sid
+
+
+def bad_session_id(sid: str) -> str | None:
+    """Why `sid` is refused (naming the pattern), or None when it is a good id."""
+    if SESSION_ID_RE.fullmatch(sid):
+        return None
+    shown = sid if len(sid) <= 40 else sid[:40] + "..."
+    return (
+        f"session id {shown!r} is refused: it must match {SESSION_ID_RE.pattern} "
+        f"({SESSION_ID_RULE})"
+    )
+
+
+def turn_frame(session: str, content: str, *, resume: bool, thinking: bool) -> bytes:
+    """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`).
+
+    Raises:
+        ChatError: the message does not fit in a frame.
+    """
+    body = {"session": session, "content": content, "resume": resume, "thinking": thinking}
+    try:
+        return encode_frame("turn", body, True)
+    except EncodeError as e:
+        raise ChatError(f"the message cannot be sent: {e}") from None
+
+
+def not_running(path: Path, why: str) -> ChatError:
+    return ChatError(f"loopd is not running ({why} at {path}); {START_HINT}")
+
+
+def check_socket(path: Path) -> None:
+    """Fails early, before a chat reads its first line, when there is no socket file at all.
+
+    Raises:
+        ChatError: nothing exists at `path`.
+    """
+    if not path.exists():
+        raise not_running(path, "no socket file")
+
+
+def _connect(path: Path) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        sock.connect(str(path))
+    except (FileNotFoundError, ConnectionRefusedError) as e:
+        sock.close()
+        why = "no socket file" if isinstance(e, FileNotFoundError) else "nothing is listening"
+        raise not_running(path, why) from None
+    except OSError as e:
+        sock.close()
+        if e.errno == errno.EACCES:
+            raise ChatError(
+                f"cannot connect to loopd at {path}: permission denied "
+                "(loop.sock is for loopd's own user)"
+            ) from None
+        raise ChatError(f"cannot connect to loopd at {path}: {e.strerror or e}") from None
+    return sock
+
+
+def exchange(path: Path, frame: bytes) -> Iterator[tuple[Frame, ChannelBody]]:
+    """Runs one turn: yields each frame loopd sends, with its typed body, up to and including
+    the final one; the connection is closed when the generator ends.
+
+    Raises:
+        ChatError: not running, the connection broke or closed before the final frame, or a
+            frame or body was malformed.
+    """
+    sock = _connect(path)
+    try:
+        try:
+            sock.sendall(frame)
+        except OSError as e:
+            raise ChatError(f"loopd closed the connection before taking the turn: {e}") from None
+        decoder = FrameDecoder()
+        seen = 0
+        while True:
+            try:
+                got = decoder.next_frame()
+            except FrameError as e:
+                raise ChatError(f"malformed frame from loopd: {e}") from None
+            if got is NEED_DATA:
+                try:
+                    data = sock.recv(RECV_BYTES)
+                except OSError as e:
+                    raise ChatError(f"the connection to loopd broke: {e.strerror or e}") from None
+                decoder.receive_data(data)
+                continue
+            if got is CLOSED:
+                raise ChatError(
+                    f"loopd closed the connection before the turn ended ({seen} frames received);"
+                    " the turn may or may not be in the session's log (`bxctl verify`)"
+                )
+            try:
+                body = decode_body(got)
+            except BodyError as e:
+                raise ChatError(f"malformed frame from loopd: {e}") from None
+            if isinstance(body, Turn):
+                raise ChatError("malformed frame from loopd: a `turn` frame (only bxctl sends one)")
+            seen += 1
+            yield got, body
+            if got.final:
+                return
+    finally:
+        sock.close()
+
+
+Show = Callable[[Frame, ChannelBody], None]
+
+
+@dataclass
+class ChatSession:
+    """One session as bxctl sees it.
+
+    Args:
+        resume: whether the next turn says `resume: true` (false for a new random id).
+    """
+
+    path: Path
+    session: str
+    resume: bool
+    thinking: bool = True
+
+    def turn(self, content: str, show: Show) -> TurnDone | WireError:
+        """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
+
+        Returns:
+            The final body: the turn's TurnDone, or its WireError.
+
+        Raises:
+            ChatError: as `exchange`.
+        """
+        retried = False
+        while True:
+            frame = turn_frame(self.session, content, resume=self.resume, thinking=self.thinking)
+            last: tuple[Frame, TurnDone | WireError] | None = None
+            for got, body in exchange(self.path, frame):  # ends after the final frame
+                if isinstance(body, TurnDone | WireError):
+                    last = got, body
+                else:
+                    show(got, body)
+            assert last is not None  # exchange ends on a final frame or raises
+            final_frame, final = last
+            if isinstance(final, WireError):
+                flip = _FLIP.get((self.resume, final.code))
+                if flip is not None and not retried:
+                    self.resume, retried = flip, True
+                    continue
+            else:
+                self.resume = True  # the session exists now
+            show(final_frame, final)
+            return final

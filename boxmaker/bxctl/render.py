@@ -1,0 +1,186 @@
+"""What `bxctl chat` shows for each frame of a turn, as text pieces for its streams. [core]
+
+No I/O: the shell (chat.py) writes each piece to the stream it names and flushes. A piece is for
+ANSWER (the reply's content) or EVENTS (everything else: reasoning, tool lines, status lines). In
+a chat both are stdout; with `--say` ANSWER is stdout and EVENTS is stderr. A turn's error is for
+ERRORS, always stderr. The Renderer tracks, per physical stream, whether a streamed run (content
+or reasoning) has left the cursor in the middle of a line, so every status line starts in column
+0 and reasoning and content never share a line.
+
+What each event becomes:
+
+| event               | shown                                                               |
+|---------------------|---------------------------------------------------------------------|
+| `content`           | its text, as it streams (ANSWER)                                    |
+| `reasoning`         | its text, as it streams, dimmed when colour is on                   |
+| `tool_call_started` | `[tool <name>: started]`                                            |
+| `tool_result`       | `[tool <name>: done, <class>]`, `, truncated` when it was cut       |
+| `queued`            | `[queued: <n> turn(s) ahead]`                                       |
+| `waiting`           | `[waiting: the inference slot is busy]` (or: for the server)        |
+| `retrying`          | `[retrying (attempt <n>) in <ms> ms: <error>]`                      |
+| `thinking_capped`   | `[thinking capped at <n> tokens]`                                   |
+| `cache_loss`        | `[cache loss: expected <n> cached tokens, got <m>]`                 |
+| `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
+|                     | shows them                                                          |
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from boxmaker.proto import (
+    CacheLossEvent,
+    ContentEvent,
+    ProgressEvent,
+    QueuedEvent,
+    ReasoningEvent,
+    RetryingEvent,
+    ThinkingCappedEvent,
+    ToolCallStartedEvent,
+    ToolResultEvent,
+    TurnDone,
+    TurnEvent,
+    WaitingEvent,
+)
+from boxmaker.proto.wire import WireError
+
+# SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
+DIM = "\x1b[2m"
+RESET = "\x1b[0m"
+
+
+class Stream(enum.Enum):
+    ANSWER = "answer"  # the reply: stdout
+    EVENTS = "events"  # reasoning, tool and status lines: stdout in a chat, stderr with --say
+    ERRORS = "errors"  # a turn's error: always stderr
+
+
+@dataclass(frozen=True, slots=True)
+class Piece:
+    to: Stream
+    text: str
+
+
+def use_color(isatty: bool, environ: Mapping[str, str]) -> bool:
+    """Colour (here: dimmed reasoning) only on a terminal, and never when NO_COLOR is set to a
+    non-empty value (no-color.org)."""
+    return isatty and not environ.get("NO_COLOR")
+
+
+def _plural(n: int, one: str, many: str) -> str:
+    return f"{n} {one if n == 1 else many}"
+
+
+def status_line(event: TurnEvent) -> str | None:
+    """The status line for `event` (without its newline), or None for the events that are not
+    lines: content and reasoning stream, progress is not shown."""
+    match event:
+        case QueuedEvent(ahead=ahead):
+            return f"[queued: {_plural(ahead, 'turn', 'turns')} ahead]"
+        case WaitingEvent(slot_busy=busy):
+            return (
+                "[waiting: the inference slot is busy]"
+                if busy
+                else "[waiting for the inference server]"
+            )
+        case ToolCallStartedEvent(name=name):
+            return f"[tool {name}: started]"
+        case ToolResultEvent(name=name, class_=cls, truncated=truncated):
+            return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
+        case ThinkingCappedEvent(tokens=tokens):
+            return f"[thinking capped at {_plural(tokens, 'token', 'tokens')}]"
+        case RetryingEvent(attempt=attempt, after_ms=after_ms, error=error):
+            return f"[retrying (attempt {attempt}) in {after_ms} ms: {error}]"
+        case CacheLossEvent(expected=expected, got=got):
+            return f"[cache loss: expected {expected} cached tokens, got {got}]"
+        case ProgressEvent() | ContentEvent() | ReasoningEvent():
+            return None
+    raise TypeError(f"not a turn event: {event!r}")  # pragma: no cover - the union is closed
+
+
+def error_line(error: WireError) -> str:
+    """One line (without its newline) for an `error` frame: its code, then its message."""
+    return f"error {error.code.value}: {error.message}"
+
+
+class _Run(enum.Enum):
+    NONE = "none"  # the cursor is at the start of a line
+    CONTENT = "content"
+    REASONING = "reasoning"
+
+
+class Renderer:
+    """Turns one turn's frames into pieces.
+
+    Args:
+        dim: wrap reasoning in DIM ... RESET (use_color's answer for the EVENTS stream).
+        split: ANSWER and EVENTS are different streams (`--say`); else they share one.
+        stream_content: show content events as they arrive. `--say` turns it off and prints
+            the turn_done content instead, so stdout carries exactly the answer.
+    """
+
+    def __init__(self, *, dim: bool, split: bool, stream_content: bool = True) -> None:
+        self._dim = dim
+        self._split = split
+        self._stream_content = stream_content
+        self._runs: dict[Stream, _Run] = {Stream.ANSWER: _Run.NONE, Stream.EVENTS: _Run.NONE}
+        self._streamed = False  # some content was shown this turn
+
+    def _physical(self, to: Stream) -> Stream:
+        return to if self._split else Stream.ANSWER
+
+    def _start(self, to: Stream, run: _Run) -> list[Piece]:
+        """The newline that ends another run on the same stream before `run` (NONE: a line)."""
+        where = self._physical(to)
+        before = self._runs[where]
+        self._runs[where] = run
+        if before is _Run.NONE or before is run:
+            return []
+        return [Piece(to, "\n")]
+
+    def _line(self, to: Stream, text: str) -> list[Piece]:
+        return [*self._start(to, _Run.NONE), Piece(to, text + "\n")]
+
+    def event(self, event: TurnEvent) -> list[Piece]:
+        """The pieces for one turn_event."""
+        if isinstance(event, ContentEvent):
+            if not self._stream_content or not event.text:
+                return []
+            self._streamed = True
+            return [*self._start(Stream.ANSWER, _Run.CONTENT), Piece(Stream.ANSWER, event.text)]
+        if isinstance(event, ReasoningEvent):
+            if not event.text:
+                return []
+            text = f"{DIM}{event.text}{RESET}" if self._dim else event.text
+            return [*self._start(Stream.EVENTS, _Run.REASONING), Piece(Stream.EVENTS, text)]
+        line = status_line(event)
+        return [] if line is None else self._line(Stream.EVENTS, line)
+
+    def done(self, done: TurnDone) -> list[Piece]:
+        """The pieces that end a turn that succeeded: the answer when it was not streamed, and
+        every open line closed, so the next prompt or turn starts in column 0."""
+        pieces: list[Piece] = []
+        if not self._streamed:
+            if done.content:
+                pieces += self._line(Stream.ANSWER, done.content.rstrip("\n"))
+            else:
+                pieces += self._line(Stream.EVENTS, "[no answer: the reply had no content]")
+        return pieces + self.close()
+
+    def error(self, error: WireError) -> list[Piece]:
+        """The pieces for a turn that ended in an `error` frame: open lines closed, then the
+        error as one line on ERRORS."""
+        return [*self.close(), Piece(Stream.ERRORS, error_line(error) + "\n")]
+
+    def close(self) -> list[Piece]:
+        """Newlines for every stream left in the middle of a line; afterwards, all are in
+        column 0. Also for a turn cut short, before the shell reports why."""
+        pieces: list[Piece] = []
+        for where in (Stream.ANSWER, Stream.EVENTS):
+            if self._runs[where] is not _Run.NONE:
+                pieces.append(Piece(where, "\n"))
+                self._runs[where] = _Run.NONE
+        self._streamed = False
+        return pieces

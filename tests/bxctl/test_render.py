@@ -1,0 +1,147 @@
+"""render.py: the text of each event kind, line starts, dimming, and the two stream layouts."""
+
+import pytest
+
+from boxmaker.bxctl.render import (
+    DIM,
+    RESET,
+    Piece,
+    Renderer,
+    Stream,
+    error_line,
+    status_line,
+    use_color,
+)
+from boxmaker.proto import (
+    EVENT_TYPES,
+    CacheLossEvent,
+    ContentEvent,
+    ProgressEvent,
+    QueuedEvent,
+    ReasoningEvent,
+    ResultClass,
+    RetryingEvent,
+    ThinkingCappedEvent,
+    ToolCallStartedEvent,
+    ToolResultEvent,
+    TurnDone,
+    TurnEvent,
+    WaitingEvent,
+)
+from boxmaker.proto.wire import ErrorCode, WireError
+from tests.support.fakeloopd import USAGE
+
+A, E, X = Stream.ANSWER, Stream.EVENTS, Stream.ERRORS
+
+STATUS: list[tuple[TurnEvent, str | None]] = [
+    (QueuedEvent(0), "[queued: 0 turns ahead]"),
+    (QueuedEvent(1), "[queued: 1 turn ahead]"),
+    (WaitingEvent(True), "[waiting: the inference slot is busy]"),
+    (WaitingEvent(False), "[waiting for the inference server]"),
+    (ProgressEvent(900, 512, 128), None),
+    (ReasoningEvent("hmm"), None),
+    (ContentEvent("hi"), None),
+    (ToolCallStartedEvent("clock"), "[tool clock: started]"),
+    (ToolResultEvent("clock", ResultClass.PUBLIC, False), "[tool clock: done, public]"),
+    (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
+    (ThinkingCappedEvent(1), "[thinking capped at 1 token]"),
+    (ThinkingCappedEvent(2048), "[thinking capped at 2048 tokens]"),
+    (RetryingEvent(2, 250, "unavailable"), "[retrying (attempt 2) in 250 ms: unavailable]"),
+    (CacheLossEvent(860, 0), "[cache loss: expected 860 cached tokens, got 0]"),
+]
+
+
+@pytest.mark.parametrize(("event", "line"), STATUS, ids=lambda v: getattr(v, "TAG", ""))
+def test_status_lines(event: TurnEvent, line: str | None) -> None:
+    assert status_line(event) == line
+
+
+def test_every_event_kind_is_in_the_table() -> None:
+    assert {type(e) for e, _ in STATUS} == set(EVENT_TYPES.values())
+
+
+def text(pieces: list[Piece], to: Stream | None = None) -> str:
+    return "".join(p.text for p in pieces if to is None or p.to is to)
+
+
+def test_content_streams_as_it_comes_and_the_turn_ends_the_line() -> None:
+    r = Renderer(dim=False, split=False)
+    assert r.event(ContentEvent("Hel")) == [Piece(A, "Hel")]
+    assert r.event(ContentEvent("lo.")) == [Piece(A, "lo.")]
+    assert r.done(TurnDone("Hello.", USAGE)) == [Piece(A, "\n")]
+
+
+def test_a_status_line_in_the_middle_of_content_starts_on_its_own_line() -> None:
+    r = Renderer(dim=False, split=False)
+    out = r.event(ContentEvent("Let me check."))
+    out += r.event(ToolCallStartedEvent("clock"))
+    out += r.event(ToolResultEvent("clock", ResultClass.PUBLIC, False))
+    out += r.event(ContentEvent("It is noon."))
+    out += r.done(TurnDone("It is noon.", USAGE))
+    assert text(out) == (
+        "Let me check.\n[tool clock: started]\n[tool clock: done, public]\nIt is noon.\n"
+    )
+
+
+def test_reasoning_is_dimmed_when_asked_and_never_shares_a_line_with_content() -> None:
+    r = Renderer(dim=True, split=False)
+    out = r.event(ReasoningEvent("think"))
+    out += r.event(ReasoningEvent("ing"))
+    out += r.event(ContentEvent("Answer."))
+    out += r.done(TurnDone("Answer.", USAGE))
+    assert text(out) == f"{DIM}think{RESET}{DIM}ing{RESET}\nAnswer.\n"
+    plain = Renderer(dim=False, split=False)
+    assert text(plain.event(ReasoningEvent("think"))) == "think"
+
+
+def test_progress_and_empty_text_show_nothing() -> None:
+    r = Renderer(dim=False, split=False)
+    assert r.event(ProgressEvent(900, 512, 128)) == []
+    assert r.event(ContentEvent("")) == []
+    assert r.event(ReasoningEvent("")) == []
+    assert r.close() == []
+
+
+def test_split_streams_keep_their_own_line_state() -> None:
+    # --say: the answer is not streamed but printed from turn_done; events go to EVENTS.
+    r = Renderer(dim=False, split=True, stream_content=False)
+    out = r.event(ReasoningEvent("hmm"))
+    out += r.event(ContentEvent("ignored while streaming"))
+    out += r.event(WaitingEvent(True))
+    out += r.done(TurnDone("The answer.", USAGE))
+    assert text(out, A) == "The answer.\n"
+    assert text(out, E) == "hmm\n[waiting: the inference slot is busy]\n"
+
+
+def test_an_answer_that_was_not_streamed_is_printed_at_the_end() -> None:
+    r = Renderer(dim=False, split=False)
+    assert text(r.done(TurnDone("Only here.\n", USAGE))) == "Only here.\n"
+    assert text(r.done(TurnDone(None, USAGE)), E) == "[no answer: the reply had no content]\n"
+
+
+def test_an_error_closes_open_lines_and_goes_to_errors() -> None:
+    r = Renderer(dim=False, split=False)
+    out = r.event(ContentEvent("half"))
+    out += r.error(WireError(ErrorCode.TURN_LIMIT, "too many tool calls"))
+    assert out == [
+        Piece(A, "half"),
+        Piece(A, "\n"),
+        Piece(X, "error turn_limit: too many tool calls\n"),
+    ]
+    assert error_line(WireError(ErrorCode.SESSION_BUSY, "m")) == "error session_busy: m"
+
+
+@pytest.mark.parametrize(
+    ("isatty", "environ", "expected"),
+    [
+        (True, {}, True),
+        (False, {}, False),
+        (True, {"NO_COLOR": "1"}, False),
+        (True, {"NO_COLOR": ""}, True),  # no-color.org: set and not empty
+        (False, {"NO_COLOR": "1"}, False),
+    ],
+)
+def test_color_only_on_a_terminal_without_no_color(
+    isatty: bool, environ: dict[str, str], expected: bool
+) -> None:
+    assert use_color(isatty, environ) is expected
