@@ -23,6 +23,7 @@ listed in COMMANDS.
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, NoReturn
@@ -101,3 +102,17 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         return run(args, env)
     except KeyboardInterrupt:
         return ExitStatus.INTERRUPTED
+    except BrokenPipeError:
+        # The reader went away (`bxctl chat --json | head -1`): nothing more can be said to it.
+        # Point stdout at /dev/null so the interpreter's own flush at exit cannot fail again.
+        _silence_stdout()
+        return ExitStatus.ERROR
+
+
+def _silence_stdout() -> None:
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # stdout is not a real file (a test's StringIO)
+        pass

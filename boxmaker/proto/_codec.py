@@ -287,6 +287,7 @@ def tuple_of(cls: type[Any]) -> Codec:
 
 _Spec = tuple[tuple[str, str, Codec], ...]
 _SPECS: dict[type[Any], _Spec] = {}
+_OPTIONAL: dict[type[Any], frozenset[str]] = {}
 
 
 def spec(cls: type[Any]) -> _Spec:
@@ -321,12 +322,32 @@ def to_obj(
     return out
 
 
-def check_keys(obj: JsonObj, expected: tuple[str, ...], path: str) -> None:
-    """Raises BodyError unless `obj` has exactly the keys `expected` (any order)."""
+def optional_keys(cls: type[Any]) -> frozenset[str]:
+    """The JSON keys of the fields of `cls` that have a default: a peer may leave them out."""
+    found = _OPTIONAL.get(cls)
+    if found is None:
+        with_default = {
+            f.name
+            for f in dataclasses.fields(cls)
+            if f.default is not dataclasses.MISSING or f.default_factory is not dataclasses.MISSING
+        }
+        found = frozenset(key for attr, key, _ in spec(cls) if attr in with_default)
+        _OPTIONAL[cls] = found
+    return found
+
+
+def check_keys(
+    obj: JsonObj, expected: tuple[str, ...], path: str, optional: frozenset[str] = frozenset()
+) -> None:
+    """Raises BodyError unless `obj` has the keys `expected` (any order), and no others; those in
+    `optional` may be left out."""
+    present = 0
     for key in expected:
-        if key not in obj:
+        if key in obj:
+            present += 1
+        elif key not in optional:
             raise BodyError(f"{path}: missing key {quote(key)}")
-    if len(obj) != len(expected):
+    if len(obj) != present:
         extra = next(k for k in obj if k not in expected)
         listed = ", ".join(expected)
         raise BodyError(f"{path}: unexpected key {quote(extra)} (the keys are {listed})")
@@ -343,6 +364,10 @@ def from_obj(cls: type[T], obj: object, path: str, extra_keys: tuple[str, ...] =
     """
     if not isinstance(obj, dict):
         raise wrong(path, "object", obj)
-    check_keys(obj, (*extra_keys, *keys(cls)), path)
-    values = {attr: codec.decode(obj[key], f"{path}.{key}") for attr, key, codec in spec(cls)}
+    check_keys(obj, (*extra_keys, *keys(cls)), path, optional_keys(cls))
+    values = {
+        attr: codec.decode(obj[key], f"{path}.{key}")
+        for attr, key, codec in spec(cls)
+        if key in obj  # a field left out keeps its default (optional_keys)
+    }
     return cls(**values)

@@ -2,7 +2,7 @@
 
 | kind         | direction | final | body                                   |
 |--------------|-----------|-------|----------------------------------------|
-| `turn`       | to loopd  | true  | Turn: `{session, content, resume}`     |
+| `turn`       | to loopd  | true  | Turn: `{session, content, resume, thinking?}` |
 | `turn_event` | from      | false | `{"event": <TurnEvent>}`               |
 | `turn_done`  | from      | true  | TurnDone: `{content, usage}`           |
 | `error`      | from      | true  | WireError: `{code, message}`           |
@@ -43,11 +43,13 @@ from .wire import WireError
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One user message for a session. `resume: false` requires that the session does not
-    exist yet; `true` requires that it does."""
+    exist yet; `true` requires that it does. `thinking` (optional, default true): false asks for
+    no reasoning on this turn; it changes only the generation prompt (DECISIONS.md)."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))
     resume: bool = field(metadata=wire(BOOL))
+    thinking: bool = field(default=True, metadata=wire(BOOL))
 
 
 # --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------

@@ -2,6 +2,7 @@
 main(argv, env); one run as a real `python -m boxmaker.bxctl` subprocess."""
 
 import io
+import os
 import socket
 import subprocess
 import sys
@@ -336,3 +337,22 @@ def test_python_dash_m_chat_say_as_a_subprocess(tmp_path: Path) -> None:
         turns = fake.wait_turns(1)
     assert (p.returncode, p.stdout, p.stderr) == (0, "Hello.\n", "session sub\n")
     assert turns == [{"session": "sub", "content": "hello", "resume": True, "thinking": True}]
+
+
+def test_a_reader_that_goes_away_ends_the_chat_without_a_traceback(tmp_path: Path) -> None:
+    read_end, write_end = os.pipe()
+    os.close(read_end)  # every write to stdout now fails with EPIPE
+    try:
+        with FakeLoopd(tmp_path / "loop.sock", [HELLO]) as fake:
+            argv = [sys.executable, "-m", "boxmaker.bxctl", "chat", "--socket", str(fake.path)]
+            p = subprocess.run(
+                [*argv, "--json", "--say", "hello", "--session", "gone"],
+                stdout=write_end,
+                stderr=subprocess.PIPE,
+                text=True,
+                timeout=30,
+                stdin=subprocess.DEVNULL,
+            )
+    finally:
+        os.close(write_end)
+    assert (p.returncode, p.stderr) == (ExitStatus.ERROR, "")

@@ -35,7 +35,12 @@ CASES: list[tuple[ChannelBody, bytes]] = [
     (
         Turn("s1", "What time is it?", False),
         b'{"kind":"turn","final":true,"body":{"session":"s1","content":"What time is it?",'
-        b'"resume":false}}',
+        b'"resume":false,"thinking":true}}',
+    ),
+    (
+        Turn("s1", "Quick.", True, thinking=False),
+        b'{"kind":"turn","final":true,"body":{"session":"s1","content":"Quick.",'
+        b'"resume":true,"thinking":false}}',
     ),
     (
         TurnDone("It is 03:48.", TurnUsage(512, 37, 12, 0, False)),
@@ -124,8 +129,12 @@ BAD_BODIES: list[tuple[Frame, str]] = [
         "turn.resume: expected boolean, got string",
     ),
     (
-        Frame("turn", True, {"session": "s", "content": "x", "resume": True, "thinking": False}),
-        'turn: unexpected key "thinking"',
+        Frame("turn", True, {"session": "s", "content": "x", "resume": True, "thinking": "no"}),
+        "turn.thinking: expected boolean, got string",
+    ),
+    (
+        Frame("turn", True, {"session": "s", "content": "x", "resume": True, "think": False}),
+        'turn: unexpected key "think" (the keys are session, content, resume, thinking)',
     ),
     (
         Frame("turn_done", True, {"content": 1, "usage": {}}),
@@ -164,6 +173,11 @@ BAD_BODIES: list[tuple[Frame, str]] = [
         'turn_event.event.content: unexpected key "more"',
     ),
 ]
+
+
+def test_turn_without_thinking_means_thinking() -> None:
+    body = decode_body(Frame("turn", True, {"session": "s", "content": "x", "resume": True}))
+    assert body == Turn("s", "x", True, thinking=True)
 
 
 @pytest.mark.parametrize(("frame", "words"), BAD_BODIES, ids=[w[:40] for _, w in BAD_BODIES])
