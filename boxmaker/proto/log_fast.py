@@ -25,9 +25,8 @@ import gc
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import fields
 from hashlib import sha256
-from typing import Any, TypeVar
+from typing import Any
 
 import orjson
 
@@ -45,6 +44,7 @@ from .log import (
     User,
     verify_log,
 )
+from .make import maker
 from .rfc3339 import is_time
 from .tool import ResultClass, ToolCall
 
@@ -79,47 +79,14 @@ def _times_ok(times: list[object]) -> bool:
     return True
 
 
-T = TypeVar("T")
-
-
-def _builder(cls: type[T]) -> Callable[..., T]:
-    """A function that makes `cls(*values)`, for a frozen slots dataclass, in half the time.
-
-    A frozen dataclass's __init__ sets each field through `object.__setattr__`; with the class
-    call around it that is about 0.9 us for a 6-field record, the largest single cost of a resume.
-    The function made here creates the instance with `object.__new__` and sets each slot through
-    its descriptor's `__set__`, the step `object.__setattr__` ends in. Like dataclasses' own
-    __init__, it is written as source and compiled, so each field is one direct call:
-
-        def make(time, content):
-            record = new(cls)
-            set_time(record, time)
-            set_content(record, content)
-            return record
-
-    Only for classes whose __init__ does nothing more (no __post_init__, every field an init
-    field); tests/proto/test_log_fast.py compares what it makes with `cls(*values)`.
-    """
-    names = [f.name for f in fields(cls)]  # type: ignore[arg-type]
-    if hasattr(cls, "__post_init__") or not all(f.init for f in fields(cls)):  # type: ignore[arg-type]
-        raise TypeError(f"log_fast: {cls.__name__}'s __init__ does more than set its fields")
-    scope: dict[str, Any] = {"new": object.__new__, "cls": cls}
-    scope.update({f"set_{n}": getattr(cls, n).__set__ for n in names})
-    sets = "".join(f"    set_{n}(record, {n})\n" for n in names)
-    source = f"def make({', '.join(names)}):\n    record = new(cls)\n{sets}    return record\n"
-    exec(source, scope)
-    make: Callable[..., T] = scope["make"]
-    return make
-
-
-_session_start_of = _builder(SessionStart)
-_user_of = _builder(User)
-_assistant_of = _builder(Assistant)
-_usage_of = _builder(Usage)
-_tool_result_of = _builder(ToolResult)
-_cache_loss_of = _builder(CacheLoss)
-_epoch_end_of = _builder(EpochEnd)
-_tool_call_of = _builder(ToolCall)
+_session_start_of = maker(SessionStart)
+_user_of = maker(User)
+_assistant_of = maker(Assistant)
+_usage_of = maker(Usage)
+_tool_result_of = maker(ToolResult)
+_cache_loss_of = maker(CacheLoss)
+_epoch_end_of = maker(EpochEnd)
+_tool_call_of = maker(ToolCall)
 
 
 # One decoder per record type: a parsed line whose keys are the type's, in order, to the record or
