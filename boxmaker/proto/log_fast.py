@@ -22,6 +22,7 @@ golden logs, every broken-log case and random records and mutations.
 """
 
 import gc
+import operator
 import re
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -62,9 +63,13 @@ _CALL_KEYS = ["id", "name", "arguments"]
 
 
 def _times_ok(times: list[object]) -> bool:
-    """Whether every value is a time `is_time` accepts: the pattern on each, the date once."""
+    """Whether every value is a time `is_time` accepts: the pattern on each (on all at once when
+    they share the millisecond shape), the date once."""
     try:
-        if not all(map(_TIME_RE.fullmatch, times)):  # type: ignore[arg-type]
+        shaped = _ms_times_ok(times)  # type: ignore[arg-type]
+        if shaped is None:
+            shaped = all(map(_TIME_RE.fullmatch, times))  # type: ignore[arg-type]
+        if not shaped:
             return False
     except TypeError:  # not a string
         return False
@@ -77,6 +82,40 @@ def _times_ok(times: list[object]) -> bool:
         if not ok:
             return False
     return True
+
+
+# A time as Boxmaker writes it, "2026-11-30T03:48:37.123Z", with its digits as 0 and a newline.
+_MS_SHAPE = b"0000-00-00T00:00:00.000Z\n"
+_DIGITS_AS_0 = bytes.maketrans(b"0123456789", b"0000000000")
+# The highest hour units digit for each hour tens digit ("/" is below "0": no digit passes).
+_HOUR_UNITS_MAX = bytes.maketrans(b"0123456789", b"993///////")
+
+
+def _ms_times_ok(times: list[str]) -> bool | None:
+    """_TIME_RE on every time at once, by columns, when all have the millisecond shape; None
+    when they do not (then each goes through _TIME_RE).
+
+    The times are joined, one per 25 bytes: when the joined bytes with every digit as 0 are
+    _MS_SHAPE n times, each time has the pattern's shape (a newline inside a time, or a time of
+    another length, moves a newline off its column). What is left are the ranges: the tens of
+    minutes and seconds at most 5, the hour at most 23.
+
+    Raises:
+        TypeError: a value is not a string.
+    """
+    joined = "\n".join(times) + "\n"
+    n = len(times)
+    if not joined.isascii() or len(joined) != len(_MS_SHAPE) * n:
+        return None
+    data = joined.encode()
+    if data.translate(_DIGITS_AS_0) != _MS_SHAPE * n:
+        return None
+    hour_units_max = data[11::25].translate(_HOUR_UNITS_MAX)
+    return (
+        max(data[14::25]) <= ord("5")
+        and max(data[17::25]) <= ord("5")
+        and all(map(operator.le, data[12::25], hour_units_max))
+    )
 
 
 _session_start_of = maker(SessionStart)
