@@ -24,7 +24,7 @@ golden logs, every broken-log case and random records and mutations.
 import gc
 import operator
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from hashlib import sha256
 from typing import Any
@@ -62,7 +62,7 @@ _CLASSES = {c.value: c for c in ResultClass}
 _CALL_KEYS = ["id", "name", "arguments"]
 
 
-def _times_ok(times: list[object]) -> bool:
+def _times_ok(times: Sequence[object]) -> bool:
     """Whether every value is a time `is_time` accepts: the pattern on each (on all at once when
     they share the millisecond shape), the date once."""
     try:
