@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from boxmaker.proto.errors import RecordError
 from boxmaker.proto.log import GENESIS_PREV, LogRecord, encode_line, next_prev, verify_log
-from boxmaker.proto.log_fast import _fast, _times_ok, verify_records
+from boxmaker.proto.log_fast import _TIME_RE, _fast, _ms_times_ok, _times_ok, verify_records
 from boxmaker.proto.rfc3339 import is_time
 
 from .log_cases import LINES
@@ -191,3 +191,19 @@ def test_the_fast_time_check_is_is_time(s: str) -> None:
 
 def test_the_time_check_refuses_a_non_string() -> None:
     assert not _times_ok(["2026-11-30T03:48:37Z", 5])
+
+
+# Times in the millisecond shape, every digit free: the column check must agree with the pattern.
+ms_shaped = st.from_regex(r"\A[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z\Z")
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(ms_shaped | near_times, min_size=1, max_size=5))
+@example(["2026-11-30T24:00:00.000Z"])
+@example(["2026-11-30T19:59:59.999Z", "2026-11-30T23:00:00.000Z"])
+@example(["2026-11-30T03:48:37.123Z\n2026-11-30T03:48:37.123Z", "2026-11-30T03:48:37"])
+def test_the_column_time_check_is_the_pattern(times: list[str]) -> None:
+    assert _times_ok(times) == all(map(is_time, times))
+    shaped = _ms_times_ok(times)
+    if shaped is not None:
+        assert shaped == all(_TIME_RE.fullmatch(t) is not None for t in times)

@@ -27,6 +27,7 @@ from boxmaker.proto import (
     UserMessage,
 )
 from boxmaker.proto.log import LogRecord
+from boxmaker.proto.make import maker
 
 from .baseline import Baseline
 
@@ -43,17 +44,33 @@ def message(record: LogRecord) -> ChatMessage | None:
 
 
 def messages(baseline: Baseline, records: Iterable[LogRecord]) -> list[ChatMessage]:
-    """The conversation the records hold, without the system message.
+    """The conversation the records hold, without the system message: `message` of each record,
+    written out for the types that give one (a resume replays every record of the log).
 
     `baseline` is the session's; the messages do not depend on it today, and the parameter keeps
     the brief's signature for when an epoch's baseline carries a summary (M5).
     """
     out: list[ChatMessage] = []
+    append = out.append
     for record in records:
-        m = message(record)
-        if m is not None:
-            out.append(m)
+        if isinstance(record, User):
+            append(_user_message(record.content))
+        elif isinstance(record, Assistant):
+            append(
+                _assistant_message(
+                    record.content,
+                    record.reasoning_content,
+                    record.tool_calls,
+                )
+            )
+        elif isinstance(record, ToolResult):
+            append(_tool_message(record.tool_call_id, record.content))
     return out
+
+
+_user_message = maker(UserMessage)
+_assistant_message = maker(AssistantMessage)
+_tool_message = maker(ToolMessage)
 
 
 def request_messages(baseline: Baseline, records: Iterable[LogRecord]) -> list[ChatMessage]:
