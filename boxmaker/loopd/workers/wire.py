@@ -1,0 +1,97 @@
+"""The frames on the pipes between loopd's main process and a session worker. [core]
+
+The framing is the channel's (DECISIONS.md: "the same framing is used on the pipes"); the pipes
+add their own kinds. A worker's answers to a turn are the channel's own frames (`turn_event`,
+`turn_done`, `error`), so the main process relays them as they are.
+
+| kind           | from   | final | body                                                |
+|----------------|--------|-------|-----------------------------------------------------|
+| `turn`         | main   | true  | TurnRequest: `{session, content, resume, thinking}` |
+| `turn_event`   | worker | false | the channel's `{event}`                             |
+| `turn_done`    | worker | true  | the channel's TurnDone                              |
+| `error`        | worker | true  | WireError                                           |
+| `gate_ask`     | worker | false | `{ask, slot}`: wants the slot (PipeGate.hold)       |
+| `gate_release` | worker | false | `{ask}`: gives the slot up, or leaves the line      |
+| `gate_queued`  | main   | false | `{ask, ahead}`: waiting, with `ahead` before it     |
+| `gate_grant`   | main   | false | `{ask}`: holds the slot now                         |
+| `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
+| `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
+
+`ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
+apart from an answer to the next.
+"""
+
+from dataclasses import dataclass
+from typing import Any
+
+from boxmaker.proto import BodyError, Turn, decode_body
+from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
+
+GATE_KINDS = frozenset(
+    {"gate_ask", "gate_release", "gate_queued", "gate_grant", "gate_busy", "gate_left"}
+)
+PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS
+# The channel's frames a worker sends back: relayed to the client as they are.
+RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
+FINAL_KINDS = frozenset({"turn_done", "error"})
+
+
+@dataclass(frozen=True, slots=True)
+class TurnRequest:
+    """A `turn` frame's body: the channel's Turn, and `thinking` (optional, default true)."""
+
+    turn: Turn
+    thinking: bool = True
+
+    def to_json(self) -> dict[str, Any]:
+        t = self.turn
+        return {
+            "session": t.session,
+            "content": t.content,
+            "resume": t.resume,
+            "thinking": self.thinking,
+        }
+
+
+def parse_turn(frame: Frame) -> TurnRequest:
+    """The TurnRequest a `turn` frame carries.
+
+    Raises:
+        BodyError: not a `turn`, `final` not true, a key missing, unknown or of the wrong type,
+            or a session id that breaks the rule; the message names the field.
+    """
+    if frame.kind != "turn":
+        raise BodyError(f"expected a turn frame, got {frame.kind}")
+    body = dict(frame.body)
+    thinking = body.pop("thinking", True)
+    if not isinstance(thinking, bool):
+        raise BodyError(f"turn.thinking: expected boolean, got {type(thinking).__name__}")
+    turn = decode_body(Frame(frame.kind, frame.final, body))
+    assert isinstance(turn, Turn)  # decode_body gives a Turn for kind `turn`
+    return TurnRequest(turn, thinking)
+
+
+def turn_frame(request: TurnRequest) -> bytes:
+    return encode_frame("turn", request.to_json(), True, PIPE_KINDS)
+
+
+def gate_frame(kind: str, ask: int, **fields: Any) -> bytes:
+    """One of the gate kinds: `{ask, ...fields}`."""
+    if kind not in GATE_KINDS:
+        raise ValueError(f"{kind} is not a gate kind")
+    return encode_frame(kind, {"ask": ask, **fields}, False, PIPE_KINDS)
+
+
+def gate_fields(frame: Frame, *names: str) -> tuple[int, ...]:
+    """`ask` and the named integer fields of a gate frame.
+
+    Raises:
+        BodyError: a field is missing or not a non-negative integer.
+    """
+    out = []
+    for name in ("ask", *names):
+        value = frame.body.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BodyError(f"{frame.kind}.{name}: expected a non-negative integer")
+        out.append(value)
+    return tuple(out)
