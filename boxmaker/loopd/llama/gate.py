@@ -162,9 +162,7 @@ class SlotGate:
         on_event(QueuedEvent(ahead))
         while True:
             with self._cond:
-                while (
-                    not queue.try_enter(ticket) and queue.ahead(ticket) == ahead and not leave()
-                ):
+                while not queue.try_enter(ticket) and queue.ahead(ticket) == ahead and not leave():
                     self._cond.wait()
                 if queue.holder is ticket:
                     return

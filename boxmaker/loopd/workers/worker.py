@@ -1,0 +1,149 @@
+"""A session worker: owns one session's log and runs its turns, one at a time.
+
+    python -m boxmaker.loopd.workers.worker --config <path> --session <id>
+
+loopd's main process starts one per active session (workers/pool.py). Frames come on stdin and go
+out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr too, so
+nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
+(turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
+flock; the log stays open, and locked, until the worker exits. The Client's gate is a PipeGate:
+the main process holds the slot gate every worker shares.
+
+The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or once the turn in
+flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM
+and SIGINT are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the whole
+process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
+corrupt) is answered with its error, and the worker exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import queue
+import signal
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+
+from boxmaker.loopd.config import Config, ConfigError, load_config
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.session.errors import SessionError, SessionExists
+from boxmaker.loopd.session.store import SessionLog
+from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.turn.command import error_for, open_session
+from boxmaker.loopd.turn.runner import run_turn
+from boxmaker.proto import BodyError, ErrorCode, SessionIdError, TurnEvent, WireError, channel_frame
+from boxmaker.proto.frame import Frame
+
+from .gate import PipeGate
+from .pipes import FrameWriter, PipeClosed, read_frames
+from .wire import GATE_KINDS, TurnRequest, parse_turn
+
+PROG = "loopd worker"
+
+
+def _say(line: str) -> None:
+    sys.stderr.write(f"{PROG} {os.getpid()}: {line}\n")
+    sys.stderr.flush()
+
+
+class Worker:
+    def __init__(self, config: Config, session: str, out: FrameWriter) -> None:
+        self.config = config
+        self.session = session
+        self.out = out
+        self.gate = PipeGate(out.send)
+        self.client = Client(config.inference, gate=self.gate)
+        self.turns: queue.SimpleQueue[TurnRequest | None] = queue.SimpleQueue()
+        self.log: SessionLog | None = None
+
+    def send(self, data: bytes) -> None:
+        try:
+            self.out.send(data)
+        except PipeClosed:
+            pass  # loopd is gone: the turn goes on, and only its log remains
+
+    def on_frame(self, frame: Frame) -> None:
+        """From the stdin reader: gate answers to the PipeGate, turns to the main thread."""
+        if frame.kind in GATE_KINDS:
+            self.gate.deliver(frame)
+        else:
+            try:
+                self.turns.put(parse_turn(frame))
+            except BodyError as exc:  # loopd checks every turn: this is a bug, not a client's
+                _say(f"stdin: a bad turn frame: {exc}")
+                self.turns.put(None)
+
+    def read_stdin(self) -> None:
+        problem = read_frames(0, self.on_frame)
+        if problem is not None:
+            _say(f"stdin: {problem}")
+        self.gate.parent_gone()
+        self.turns.put(None)
+
+    def serve(self) -> None:
+        threading.Thread(target=self.read_stdin, name="stdin", daemon=True).start()
+        try:
+            while (request := self.turns.get()) is not None:
+                if not self.run(request):
+                    break
+        finally:
+            if self.log is not None:
+                self.log.close()
+
+    def run(self, request: TurnRequest) -> bool:
+        """Runs one turn and sends its final frame; False when the worker must exit."""
+        turn = request.turn
+        if turn.session != self.session:
+            self.send(channel_frame(WireError(ErrorCode.INTERNAL, "turn for another session")))
+            return False
+        try:
+            if self.log is None:
+                self.log = open_session(self.config, self.client, turn.session, not turn.resume)
+            elif not turn.resume:
+                raise SessionExists(f"session {turn.session} already exists; resume it")
+            outcome = run_turn(
+                self.log,
+                turn.content,
+                client=self.client,
+                port=FakeTools(),
+                config=self.config.loop,
+                thinking=request.thinking,
+                on_event=self.on_event,
+            )
+        except (SessionError, SessionIdError, InferError) as exc:
+            self.send(channel_frame(error_for(exc)))
+            # A session that did not open, or whose log failed, leaves this worker nothing to
+            # serve; one that exists (and stays open here) does.
+            return self.log is not None and isinstance(exc, SessionExists)
+        self.send(channel_frame(outcome))
+        return True
+
+    def on_event(self, event: TurnEvent) -> None:
+        self.send(channel_frame(event))
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog=PROG, description="One session's worker (loopd's).")
+    parser.add_argument("--config", required=True, type=Path)
+    parser.add_argument("--session", required=True)
+    args = parser.parse_args(argv)
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(signum, signal.SIG_IGN)
+    out_fd = os.dup(1)
+    os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
+    sys.stdout = sys.stderr
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        _say(str(exc))
+        return 1
+    Worker(config, args.session, FrameWriter(out_fd)).serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
