@@ -18,6 +18,7 @@ finish and be logged.
 
 from __future__ import annotations
 
+import contextlib
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -160,10 +161,8 @@ class GateServer:
         self._gate.wake()
 
     def _reply(self, data: bytes) -> None:
-        try:
+        with contextlib.suppress(PipeClosed):  # the worker is gone; its reader closes this
             self._send(data)
-        except PipeClosed:
-            pass  # the worker is gone; its reader will close this server
 
     def _hold(self, ask: int, slot: int, entry: _Ask) -> None:
         def queued(event: object) -> None:

@@ -18,6 +18,7 @@ that dies mid-turn gets its turn an `internal` error; the slot and line it held 
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import subprocess
@@ -114,10 +115,8 @@ class WorkerProcess:
     def send_turn(self, request: TurnRequest, sink: TurnSink) -> None:
         """Called with the pool's lock held, the worker BUSY."""
         self.turn = sink
-        try:
+        with contextlib.suppress(PipeClosed):  # it is dying: its reader ends the turn
             self.writer.send(turn_frame(request))
-        except PipeClosed:
-            pass  # it is dying: its reader ends the turn with an error
 
     def _read(self) -> None:
         problem = read_frames(self._up, self._on_frame)

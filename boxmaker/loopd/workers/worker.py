@@ -19,6 +19,7 @@ corrupt) is answered with its error, and the worker exits.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import queue
 import signal
@@ -61,10 +62,8 @@ class Worker:
         self.log: SessionLog | None = None
 
     def send(self, data: bytes) -> None:
-        try:
+        with contextlib.suppress(PipeClosed):  # loopd is gone: the turn goes on, logged
             self.out.send(data)
-        except PipeClosed:
-            pass  # loopd is gone: the turn goes on, and only its log remains
 
     def on_frame(self, frame: Frame) -> None:
         """From the stdin reader: gate answers to the PipeGate, turns to the main thread."""
