@@ -100,7 +100,7 @@ def tokenize_reply(request: Recorded) -> Reply:
     return json_reply(200, {"tokens": [1] * (len(body["content"]) // 4 + 1)})
 
 
-def config_text(folder: Path, **channel: Any) -> str:
+def config_text(folder: Path, loop: dict[str, Any] | None = None, **channel: Any) -> str:
     def toml(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
 
@@ -114,6 +114,7 @@ def config_text(folder: Path, **channel: Any) -> str:
         "control_timeout_ms = 5000",
         "retry_attempts = 1",
         "retry_delays_ms = []",
+        "max_tokens = 4194304",  # the fake counts a byte as a token: big answers must pass
         "[expect]",
         f'chat_template_sha256 = "{sha}"',
         "n_ctx = 2048",
@@ -125,6 +126,8 @@ def config_text(folder: Path, **channel: Any) -> str:
         "[channel]",
         f"socket = {toml(str(folder / 'run' / 'loop.sock'))}",
         *(f"{k} = {toml(v)}" for k, v in channel.items()),
+        "[loop]",
+        *(f"{k} = {toml(v)}" for k, v in (loop or {}).items()),
     ]
     return "\n".join(lines) + "\n"
 
@@ -210,6 +213,40 @@ def read_frames(sock: socket.socket) -> list[ChannelBody]:
 
 def turn_bytes(session: str, content: str, resume: bool) -> bytes:
     return channel_frame(Turn(session, content, resume))
+
+
+class TurnClient:
+    """A turn whose frames are read by a thread as they come, so a test can watch them."""
+
+    def __init__(self, path: Path, session: str, content: str = "hi", resume: bool = True) -> None:
+        self.sock = connect(path)
+        self.frames: list[ChannelBody] = []
+        self.sock.sendall(turn_bytes(session, content, resume))
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        decoder = FrameDecoder()
+        with self.sock:
+            while True:
+                frame = decoder.next_frame()
+                if frame is CLOSED:
+                    return
+                if frame is NEED_DATA:
+                    try:
+                        decoder.receive_data(self.sock.recv(65536))
+                    except OSError:
+                        return
+                    continue
+                self.frames.append(decode_body(frame))
+                if frame.final:
+                    return
+
+    def result(self) -> list[ChannelBody]:
+        """Every frame, once the final one has come (bounded)."""
+        self._thread.join(BOUND_S)
+        assert not self._thread.is_alive(), f"no final frame within {BOUND_S} s: {self.frames}"
+        return self.frames
 
 
 def turn(path: Path, session: str, content: str = "hi", resume: bool = True) -> list[ChannelBody]:

@@ -13,7 +13,7 @@ The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or
 flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM
 and SIGINT are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the whole
 process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
-corrupt) is answered with its error, and the worker exits.
+corrupt) is answered with its error; the worker stays, and the next turn tries again.
 """
 
 from __future__ import annotations
@@ -114,10 +114,12 @@ class Worker:
                 on_event=self.on_event,
             )
         except (SessionError, SessionIdError, InferError) as exc:
+            if self.log is not None and self.log.closed:
+                self.log = None  # an append failed and closed it: the next turn opens it anew
             self.send(channel_frame(error_for(exc)))
-            # A session that did not open, or whose log failed, leaves this worker nothing to
-            # serve; one that exists (and stays open here) does.
-            return self.log is not None and isinstance(exc, SessionExists)
+            # The worker stays: loopd may already be sending it the next turn, which tries to
+            # open the session again (a busy one may be free by then). Idle, it is let go.
+            return True
         self.send(channel_frame(outcome))
         return True
 
