@@ -32,11 +32,20 @@ from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
 from tests.loopd.conftest import short_tmpdir
-from tests.loopd.turn.support import MODEL, Said, ScriptedModel, calls, say
+from tests.loopd.turn.support import (
+    CONTEXT_FULL,
+    MODEL,
+    ScriptedModel,
+    calls,
+    common_prefix,
+    completion_events,
+    prompt_bytes,
+    say,
+)
 from tests.support.fakeserver import FakeServer
 from tests.support.procs import Daemon, python_module
 from tests.support.recorded import Recorded
-from tests.support.replies import Reply, json_reply
+from tests.support.replies import Reply, json_reply, sse_reply
 
 TEMPLATE = "{{ serve test template }}"
 START_LINE = "loopd: listening on"
@@ -50,11 +59,18 @@ class ServeModel(ScriptedModel):
         super().__init__()
         self._held = threading.Event()
         self._holding = False
+        self._hold_all = False
+        self._only: str | None = None
         self.waiting = 0  # chat requests waiting in hold()
 
-    def hold(self) -> None:
+    def hold(self, selftest: bool = False, only: str | None = None) -> None:
+        """Holds the chat requests of sessions (those with a system message) from now on; with
+        `selftest`, every chat request (the self-test's have none); with `only`, those whose last
+        message says `only`."""
         with self._lock:
             self._holding = True
+            self._hold_all = selftest
+            self._only = only
             self._held.clear()
 
     def release(self) -> None:
@@ -62,25 +78,40 @@ class ServeModel(ScriptedModel):
             self._holding = False
             self._held.set()
 
+    def _held_here(self, body: dict[str, Any]) -> bool:
+        if not self._holding:
+            return False
+        if self._only is not None:
+            return bool(body["messages"][-1].get("content") == self._only)
+        return self._hold_all or body["messages"][0]["role"] == "system"
+
     def __call__(self, request: Recorded) -> Reply:
         body = request.json
         assert isinstance(body, dict)
         tools = [t["function"]["name"] for t in body.get("tools", [])]
-        if body.get("tool_choice") == "auto" and "get_time" in tools:
-            with self._lock:
-                self._queue.appendleft(calls(("get_time", {"timezone": "Europe/Paris"})))
-            return super().__call__(request)
+        selftest_call = body.get("tool_choice") == "auto" and "get_time" in tools
         with self._lock:
-            holding = self._holding
-            if holding:
-                self.waiting += 1
-            if not self._queue:
-                self._queue.append(say("ok"))
+            holding = not selftest_call and self._held_here(body)
+            self.waiting += holding
         if holding:
             self._held.wait(BOUND_S)
             with self._lock:
                 self.waiting -= 1
-        return super().__call__(request)
+        with self._lock:
+            if selftest_call:
+                said = calls(("get_time", {"timezone": "Europe/Paris"}))
+            else:
+                said = self._queue.popleft() if self._queue else say("ok")
+            self.served += 1
+            if said.status is not None:
+                return json_reply(said.status, CONTEXT_FULL if said.status == 400 else {})
+            prompt = prompt_bytes(body)
+            cache_n = common_prefix(prompt, self._cache)
+            generated = orjson.dumps(said.message().to_json()) + b"\n"
+            self._cache = prompt + generated
+            reported = cache_n if said.cache_n is None else said.cache_n
+            events = completion_events(said, reported, len(prompt) - cache_n, len(generated))
+        return sse_reply(events)
 
 
 def props_reply(_request: Recorded) -> Reply:
@@ -92,6 +123,11 @@ def props_reply(_request: Recorded) -> Reply:
             "default_generation_settings": {"n_ctx": 2048},
         },
     )
+
+
+def slots_reply(_request: Recorded) -> Reply:
+    """Both slots at work: a held request is one the server is still processing."""
+    return json_reply(200, [{"id": i, "is_processing": True, "n_ctx": 2048} for i in (0, 1)])
 
 
 def tokenize_reply(request: Recorded) -> Reply:
@@ -139,6 +175,7 @@ class ServeEnv:
         self.model = ServeModel()
         fake.on("GET", "/props", props_reply)
         fake.on("POST", "/tokenize", tokenize_reply)
+        fake.on("GET", "/slots", slots_reply)
         fake.on("POST", CHAT_PATH, self.model)
         (folder / "system.md").write_text("You are a test.\n")
         self.socket = folder / "run" / "loop.sock"

@@ -14,7 +14,6 @@ import pytest
 from boxmaker.proto import ContentEvent, TurnDone
 from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, serve_env, turn
 from tests.support.procs import wait_for
-from tests.support.replies import json_reply
 
 
 @pytest.fixture
@@ -62,7 +61,7 @@ def test_a_stale_socket_is_removed_before_the_self_test(env: ServeEnv) -> None:
     stale = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     stale.bind(str(env.socket))
     stale.close()  # a socket file nobody listens on: what a killed loopd leaves
-    env.model.hold()  # the self-test's chat requests wait: loopd is inside its self-test
+    env.model.hold(selftest=True)  # the self-test's chat requests wait: loopd is inside it
     daemon = env.start(wait=False)
     wait_for(lambda: env.model.waiting, "the self-test's first chat request")
     assert not env.socket.exists(), "the stale socket was still there during the self-test"
