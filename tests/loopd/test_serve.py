@@ -104,5 +104,6 @@ def test_sigterm_cuts_a_turn_that_outlasts_drain_ms_and_logs_nothing_partial(
     final = result[-1]
     assert getattr(final, "code", None) == "unavailable", result
     after = (env.home / "sessions" / "s" / "0.jsonl").read_bytes()
-    assert after.startswith(before) and after.endswith(b"\n")
+    assert after.startswith(before)
+    assert after.endswith(b"\n")
     env.model.release()

@@ -64,7 +64,8 @@ def test_a_bad_frame_gets_bad_request_and_the_connection_closes(env: ServeEnv, n
         sock.sendall(data)
         frames = read_frames(sock)
         assert sock.recv(1) == b"", "the connection stayed open after bad_request"
-    assert len(frames) == 1 and isinstance(frames[0], WireError), frames
+    assert len(frames) == 1, frames
+    assert isinstance(frames[0], WireError), frames
     assert frames[0].code == ErrorCode.BAD_REQUEST
     assert says in frames[0].message, frames[0].message
     # Nothing was created for it, and loopd serves on.
@@ -99,8 +100,19 @@ def test_a_peer_of_another_uid_is_refused(env: ServeEnv) -> None:
     os.chmod(env.socket, 0o666)  # by hand: the file mode no longer keeps anyone out
     python = "/usr/bin/python3" if os.path.exists("/usr/bin/python3") else sys.executable
     child = subprocess.run(
-        ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", python, "-I", "-c"]
-        + [CLIENT, str(env.socket), str(BOUND_S), turn_body(session="intruder").hex()],
+        [
+            "setpriv",
+            "--reuid=nobody",
+            "--regid=nogroup",
+            "--clear-groups",
+            python,
+            "-I",
+            "-c",
+            CLIENT,
+            str(env.socket),
+            str(BOUND_S),
+            turn_body(session="intruder").hex(),
+        ],
         capture_output=True,
         text=True,
         timeout=BOUND_S * 2,

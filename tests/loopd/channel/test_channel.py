@@ -8,6 +8,7 @@ reading does not stop its turn, nor hold up another session.
 from __future__ import annotations
 
 import time
+from collections.abc import Sequence
 
 from boxmaker.proto import (
     CacheLossEvent,
@@ -24,7 +25,7 @@ from tests.loopd.turn.support import Said, calls, say
 from tests.support.procs import wait_for
 
 
-def code(frames: list[object]) -> ErrorCode | None:
+def code(frames: Sequence[object]) -> ErrorCode | None:
     last = frames[-1]
     return last.code if isinstance(last, WireError) else None
 
@@ -53,10 +54,13 @@ def test_events_arrive_in_order_on_one_connection_then_turn_done(env: ServeEnv) 
     assert frames[0] == ReasoningEvent("the clock knows")
     assert frames[1] == ContentEvent("let me look")
     assert frames[2] == ToolCallStartedEvent("clock")
-    assert isinstance(frames[3], ToolResultEvent) and frames[3].name == "clock"
+    assert isinstance(frames[3], ToolResultEvent)
+    assert frames[3].name == "clock"
     assert frames[4] == ContentEvent("it is noon")
-    assert isinstance(frames[5], CacheLossEvent) and frames[5].got == 0
-    assert isinstance(frames[-1], TurnDone) and frames[-1].content == "it is noon"
+    assert isinstance(frames[5], CacheLossEvent)
+    assert frames[5].got == 0
+    assert isinstance(frames[-1], TurnDone)
+    assert frames[-1].content == "it is noon"
 
 
 def test_each_error_code_a_turn_can_end_with(env: ServeEnv) -> None:
@@ -72,7 +76,8 @@ def test_each_error_code_a_turn_can_end_with(env: ServeEnv) -> None:
     assert code(turn(env.socket, "s")) == ErrorCode.TURN_LIMIT
     env.model.load([say("still here")])
     frames = turn(env.socket, "s")
-    assert isinstance(frames[-1], TurnDone) and frames[-1].content == "still here"
+    assert isinstance(frames[-1], TurnDone)
+    assert frames[-1].content == "still here"
     # A brand-new session after a refused create works too (its worker exited).
     assert code(turn(env.socket, "nope", resume=True)) == ErrorCode.NO_SUCH_SESSION
     assert isinstance(turn(env.socket, "nope", resume=False)[-1], TurnDone)
@@ -86,7 +91,8 @@ def test_a_second_client_on_a_busy_session_gets_session_busy_at_once(env: ServeE
     wait_for(lambda: env.model.waiting, "the first turn's chat request")
     started = time.monotonic()
     second = turn(env.socket, "s", "two")
-    assert code(second) == ErrorCode.SESSION_BUSY and len(second) == 1
+    assert code(second) == ErrorCode.SESSION_BUSY
+    assert len(second) == 1
     assert time.monotonic() - started < 1.0, "session_busy was not answered at once"
     env.model.release()
     assert isinstance(first.result()[-1], TurnDone)
