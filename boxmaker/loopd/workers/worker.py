@@ -87,18 +87,17 @@ class Worker:
         threading.Thread(target=self.read_stdin, name="stdin", daemon=True).start()
         try:
             while (request := self.turns.get()) is not None:
-                if not self.run(request):
-                    break
+                self.run(request)
         finally:
             if self.log is not None:
                 self.log.close()
 
-    def run(self, request: TurnRequest) -> bool:
-        """Runs one turn and sends its final frame; False when the worker must exit."""
+    def run(self, request: TurnRequest) -> None:
+        """Runs one turn and sends its final frame."""
         turn = request.turn
         if turn.session != self.session:
             self.send(channel_frame(WireError(ErrorCode.INTERNAL, "turn for another session")))
-            return False
+            return
         try:
             if self.log is None:
                 self.log = open_session(self.config, self.client, turn.session, not turn.resume)
@@ -119,9 +118,8 @@ class Worker:
             self.send(channel_frame(error_for(exc)))
             # The worker stays: loopd may already be sending it the next turn, which tries to
             # open the session again (a busy one may be free by then). Idle, it is let go.
-            return True
+            return
         self.send(channel_frame(outcome))
-        return True
 
     def on_event(self, event: TurnEvent) -> None:
         self.send(channel_frame(event))
