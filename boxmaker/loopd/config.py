@@ -207,6 +207,8 @@ class ChannelConfig:
     send_timeout_ms: Annotated[int, MS] = 30_000
     # How long a worker asked to stop may take to exit before it is killed.
     worker_stop_ms: Annotated[int, MS] = 5000
+    # One worker started ahead with no session, so a new session's first turn skips the start.
+    spare_worker: Annotated[bool, BOOL] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

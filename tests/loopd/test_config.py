@@ -80,6 +80,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("channel.first_frame_ms", 5000),
     ("channel.send_timeout_ms", 30_000),
     ("channel.worker_stop_ms", 5000),
+    ("channel.spare_worker", True),
     ("baseline.system", BASE / "system.md"),
 ]
 

@@ -4,9 +4,14 @@ Each worker is `python -m boxmaker.loopd.workers.worker`, its stdin and stdout p
 process. A worker is in one state at a time:
 
     IDLE -> BUSY        start_turn: a turn was sent to it (a new worker starts BUSY)
+    spare IDLE -> BUSY  start_turn, for a session with no worker: the spare takes it
     BUSY -> IDLE        its final frame came back (the turn is over)
     IDLE -> STOPPING    transition(): idle for worker_idle_ms, or stop(): its stdin is closed
     any  -> EXITED      its stdout reached EOF (it exited, or was killed)
+
+With `[channel] spare_worker`, one worker is kept started ahead with no session: a new session's
+first turn takes it (Python's start and loopd's imports, most of a worker's start, are then
+already done), and the next spare is started.
 
 `reap()` forgets the workers that have exited (Popen.poll: waitpid WNOHANG). A worker's stdout
 is read by a thread of its own, which relays the channel's frames to the turn's `TurnSink`, in
@@ -69,22 +74,16 @@ def _how_it_ended(code: int | None) -> str:
 class WorkerProcess:
     """One worker: its process, pipes, state, the turn in flight, and its side of the gate."""
 
-    def __init__(self, session: str, config_path: Path, gate: SlotGate, pool: Pool) -> None:
+    def __init__(self, session: str | None, config_path: Path, gate: SlotGate, pool: Pool) -> None:
+        """A worker for `session`, or a spare (None) that takes the session of its first turn."""
         self.session = session
         self.pool = pool
         down_r, down_w = os.pipe()
         up_r, up_w = os.pipe()
+        argv = [sys.executable, "-m", WORKER_MODULE, "--config", str(config_path)]
         try:
             self.proc = subprocess.Popen(
-                [
-                    sys.executable,
-                    "-m",
-                    WORKER_MODULE,
-                    "--config",
-                    str(config_path),
-                    "--session",
-                    session,
-                ],
+                argv + (["--session", session] if session is not None else []),
                 stdin=down_r,
                 stdout=up_w,
             )
@@ -98,7 +97,7 @@ class WorkerProcess:
                 os.close(up_w)
         self.writer = FrameWriter(down_w)
         self.gate = GateServer(gate, self.writer.send)
-        self.state = State.BUSY
+        self.state = State.BUSY if session is not None else State.IDLE
         self.since = time.monotonic()  # when it entered its state
         self.turn: TurnSink | None = None
         self.cut: WireError | None = None  # what a turn cut on purpose is told
@@ -176,6 +175,7 @@ class Pool:
         self.changed = threading.Condition(self.lock)
         self.workers: dict[str, WorkerProcess] = {}
         self.retired: list[WorkerProcess] = []  # stopping or exited, not reaped yet
+        self.spare: WorkerProcess | None = None  # started ahead, for the next new session
         self.stopping = False
 
     def start_turn(self, request: TurnRequest, sink: TurnSink) -> int:
@@ -192,6 +192,14 @@ class Pool:
                 if self.stopping:
                     raise Unavailable("loopd is stopping; send the turn again once it is back")
                 worker = self.workers.get(session)
+                spare = self.spare
+                if worker is None and spare is not None and spare.state is State.IDLE:
+                    self.spare = None
+                    spare.session, spare.state = session, State.BUSY
+                    spare.since = time.monotonic()
+                    self.workers[session] = spare
+                    spare.send_turn(request, sink)
+                    break
                 if worker is None:
                     try:
                         worker = WorkerProcess(session, self.config_path, self.gate, self)
@@ -209,6 +217,22 @@ class Pool:
                 del self.workers[session]
                 self.retired.append(worker)
             self._wait_exit(worker)
+        self.ensure_spare()  # the spare was taken: start the next one
+        return spare.pid
+
+    def ensure_spare(self) -> None:
+        """Starts a spare worker unless one is running (or spares are off, or loopd stops)."""
+        with self.lock:
+            if not self.config.spare_worker or self.stopping:
+                return
+            if self.spare is not None and self.spare.state is not State.EXITED:
+                return
+            if self.spare is not None:
+                self.retired.append(self.spare)
+            try:
+                self.spare = WorkerProcess(None, self.config_path, self.gate, self)
+            except OSError:
+                self.spare = None  # the next turn starts its own worker, and says so if it can't
 
     def _wait_exit(self, worker: WorkerProcess) -> None:
         try:
@@ -225,6 +249,7 @@ class Pool:
         now = time.monotonic() if now is None else now
         idle_s = self.config.worker_idle_ms / 1000
         stop_s = self.config.worker_stop_ms / 1000
+        self.ensure_spare()
         due: list[float] = []
         with self.lock:
             for session, worker in list(self.workers.items()):
@@ -255,21 +280,13 @@ class Pool:
             for w in gone:
                 if w in self.retired:
                     self.retired.remove(w)
-                elif self.workers.get(w.session) is w:
+                elif w.session is not None and self.workers.get(w.session) is w:
                     del self.workers[w.session]
         return gone
 
     def busy(self) -> int:
         with self.lock:
             return sum(w.state is State.BUSY for w in self.workers.values())
-
-    def pids(self) -> list[int]:
-        with self.lock:
-            return [
-                w.pid
-                for w in [*self.workers.values(), *self.retired]
-                if w.state is not State.EXITED
-            ]
 
     def stop(self, drain_s: float) -> int:
         """Refuses new turns, lets those in flight finish within `drain_s`, cuts the rest, then
@@ -294,6 +311,11 @@ class Pool:
             for session, w in list(self.workers.items()):
                 if w.state is State.IDLE:
                     self._retire(session, w, time.monotonic())
+            if self.spare is not None:
+                self.spare.state = State.STOPPING
+                self.spare.writer.close()
+                self.retired.append(self.spare)
+                self.spare = None
             everyone = [*self.workers.values(), *self.retired]
         for w in everyone:
             self._wait_exit(w)

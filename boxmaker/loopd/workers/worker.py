@@ -1,10 +1,11 @@
 """A session worker: owns one session's log and runs its turns, one at a time.
 
-    python -m boxmaker.loopd.workers.worker --config <path> --session <id>
+    python -m boxmaker.loopd.workers.worker --config <path> [--session <id>]
 
-loopd's main process starts one per active session (workers/pool.py). Frames come on stdin and go
-out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr too, so
-nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
+loopd's main process starts one per active session (workers/pool.py); one started without
+`--session` is a spare, and serves the session of the first turn it is sent. Frames come on stdin
+and go out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr
+too, so nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
 (turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
 flock; the log stays open, and locked, until the worker exits. The Client's gate is a PipeGate:
 the main process holds the slot gate every worker shares.
@@ -52,7 +53,7 @@ def _say(line: str) -> None:
 
 
 class Worker:
-    def __init__(self, config: Config, session: str, out: FrameWriter) -> None:
+    def __init__(self, config: Config, session: str | None, out: FrameWriter) -> None:
         self.config = config
         self.session = session
         self.out = out
@@ -95,6 +96,8 @@ class Worker:
     def run(self, request: TurnRequest) -> None:
         """Runs one turn and sends its final frame."""
         turn = request.turn
+        if self.session is None:
+            self.session = turn.session  # a spare: this is its session from now on
         if turn.session != self.session:
             self.send(channel_frame(WireError(ErrorCode.INTERNAL, "turn for another session")))
             return
@@ -128,7 +131,7 @@ class Worker:
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="One session's worker (loopd's).")
     parser.add_argument("--config", required=True, type=Path)
-    parser.add_argument("--session", required=True)
+    parser.add_argument("--session", help="the session; a spare takes its first turn's")
     args = parser.parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, signal.SIG_IGN)

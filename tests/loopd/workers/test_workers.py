@@ -37,7 +37,7 @@ def user_contents(env: ServeEnv, session: str) -> list[str]:
 
 
 def test_one_worker_per_active_session_and_idle_ones_exit(env: ServeEnv) -> None:
-    daemon = env.start(worker_idle_ms=400)
+    daemon = env.start(worker_idle_ms=400, spare_worker=False)
     env.model.hold()
     clients = [TurnClient(env.socket, f"s{i}", "hi", resume=False) for i in range(3)]
     wait_for(lambda: env.model.waiting == 1, "the first session's chat request")
@@ -60,7 +60,7 @@ def test_one_worker_per_active_session_and_idle_ones_exit(env: ServeEnv) -> None
 def test_a_worker_killed_mid_turn_gives_internal_and_the_next_turn_resumes(
     env: ServeEnv,
 ) -> None:
-    daemon = env.start()
+    daemon = env.start(spare_worker=False)
     assert isinstance(turn(env.socket, "s", "first", resume=False)[-1], TurnDone)
     before = (env.home / "sessions" / "s" / "0.jsonl").read_bytes()
     env.model.hold()
@@ -87,7 +87,7 @@ def test_a_worker_killed_mid_turn_gives_internal_and_the_next_turn_resumes(
 def test_loopd_killed_mid_turn_the_worker_finishes_and_a_restart_waits_for_it(
     env: ServeEnv,
 ) -> None:
-    first = env.start()
+    first = env.start(spare_worker=False)
     assert isinstance(turn(env.socket, "s", "one", resume=False)[-1], TurnDone)
     env.model.hold(only="two")
     client = TurnClient(env.socket, "s", "two")
@@ -134,3 +134,18 @@ def test_two_sessions_share_the_slot_gate_in_order(env: ServeEnv) -> None:
         if isinstance(body := r.json, dict) and body["messages"][-1]["role"] == "user"
     ]
     assert last_users[-2:] == ["from a", "from b"]
+
+
+def test_a_spare_worker_takes_a_new_sessions_first_turn_and_another_is_started(
+    env: ServeEnv,
+) -> None:
+    daemon = env.start(worker_idle_ms=300)
+    (spare,) = wait_for(lambda: children(daemon.pid), "the spare worker")
+    assert isinstance(turn(env.socket, "s", "hi", resume=False)[-1], TurnDone)
+    wait_for(lambda: len(children(daemon.pid)) == 2, "a new spare beside the session's worker")
+    assert spare in children(daemon.pid), "the session's turn did not go to the spare"
+    wait_for(lambda: spare not in children(daemon.pid), "the session's worker to exit idle")
+    (second,) = children(daemon.pid)  # the spare: not stopped for being idle
+    assert isinstance(turn(env.socket, "s", "again")[-1], TurnDone)  # resumed by the spare
+    assert second in children(daemon.pid)
+    assert user_contents(env, "s") == ["hi", "again"]
