@@ -90,6 +90,7 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
             accept_until_stopped(listener.sock, stop, server.on_client, log, on_timer=tick)
         finally:
             listener.close()  # no new connections while the turns in flight drain
+            server.stop_reading()
             cut = pool.stop(config.channel.drain_ms / 1000)
             open_left = server.join(config.channel.send_timeout_ms / 1000)
             log.say(

@@ -107,3 +107,16 @@ def test_sigterm_cuts_a_turn_that_outlasts_drain_ms_and_logs_nothing_partial(
     assert after.startswith(before)
     assert after.endswith(b"\n")
     env.model.release()
+
+
+def test_sigterm_does_not_wait_for_a_connection_that_never_sends_its_turn(env: ServeEnv) -> None:
+    daemon = env.start(first_frame_ms=600_000)
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as idle:
+        idle.settimeout(BOUND_S)
+        idle.connect(str(env.socket))
+        daemon.send_signal(signal.SIGTERM)
+        assert daemon.wait(BOUND_S) == 0  # not first_frame_ms later
+        try:
+            assert idle.recv(1) == b""
+        except ConnectionResetError:
+            pass  # ended either way

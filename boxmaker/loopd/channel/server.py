@@ -43,6 +43,7 @@ class ChannelServer:
         self.log = log
         self._lock = threading.Lock()
         self._threads: set[threading.Thread] = set()
+        self._reading: set[socket.socket] = set()  # connections still sending their turn
 
     def on_client(self, sock: socket.socket) -> None:
         """Takes an accepted connection (its peer checked) and serves it on a thread of its own."""
@@ -50,6 +51,14 @@ class ChannelServer:
         with self._lock:
             self._threads.add(thread)
         thread.start()
+
+    def stop_reading(self) -> None:
+        """Ends the connections that have not sent their turn yet (loopd is stopping)."""
+        with self._lock:
+            waiting = list(self._reading)
+        for sock in waiting:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)  # their recv() returns b"": closed unanswered
 
     def join(self, timeout_s: float) -> int:
         """Waits (bounded) for the connections to end; returns how many are still open."""
@@ -72,7 +81,13 @@ class ChannelServer:
                 self._threads.discard(threading.current_thread())
 
     def _serve_turn(self, sock: socket.socket) -> None:
-        frame = self._first_frame(sock)
+        with self._lock:
+            self._reading.add(sock)
+        try:
+            frame = self._first_frame(sock)
+        finally:
+            with self._lock:
+                self._reading.discard(sock)
         if frame is None:
             return
         try:

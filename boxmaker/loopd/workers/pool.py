@@ -192,33 +192,45 @@ class Pool:
                 if self.stopping:
                     raise Unavailable("loopd is stopping; send the turn again once it is back")
                 worker = self.workers.get(session)
-                spare = self.spare
-                if worker is None and spare is not None and spare.state is State.IDLE:
-                    self.spare = None
-                    spare.session, spare.state = session, State.BUSY
-                    spare.since = time.monotonic()
-                    self.workers[session] = spare
-                    spare.send_turn(request, sink)
-                    break
-                if worker is None:
-                    try:
-                        worker = WorkerProcess(session, self.config_path, self.gate, self)
-                    except OSError as exc:
-                        raise Unavailable(f"cannot start a session worker: {exc}") from exc
-                    self.workers[session] = worker
-                    worker.send_turn(request, sink)
-                    return worker.pid
-                if worker.state is State.IDLE:
+                if worker is not None and worker.state is State.IDLE:
                     worker.state, worker.since = State.BUSY, time.monotonic()
                     worker.send_turn(request, sink)
                     return worker.pid
-                # Stopping or exited: a new worker would find the log's flock held until the old
-                # one is gone, so wait for that (bounded), then start afresh.
-                del self.workers[session]
-                self.retired.append(worker)
-            self._wait_exit(worker)
-        self.ensure_spare()  # the spare was taken: start the next one
-        return spare.pid
+                if worker is not None:  # exited, not reaped yet
+                    del self.workers[session]
+                    self.retired.append(worker)
+                # A worker of this session that is stopping (or exited, unreaped) may still hold
+                # the log's flock: a new one would be refused, so wait until it has gone.
+                leaving = next(
+                    (w for w in self.retired if w.session == session and w.proc.poll() is None),
+                    None,
+                )
+                if leaving is None:
+                    new = self._take_spare(session) or self._spawn(session)
+                    new.send_turn(request, sink)
+                    break
+            self._wait_exit(leaving)
+        self.ensure_spare()  # if the spare was taken, start the next one
+        return new.pid
+
+    def _take_spare(self, session: str) -> WorkerProcess | None:
+        """With the lock held: the spare, now this session's BUSY worker; None if there is none."""
+        spare = self.spare
+        if spare is None or spare.state is not State.IDLE:
+            return None
+        self.spare = None
+        spare.session, spare.state, spare.since = session, State.BUSY, time.monotonic()
+        self.workers[session] = spare
+        return spare
+
+    def _spawn(self, session: str) -> WorkerProcess:
+        """With the lock held: a new BUSY worker for the session."""
+        try:
+            worker = WorkerProcess(session, self.config_path, self.gate, self)
+        except OSError as exc:
+            raise Unavailable(f"cannot start a session worker: {exc}") from exc
+        self.workers[session] = worker
+        return worker
 
     def ensure_spare(self) -> None:
         """Starts a spare worker unless one is running (or spares are off, or loopd stops)."""
