@@ -18,6 +18,7 @@ The fake answers everything the daemon asks:
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import socket
 import threading
@@ -220,6 +221,25 @@ def serve_env() -> Iterator[ServeEnv]:
                     daemon.stop()
     finally:
         shutil.rmtree(folder, ignore_errors=True)
+
+
+def children(pid: int) -> set[int]:
+    """The live child processes of `pid` (every thread's: each worker is spawned by one)."""
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+        except FileNotFoundError:
+            continue
+        found |= {int(p) for p in text.split()}
+    return {p for p in found if alive(p)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
 
 
 # ---- a channel client ---------------------------------------------------------------------------

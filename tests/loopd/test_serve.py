@@ -13,7 +13,15 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.proto import ContentEvent, TurnDone
-from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, serve_env, turn
+from tests.loopd.serve_support import (
+    BOUND_S,
+    START_LINE,
+    ServeEnv,
+    alive,
+    children,
+    serve_env,
+    turn,
+)
 from tests.support.procs import wait_for
 
 
@@ -79,12 +87,15 @@ def test_sigterm_lets_a_turn_in_flight_finish_within_drain_ms(env: ServeEnv) -> 
     t = threading.Thread(target=lambda: result.extend(turn(env.socket, "s", "two")), daemon=True)
     t.start()
     wait_for(lambda: env.model.waiting, "the turn's chat request")
+    workers = children(daemon.pid)
+    assert len(workers) == 2  # the session's and the spare
     daemon.send_signal(signal.SIGTERM)
     wait_for(lambda: not env.socket.exists(), "loopd to stop accepting (socket removed)")
     env.model.release()
     t.join(BOUND_S)
     assert isinstance(result[-1], TurnDone)
     assert daemon.wait() == 0
+    assert not any(alive(w) for w in workers), "a worker outlived loopd's stop"
     assert env.record_types("s").count("usage") == 2
 
 

@@ -5,31 +5,21 @@ from __future__ import annotations
 
 import os
 import signal
-from pathlib import Path
 
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ErrorCode, QueuedEvent, TurnDone, WireError
-from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, TurnClient, turn
+from tests.loopd.serve_support import (
+    BOUND_S,
+    START_LINE,
+    ServeEnv,
+    TurnClient,
+    children,
+    turn,
+)
+from tests.loopd.serve_support import (
+    alive as _alive,
+)
 from tests.support.procs import wait_for
-
-
-def children(pid: int) -> set[int]:
-    """The live child processes of `pid` (every thread's: each worker is spawned by one)."""
-    found: set[int] = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
-        except FileNotFoundError:
-            continue
-        found |= {int(p) for p in text.split()}
-    return {p for p in found if _alive(p)}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
-    except (FileNotFoundError, IndexError):
-        return False
 
 
 def user_contents(env: ServeEnv, session: str) -> list[str]:
