@@ -116,6 +116,9 @@ class ChannelServer:
             self.locks.release(session)
             self._send(sock, error_frame(ErrorCode.UNAVAILABLE, str(exc)))
             return
+        except BaseException:
+            self.locks.release(session)  # no turn was started: nothing else will release it
+            raise
         self._relay(sock, outbox)
 
     def _relay(self, sock: socket.socket, outbox: queue.SimpleQueue[tuple[bytes, bool]]) -> None:

@@ -296,10 +296,6 @@ class Pool:
                     del self.workers[w.session]
         return gone
 
-    def busy(self) -> int:
-        with self.lock:
-            return sum(w.state is State.BUSY for w in self.workers.values())
-
     def stop(self, drain_s: float) -> int:
         """Refuses new turns, lets those in flight finish within `drain_s`, cuts the rest, then
         stops every worker. Returns how many turns were cut."""
