@@ -8,8 +8,8 @@ every way out of the `with` sends `gate_release`, which gives the slot up or lea
 and waits for `gate_left`, so a request that follows at once finds the line as it should.
 `gate_busy` raises Busy, as SlotGate does when the line is full.
 
-The main process runs one GateServer per worker: each `gate_ask` is held in SlotGate by a thread
-of its own, until the worker releases it or goes away (`close`).
+The main process runs one GateServer per worker: its thread holds each `gate_ask` in SlotGate
+until the worker releases it or goes away (`close`).
 
 When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
 share the slot with: a PipeGate then lets its worker through at once, so the turn in flight can
@@ -19,6 +19,7 @@ finish and be logged.
 from __future__ import annotations
 
 import contextlib
+import queue
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -128,6 +129,10 @@ class GateServer:
         self._lock = threading.Lock()
         self._asks: dict[int, _Ask] = {}
         self._closed = False
+        # One thread holds this worker's asks, one after another: a PipeGate asks again only
+        # once its last ask is let go, so a thread per ask would only add its start-up.
+        self._pending: queue.SimpleQueue[tuple[int, int, _Ask] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
 
     def handle(self, frame: Frame) -> None:
         """A gate frame from the worker (`gate_ask` or `gate_release`)."""
@@ -138,9 +143,10 @@ class GateServer:
                 if self._closed:
                     return
                 self._asks[ask] = entry
-            threading.Thread(
-                target=self._hold, args=(ask, slot, entry), name=f"gate-{ask}", daemon=True
-            ).start()
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._serve, name="gate", daemon=True)
+                    self._thread.start()
+            self._pending.put((ask, slot, entry))
         elif frame.kind == "gate_release":
             (ask,) = gate_fields(frame)
             with self._lock:
@@ -158,11 +164,16 @@ class GateServer:
             entries, self._asks = list(self._asks.values()), {}
         for entry in entries:
             entry.released.set()
+        self._pending.put(None)
         self._gate.wake()
 
     def _reply(self, data: bytes) -> None:
         with contextlib.suppress(PipeClosed):  # the worker is gone; its reader closes this
             self._send(data)
+
+    def _serve(self) -> None:
+        while (item := self._pending.get()) is not None:
+            self._hold(*item)
 
     def _hold(self, ask: int, slot: int, entry: _Ask) -> None:
         def queued(event: object) -> None:
