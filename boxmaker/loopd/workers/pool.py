@@ -6,6 +6,7 @@ process. A worker is in one state at a time:
     IDLE -> BUSY        start_turn: a turn was sent to it (a new worker starts BUSY)
     spare IDLE -> BUSY  start_turn, for a session with no worker: the spare takes it
     BUSY -> IDLE        its final frame came back (the turn is over)
+    BUSY -> STOPPING    its final frame came back after `no_session` (its session did not open)
     IDLE -> STOPPING    transition(): idle for worker_idle_ms, or stop(): its stdin is closed
     any  -> EXITED      its stdout reached EOF (it exited, or was killed)
 
@@ -41,7 +42,15 @@ from boxmaker.proto.frame import Frame, encode_frame
 
 from .gate import GateServer
 from .pipes import FrameWriter, PipeClosed, read_frames
-from .wire import FINAL_KINDS, GATE_KINDS, PIPE_KINDS, RELAYED_KINDS, TurnRequest, turn_frame
+from .wire import (
+    FINAL_KINDS,
+    GATE_KINDS,
+    NO_SESSION,
+    PIPE_KINDS,
+    RELAYED_KINDS,
+    TurnRequest,
+    turn_frame,
+)
 
 WORKER_MODULE = "boxmaker.loopd.workers.worker"
 
@@ -101,6 +110,7 @@ class WorkerProcess:
         self.since = time.monotonic()  # when it entered its state
         self.turn: TurnSink | None = None
         self.cut: WireError | None = None  # what a turn cut on purpose is told
+        self.empty = False  # said `no_session`: its session did not open
         self._up = up_r
         self._reader = threading.Thread(
             target=self._read, name=f"worker-{self.proc.pid}", daemon=True
@@ -147,6 +157,9 @@ class WorkerProcess:
         if frame.kind in GATE_KINDS:
             self.gate.handle(frame)
             return
+        if frame.kind == NO_SESSION:
+            self.empty = True  # stopped at the final frame, below
+            return
         if frame.kind not in RELAYED_KINDS:
             return  # a worker sends no `turn`: nothing to relay
         data = encode_frame(frame.kind, frame.body, frame.final, PIPE_KINDS)
@@ -158,6 +171,8 @@ class WorkerProcess:
             sink, self.turn = self.turn, None
             if self.state is State.BUSY:
                 self.state, self.since = State.IDLE, time.monotonic()
+                if self.empty and self.session is not None:
+                    self.pool.retire(self.session, self)
             self.pool.changed.notify_all()
         if sink is not None:
             sink.on_final()
@@ -267,7 +282,7 @@ class Pool:
             for session, worker in list(self.workers.items()):
                 if worker.state is State.IDLE:
                     if now - worker.since >= idle_s:
-                        self._retire(session, worker, now)
+                        self.retire(session, worker, now)
                     else:
                         due.append(worker.since + idle_s)
             for worker in self.retired:
@@ -277,10 +292,11 @@ class Pool:
                     due.append(worker.since + stop_s)
         return max(0.0, min(due) - now) if due else None
 
-    def _retire(self, session: str, worker: WorkerProcess, now: float) -> None:
+    def retire(self, session: str, worker: WorkerProcess, now: float | None = None) -> None:
         """With the lock held: IDLE -> STOPPING; EOF on its stdin makes it exit."""
-        del self.workers[session]
-        worker.state, worker.since = State.STOPPING, now
+        if self.workers.get(session) is worker:
+            del self.workers[session]
+        worker.state, worker.since = State.STOPPING, time.monotonic() if now is None else now
         worker.writer.close()
         self.retired.append(worker)
 
@@ -318,7 +334,7 @@ class Pool:
                 w.proc.kill()
             for session, w in list(self.workers.items()):
                 if w.state is State.IDLE:
-                    self._retire(session, w, time.monotonic())
+                    self.retire(session, w)
             if self.spare is not None:
                 self.spare.state = State.STOPPING
                 self.spare.writer.close()

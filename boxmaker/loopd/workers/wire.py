@@ -16,6 +16,7 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 | `gate_grant`   | main   | false | `{ask}`: holds the slot now                         |
 | `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
 | `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
+| `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |
 
 `ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
 apart from an answer to the next.
@@ -30,7 +31,10 @@ from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
 GATE_KINDS = frozenset(
     {"gate_ask", "gate_release", "gate_queued", "gate_grant", "gate_busy", "gate_left"}
 )
-PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS
+# A worker whose session did not open (missing, busy, refused) holds nothing worth keeping: it
+# says so before its final frame, and loopd stops it then, before the next turn can reach it.
+NO_SESSION = "no_session"
+PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION}
 # The channel's frames a worker sends back: relayed to the client as they are.
 RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
 FINAL_KINDS = frozenset({"turn_done", "error"})
@@ -73,6 +77,10 @@ def parse_turn(frame: Frame) -> TurnRequest:
 
 def turn_frame(request: TurnRequest) -> bytes:
     return encode_frame("turn", request.to_json(), True, PIPE_KINDS)
+
+
+def no_session_frame() -> bytes:
+    return encode_frame(NO_SESSION, {}, False, PIPE_KINDS)
 
 
 def gate_frame(kind: str, ask: int, **fields: Any) -> bytes:

@@ -14,7 +14,7 @@ The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or
 flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM
 and SIGINT are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the whole
 process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
-corrupt) is answered with its error; the worker stays, and the next turn tries again.
+corrupt) is answered with its error, and loopd stops the worker (wire.py's `no_session`).
 """
 
 from __future__ import annotations
@@ -42,7 +42,7 @@ from boxmaker.proto.frame import Frame
 
 from .gate import PipeGate
 from .pipes import FrameWriter, PipeClosed, read_frames
-from .wire import GATE_KINDS, TurnRequest, parse_turn
+from .wire import GATE_KINDS, TurnRequest, no_session_frame, parse_turn
 
 PROG = "loopd worker"
 
@@ -117,10 +117,12 @@ class Worker:
             )
         except (SessionError, SessionIdError, InferError) as exc:
             if self.log is not None and self.log.closed:
-                self.log = None  # an append failed and closed it: the next turn opens it anew
+                self.log = None  # an append failed and closed it
+            if self.log is None:
+                # Nothing open: loopd stops this worker on reading this, before the final frame,
+                # so the next turn of the session gets a fresh one (no process kept for nothing).
+                self.send(no_session_frame())
             self.send(channel_frame(error_for(exc)))
-            # The worker stays: loopd may already be sending it the next turn, which tries to
-            # open the session again (a busy one may be free by then). Idle, it is let go.
             return
         self.send(channel_frame(outcome))
 

@@ -139,3 +139,14 @@ def test_a_spare_worker_takes_a_new_sessions_first_turn_and_another_is_started(
     assert isinstance(turn(env.socket, "s", "again")[-1], TurnDone)  # resumed by the spare
     assert second in children(daemon.pid)
     assert user_contents(env, "s") == ["hi", "again"]
+
+
+def test_a_worker_whose_session_did_not_open_is_stopped_at_once(env: ServeEnv) -> None:
+    daemon = env.start(spare_worker=False)
+    for _ in range(10):  # each sent on reading the last one's final frame
+        frames = turn(env.socket, "missing", resume=True)
+        assert isinstance(frames[-1], WireError)
+        assert frames[-1].code == ErrorCode.NO_SUCH_SESSION, frames
+    wait_for(lambda: not children(daemon.pid), "the workers of a missing session to exit")
+    assert isinstance(turn(env.socket, "missing", resume=False)[-1], TurnDone)
+    assert len(children(daemon.pid)) == 1  # a session that opened keeps its worker
