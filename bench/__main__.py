@@ -1,9 +1,9 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions]` (all when none is named)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon]` (all by default)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions")
+SUITES = ("sse", "proxy", "sessions", "daemon")
 
 
 def main(argv: list[str]) -> int:

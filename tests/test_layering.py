@@ -39,6 +39,8 @@ SESSION = "boxmaker.loopd.session"
 TURN = "boxmaker.loopd.turn"
 TOOLS = "boxmaker.loopd.tools"
 SELFTEST = "boxmaker.loopd.selftest"
+CHANNEL = "boxmaker.loopd.channel"
+WORKERS = "boxmaker.loopd.workers"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -55,8 +57,8 @@ RULES: dict[str, frozenset[str]] = {
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
     "boxmaker.inferproxy.limits": frozenset(),  # [core]
     # loopd. The package row holds cli.py and __main__.py (and serve.py later).
-    "boxmaker.loopd": frozenset({PROTO, CLI, DAEMON, CONFIG, LLAMA, SELFTEST})
-    | frozenset({SESSION, TURN, TOOLS}),
+    "boxmaker.loopd": frozenset({PROTO, CLI, DAEMON, FAST, CONFIG, LLAMA, SELFTEST})
+    | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS}),
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
     CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON}),
@@ -82,6 +84,10 @@ RULES: dict[str, frozenset[str]] = {
     SESSION: frozenset({PROTO, CONFIG}),
     TOOLS: frozenset({PROTO}),
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
+    # The channel on loop.sock and the session workers behind it (issue 11).
+    CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),
+    WORKERS: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire"}),
+    f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
 }
 
@@ -110,6 +116,7 @@ R1_CORES = [
     f"{TURN}.records",
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
+    f"{WORKERS}.wire",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

@@ -19,8 +19,11 @@ injected `Environment`'s streams (argparse's usage and help too), so tests call 
 
 A config that cannot be loaded exits 1 with the ConfigError's message (one line naming the file
 and the key) on stderr; a bad argument or `--messages` file exits 2 like any usage error; Ctrl-C
-exits 130. No traceback reaches the user for any of these. `loopd serve` comes with the channel
-(a later issue).
+exits 130. No traceback reaches the user for any of these.
+
+    loopd serve --config <path>
+        The daemon (serve.py): removes a stale socket, runs the self-test (exit 1 if it fails),
+        binds `[channel] socket` 0600 and serves the channel until SIGTERM (exit 0).
 """
 
 from __future__ import annotations
@@ -36,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, NoReturn
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
+from boxmaker.loopd import serve
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
@@ -162,6 +166,13 @@ def cmd_turn(config: Config, args: argparse.Namespace, env: Environment) -> Exit
     return ExitStatus(status)
 
 
+# ---- loopd serve (boxmaker/loopd/serve.py) ----------------------------------------------------
+
+
+def cmd_serve(config: Config, args: argparse.Namespace, env: Environment) -> ExitStatus:
+    return serve.run(args.config, config, env)
+
+
 # ---- the parser --------------------------------------------------------------------------------
 
 Command = Callable[[Config, argparse.Namespace, Environment], ExitStatus]
@@ -235,6 +246,11 @@ def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     )
     complete.add_argument(
         "--no-thinking", action="store_true", help="ask the chat template to leave thinking off"
+    )
+    add(
+        "serve",
+        cmd_serve,
+        "Run the self-test, then serve the channel on [channel] socket until SIGTERM.",
     )
     turn = add("turn", cmd_turn, "Run one turn of a session in this process; events as JSON lines.")
     turn.add_argument("--session", required=True, metavar="ID", help="the session's id")

@@ -199,6 +199,16 @@ class ChannelConfig:
     socket: Annotated[Path, SOCKET] = Path("/run/loop/loop.sock")
     # On SIGTERM, turns in flight may finish within this; then they are cut.
     drain_ms: Annotated[int, MS] = 10_000
+    # A session worker with no turn for this long exits; the next turn starts one from the log.
+    worker_idle_ms: Annotated[int, MS] = 300_000
+    # A connection that has not sent its whole `turn` frame within this is closed.
+    first_frame_ms: Annotated[int, MS] = 5000
+    # A client that takes longer than this to take one frame is dropped; its turn goes on.
+    send_timeout_ms: Annotated[int, MS] = 30_000
+    # How long a worker asked to stop may take to exit before it is killed.
+    worker_stop_ms: Annotated[int, MS] = 5000
+    # One worker started ahead with no session, so a new session's first turn skips the start.
+    spare_worker: Annotated[bool, BOOL] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -76,6 +76,11 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("loop.parallel_tools", True),
     ("loop.tool_timeout_ms", 30_000),
     ("channel.drain_ms", 10_000),
+    ("channel.worker_idle_ms", 300_000),
+    ("channel.first_frame_ms", 5000),
+    ("channel.send_timeout_ms", 30_000),
+    ("channel.worker_stop_ms", 5000),
+    ("channel.spare_worker", True),
     ("baseline.system", BASE / "system.md"),
 ]
 

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
 
@@ -44,6 +44,14 @@ class Gate(Protocol):
             Busy: `queue_length` requests are already waiting for the slot; nothing is queued.
         """
         ...
+
+
+class Left(Exception):
+    """A waiter left the line because its `leave` said so (SlotGate.hold)."""
+
+
+def _stay() -> bool:
+    return False
 
 
 class Ticket:
@@ -117,16 +125,25 @@ class SlotGate:
             self._queues[slot] = SlotQueue(slot, self._queue_length)
         return self._queues[slot]
 
+    def wake(self) -> None:
+        """Wakes every waiter, so that one whose `leave` now says True leaves the line."""
+        with self._cond:
+            self._cond.notify_all()
+
     @contextmanager
-    def hold(self, slot: int, on_event: OnEvent) -> Iterator[None]:
-        """See `Gate.hold`."""
+    def hold(
+        self, slot: int, on_event: OnEvent, *, leave: Callable[[], bool] | None = None
+    ) -> Iterator[None]:
+        """See `Gate.hold`. `leave`, checked while waiting (after `wake()`), makes the waiter
+        leave the line by raising `Left`: loopd's main process holds the slot for a worker on
+        the other end of a pipe, and that worker can go away while it waits."""
         ticket = Ticket()
         with self._cond:
             queue = self._queue(slot)
             ahead = queue.arrive(ticket)  # Busy leaves nothing behind
         try:
             if ahead:
-                self._wait(queue, ticket, ahead, on_event)
+                self._wait(queue, ticket, ahead, on_event, leave or _stay)
             yield
         finally:
             with self._cond:
@@ -139,14 +156,17 @@ class SlotGate:
         ticket: Ticket,
         ahead: int,
         on_event: OnEvent,
+        leave: Callable[[], bool],
     ) -> None:
         # on_event is called without the lock, so a slow caller never blocks the gate.
         on_event(QueuedEvent(ahead))
         while True:
             with self._cond:
-                while not queue.try_enter(ticket) and queue.ahead(ticket) == ahead:
+                while not queue.try_enter(ticket) and queue.ahead(ticket) == ahead and not leave():
                     self._cond.wait()
                 if queue.holder is ticket:
                     return
+                if leave():
+                    raise Left(f"left the line for slot {queue.slot}")
                 ahead = queue.ahead(ticket)
             on_event(QueuedEvent(ahead))

@@ -72,7 +72,20 @@ def _print(out: IO[str], obj: dict[str, Any]) -> None:
     out.flush()  # a watcher sees each event as it happens
 
 
-def _open(config: Config, client: Client, session: str, new: bool) -> SessionLog:
+def error_for(exc: SessionError | SessionIdError | InferError) -> WireError:
+    """The channel's error for a refusal of the store or a failure of the inference path."""
+    code = next(c for kind, c in _CODES if isinstance(exc, kind))
+    text = exc.describe() if isinstance(exc, InferError) else str(exc)
+    return WireError(code, text)
+
+
+def open_session(config: Config, client: Client, session: str, new: bool) -> SessionLog:
+    """The session's log, open and locked: created when `new` (it must not exist), else opened.
+
+    Raises:
+        SessionError: busy, missing, existing (when `new`), or unreadable; SessionIdError: a bad
+            id; InferError: the budget check could not reach the server.
+    """
     store = SessionStore(config.paths.home)  # checks the id before any path is built
     if not new:
         return store.open(session)
@@ -100,7 +113,7 @@ def run_turn_command(
         _print(out, event_to_json(event))
 
     try:
-        with _open(config, client, session, new) as log:
+        with open_session(config, client, session, new) as log:
             outcome = run_turn(
                 log,
                 say,
@@ -111,9 +124,7 @@ def run_turn_command(
                 on_event=on_event,
             )
     except (SessionError, SessionIdError, InferError) as exc:
-        code = next(c for kind, c in _CODES if isinstance(exc, kind))
-        text = exc.describe() if isinstance(exc, InferError) else str(exc)
-        outcome = WireError(code, text)
+        outcome = error_for(exc)
     _print(out, outcome_to_json(outcome))
     if isinstance(outcome, WireError):
         err.write(f"loopd turn: {outcome.code}: {outcome.message}\n")

@@ -95,7 +95,7 @@ def prompt_bytes(body: dict[str, Any]) -> bytes:
     return b"".join(line + b"\n" for line in lines)
 
 
-def _common(a: bytes, b: bytes) -> int:
+def common_prefix(a: bytes, b: bytes) -> int:
     n = min(len(a), len(b))
     i = 0
     while i < n and a[i] == b[i]:
@@ -159,7 +159,7 @@ class ScriptedModel:
             if said.status is not None:
                 return json_reply(said.status, CONTEXT_FULL if said.status == 400 else {})
             prompt = prompt_bytes(request.json)
-            cache_n = _common(prompt, self._cache)
+            cache_n = common_prefix(prompt, self._cache)
             generated = orjson.dumps(said.message().to_json()) + b"\n"
             self._cache = prompt + generated
             reported = cache_n if said.cache_n is None else said.cache_n

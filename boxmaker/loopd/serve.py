@@ -1,0 +1,100 @@
+"""`loopd serve --config <path>`: the self-test, then the channel on loop.sock (M2b section 8).
+
+In order: a stale socket file at `[channel] socket` is removed (so clients see "not running"
+rather than "connection refused" while the self-test runs); the self-test runs, and a failure
+exits 1 with its findings; the socket is bound 0600 in a 0700 folder; one start line names the
+socket, the compiled modules in use, the slots and the home. Then connections are accepted, each
+peer checked with SO_PEERCRED, until SIGTERM or SIGINT, with supervisor's loop: accept, then
+`pool.transition()`, then `pool.reap()`.
+
+On SIGTERM: no more connections; turns in flight may finish within `[channel] drain_ms`; those
+still running are cut (their worker is killed: the log holds whole lines only) and answered
+`unavailable`; the idle workers are stopped; exit 0.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker._daemon import SetupError
+from boxmaker._daemon.accept import accept_until_stopped
+from boxmaker._daemon.listener import bind_unix_listener, remove_stale_socket
+from boxmaker._daemon.log import DaemonLog
+from boxmaker._daemon.signals import stop_signals
+from boxmaker._fast import IMPLEMENTATIONS  # filled in as the client imports the twins
+from boxmaker.loopd.channel.locks import SessionLocks
+from boxmaker.loopd.channel.server import ChannelServer
+from boxmaker.loopd.config import Config
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.selftest import iter_selftest
+from boxmaker.loopd.workers.pool import Pool
+
+PROG = "loopd"
+SETTING = "[channel] socket"
+# The longest the accept loop waits before it looks at the workers again: reaping needs no
+# precision, only to happen.
+REAP_INTERVAL_S = 1.0
+
+
+def compiled_modules() -> str:
+    """`sse=c, chunked=c`: the twins loopd uses (DECISIONS.md: the compiled ones)."""
+    return ", ".join(f"{name}={IMPLEMENTATIONS.get(name, '?')}" for name in ("sse", "chunked"))
+
+
+def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
+    log = DaemonLog(PROG, env.stdout, env.stderr)
+    path = str(config.channel.socket)
+    try:
+        remove_stale_socket(path, SETTING)
+    except SetupError as exc:
+        log.warn(f"serve: {exc}")
+        return ExitStatus.ERROR
+    failed = []
+    for result in iter_selftest(config, Client(config.inference)):
+        log.say(f"selftest {result.line()}")
+        if not result.ok:
+            failed.append(result.check)
+    if failed:
+        log.warn(
+            f"serve: the self-test FAILED ({', '.join(failed)}); not starting against this "
+            "server (see the lines above; `loopd selftest` runs it alone)"
+        )
+        return ExitStatus.ERROR
+    with stop_signals() as stop:
+        try:
+            listener = bind_unix_listener(path, setting=SETTING)
+        except SetupError as exc:
+            log.warn(f"serve: {exc}")
+            return ExitStatus.ERROR
+        pool = Pool(config_path, config.channel, SlotGate(config.inference.queue_length))
+        server = ChannelServer(config.channel, pool, SessionLocks(), log)
+
+        def tick() -> float:
+            due = pool.transition()
+            for worker in pool.reap():
+                code = worker.proc.returncode
+                if code:
+                    log.warn(f"session worker {worker.pid} ({worker.session}) exited with {code}")
+            return REAP_INTERVAL_S if due is None else min(due, REAP_INTERVAL_S)
+
+        try:
+            log.listening(
+                path,
+                compiled_modules(),
+                f"slots {','.join(map(str, config.inference.slots))}",
+                f"home {config.paths.home}",
+                f"one worker per session (idle exit after {config.channel.worker_idle_ms} ms)",
+            )
+            accept_until_stopped(listener.sock, stop, server.on_client, log, on_timer=tick)
+        finally:
+            listener.close()  # no new connections while the turns in flight drain
+            server.stop_reading()
+            cut = pool.stop(config.channel.drain_ms / 1000)
+            open_left = server.join(config.channel.send_timeout_ms / 1000)
+            log.say(
+                f"stopped: {cut} turn(s) cut after drain_ms"
+                + (f", {open_left} connection(s) left open" if open_left else "")
+            )
+    return ExitStatus.OK

@@ -1,0 +1,1 @@
+"""loopd's session workers: one process per active session, frames over pipes (private)."""

@@ -1,0 +1,195 @@
+"""The slot gate across a pipe: `PipeGate` in the worker, `GateServer` in loopd's main process.
+
+Every worker's requests go through the one SlotGate of the main process, so two sessions on one
+slot still take turns, first come first served (M2a brief, section 4, step 1). The worker's
+Client gets a PipeGate: `hold` sends `gate_ask`, passes each `gate_queued` on as
+`QueuedEvent(ahead)` (so `queued` reaches the channel's client), and enters on `gate_grant`;
+every way out of the `with` sends `gate_release`, which gives the slot up or leaves the line,
+and waits for `gate_left`, so a request that follows at once finds the line as it should.
+`gate_busy` raises Busy, as SlotGate does when the line is full.
+
+The main process runs one GateServer per worker: its thread holds each `gate_ask` in SlotGate
+until the worker releases it or goes away (`close`).
+
+When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
+share the slot with: a PipeGate then lets its worker through at once, so the turn in flight can
+finish and be logged.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import queue
+import threading
+from collections import deque
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+from boxmaker.loopd.llama.errors import Busy
+from boxmaker.loopd.llama.gate import Left, SlotGate
+from boxmaker.loopd.llama.types import OnEvent
+from boxmaker.proto import QueuedEvent
+from boxmaker.proto.frame import Frame
+
+from .pipes import PipeClosed
+from .wire import gate_fields, gate_frame
+
+Send = Callable[[bytes], None]
+
+
+class PipeGate:
+    """The worker's Gate: asks the main process through `send`; answers come in by `deliver`.
+
+    One `hold` at a time (a worker runs one request at a time).
+    """
+
+    def __init__(self, send: Send) -> None:
+        self._send = send
+        self._cond = threading.Condition()
+        self._answers: deque[Frame] = deque()
+        self._ask = 0
+        self._gone = False
+
+    def deliver(self, frame: Frame) -> None:
+        """A gate frame from the main process (called by the worker's stdin reader)."""
+        with self._cond:
+            self._answers.append(frame)
+            self._cond.notify_all()
+
+    def parent_gone(self) -> None:
+        """The main process is gone: every hold, waiting or to come, goes through."""
+        with self._cond:
+            self._gone = True
+            self._cond.notify_all()
+
+    def _next_answer(self, ask: int) -> Frame | None:
+        """The next answer to `ask` (older asks' answers are dropped), or None once gone."""
+        with self._cond:
+            while True:
+                while self._answers:
+                    frame = self._answers.popleft()
+                    if gate_fields(frame)[0] == ask:
+                        return frame
+                if self._gone:
+                    return None
+                self._cond.wait()
+
+    def _try_send(self, data: bytes) -> bool:
+        try:
+            self._send(data)
+            return True
+        except PipeClosed:
+            self.parent_gone()
+            return False
+
+    @contextmanager
+    def hold(self, slot: int, on_event: OnEvent) -> Iterator[None]:
+        """See `llama.gate.Gate.hold`."""
+        with self._cond:
+            self._ask += 1
+            ask = self._ask
+            gone = self._gone
+        if gone or not self._try_send(gate_frame("gate_ask", ask, slot=slot)):
+            yield
+            return
+        asked = True
+        try:
+            while (answer := self._next_answer(ask)) is not None:
+                if answer.kind == "gate_grant":
+                    break
+                if answer.kind == "gate_busy":
+                    asked = False  # nothing was queued: nothing to release
+                    message = answer.body.get("message")
+                    raise Busy(message if isinstance(message, str) else f"slot {slot} is busy")
+                if answer.kind == "gate_queued":
+                    on_event(QueuedEvent(gate_fields(answer, "ahead")[1]))
+            yield
+        finally:
+            # Wait until the main process has let the slot or the line go: a request that
+            # follows at once must find the slot free, not itself still in the line.
+            if asked and self._try_send(gate_frame("gate_release", ask)):
+                while (answer := self._next_answer(ask)) is not None:
+                    if answer.kind == "gate_left":
+                        break
+
+
+class _Ask:
+    """One `gate_ask` held in the SlotGate by a thread, until released."""
+
+    def __init__(self) -> None:
+        self.released = threading.Event()
+
+
+class GateServer:
+    """The main process's side of one worker's PipeGate: its asks, held in the shared SlotGate."""
+
+    def __init__(self, gate: SlotGate, send: Send) -> None:
+        self._gate = gate
+        self._send = send
+        self._lock = threading.Lock()
+        self._asks: dict[int, _Ask] = {}
+        self._closed = False
+        # One thread holds this worker's asks, one after another: a PipeGate asks again only
+        # once its last ask is let go, so a thread per ask would only add its start-up.
+        self._pending: queue.SimpleQueue[tuple[int, int, _Ask] | None] = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def handle(self, frame: Frame) -> None:
+        """A gate frame from the worker (`gate_ask` or `gate_release`)."""
+        if frame.kind == "gate_ask":
+            ask, slot = gate_fields(frame, "slot")
+            entry = _Ask()
+            with self._lock:
+                if self._closed:
+                    return
+                self._asks[ask] = entry
+                if self._thread is None:
+                    self._thread = threading.Thread(target=self._serve, name="gate", daemon=True)
+                    self._thread.start()
+            self._pending.put((ask, slot, entry))
+        elif frame.kind == "gate_release":
+            (ask,) = gate_fields(frame)
+            with self._lock:
+                entry_or_none = self._asks.get(ask)
+            if entry_or_none is None:
+                self._reply(gate_frame("gate_left", ask))  # nothing held: said at once
+            else:
+                entry_or_none.released.set()
+                self._gate.wake()
+
+    def close(self) -> None:
+        """The worker is gone: every ask it held or waited in is let go."""
+        with self._lock:
+            self._closed = True
+            entries, self._asks = list(self._asks.values()), {}
+        for entry in entries:
+            entry.released.set()
+        self._pending.put(None)
+        self._gate.wake()
+
+    def _reply(self, data: bytes) -> None:
+        with contextlib.suppress(PipeClosed):  # the worker is gone; its reader closes this
+            self._send(data)
+
+    def _serve(self) -> None:
+        while (item := self._pending.get()) is not None:
+            self._hold(*item)
+
+    def _hold(self, ask: int, slot: int, entry: _Ask) -> None:
+        def queued(event: object) -> None:
+            assert isinstance(event, QueuedEvent)
+            self._reply(gate_frame("gate_queued", ask, ahead=event.ahead))
+
+        answer = gate_frame("gate_left", ask)
+        try:
+            with self._gate.hold(slot, queued, leave=entry.released.is_set):
+                if not entry.released.is_set():
+                    self._reply(gate_frame("gate_grant", ask))
+                    entry.released.wait()
+        except Busy as exc:
+            answer = gate_frame("gate_busy", ask, message=str(exc))
+        except Left:
+            pass  # the worker left the line, or went away
+        with self._lock:
+            self._asks.pop(ask, None)
+        self._reply(answer)

@@ -1,0 +1,83 @@
+"""The frames on the pipes between loopd's main process and a session worker. [core]
+
+The framing is the channel's (DECISIONS.md: "the same framing is used on the pipes"); the pipes
+add their own kinds. A worker's answers to a turn are the channel's own frames (`turn_event`,
+`turn_done`, `error`), so the main process relays them as they are.
+
+| kind           | from   | final | body                                                |
+|----------------|--------|-------|-----------------------------------------------------|
+| `turn`         | main   | true  | the channel's Turn: `{session, content, resume, thinking}` |
+| `turn_event`   | worker | false | the channel's `{event}`                             |
+| `turn_done`    | worker | true  | the channel's TurnDone                              |
+| `error`        | worker | true  | WireError                                           |
+| `gate_ask`     | worker | false | `{ask, slot}`: wants the slot (PipeGate.hold)       |
+| `gate_release` | worker | false | `{ask}`: gives the slot up, or leaves the line      |
+| `gate_queued`  | main   | false | `{ask, ahead}`: waiting, with `ahead` before it     |
+| `gate_grant`   | main   | false | `{ask}`: holds the slot now                         |
+| `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
+| `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
+| `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |
+
+`ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
+apart from an answer to the next.
+"""
+
+from typing import Any
+
+from boxmaker.proto import BodyError, Turn, channel_frame, decode_body
+from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
+
+GATE_KINDS = frozenset(
+    {"gate_ask", "gate_release", "gate_queued", "gate_grant", "gate_busy", "gate_left"}
+)
+# A worker whose session did not open (missing, busy, refused) holds nothing worth keeping: it
+# says so before its final frame, and loopd stops it then, before the next turn can reach it.
+NO_SESSION = "no_session"
+PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION}
+# The channel's frames a worker sends back: relayed to the client as they are.
+RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
+FINAL_KINDS = frozenset({"turn_done", "error"})
+
+
+def parse_turn(frame: Frame) -> Turn:
+    """The Turn a `turn` frame carries (`thinking` left out is true).
+
+    Raises:
+        BodyError: not a `turn`, `final` not true, a key missing, unknown or of the wrong type,
+            or a session id that breaks the rule; the message names the field.
+    """
+    if frame.kind != "turn":
+        raise BodyError(f"expected a turn frame, got {frame.kind}")
+    turn = decode_body(frame)
+    assert isinstance(turn, Turn)  # decode_body gives a Turn for kind `turn`
+    return turn
+
+
+def turn_frame(turn: Turn) -> bytes:
+    return channel_frame(turn)
+
+
+def no_session_frame() -> bytes:
+    return encode_frame(NO_SESSION, {}, False, PIPE_KINDS)
+
+
+def gate_frame(kind: str, ask: int, **fields: Any) -> bytes:
+    """One of the gate kinds: `{ask, ...fields}`."""
+    if kind not in GATE_KINDS:
+        raise ValueError(f"{kind} is not a gate kind")
+    return encode_frame(kind, {"ask": ask, **fields}, False, PIPE_KINDS)
+
+
+def gate_fields(frame: Frame, *names: str) -> tuple[int, ...]:
+    """`ask` and the named integer fields of a gate frame.
+
+    Raises:
+        BodyError: a field is missing or not a non-negative integer.
+    """
+    out = []
+    for name in ("ask", *names):
+        value = frame.body.get(name)
+        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+            raise BodyError(f"{frame.kind}.{name}: expected a non-negative integer")
+        out.append(value)
+    return tuple(out)

@@ -1,0 +1,313 @@
+"""`loopd serve` as a real subprocess against the scripted fake llama-server, and a channel client.
+
+`ServeEnv` makes a short folder with the fake server (tests/support/fakeserver.py) on infer.sock,
+a system prompt, a home and a config, and starts `python -m boxmaker.loopd serve` on loop.sock.
+The fake answers everything the daemon asks:
+
+- /props: a fixed template, 2 slots of 2,048 tokens (the config's [expect] matches it);
+- /tokenize: a token per 4 bytes (the budget check of a new session);
+- the self-test's tool-call request (the `get_time` tool, tool_choice auto): a call of get_time;
+- every other chat request: the next `Said` loaded with `model.load`, else "ok", with the prompt
+  cache played as tests/loopd/turn/support.py's ScriptedModel plays it (so the self-test's cache
+  check passes: turn 2 extends turn 1). `model.hold()` makes the next chat requests wait until
+  `model.release()`, so a test can act while a turn is in flight, without sleeping.
+
+`turn()` is a channel client: one connection, one `turn` frame, every frame until the final one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import shutil
+import socket
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
+from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
+from tests.loopd.conftest import short_tmpdir
+from tests.loopd.turn.support import (
+    CONTEXT_FULL,
+    MODEL,
+    ScriptedModel,
+    calls,
+    common_prefix,
+    completion_events,
+    prompt_bytes,
+    say,
+)
+from tests.support.fakeserver import FakeServer
+from tests.support.procs import Daemon, python_module
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, json_reply, sse_reply
+
+TEMPLATE = "{{ serve test template }}"
+START_LINE = "loopd: listening on"
+BOUND_S = 15.0  # a loaded 2-core machine starting Python processes; never reached when healthy
+
+
+class ServeModel(ScriptedModel):
+    """ScriptedModel that answers the self-test's tool call, defaults to "ok", and can hold."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._held = threading.Event()
+        self._holding = False
+        self._hold_all = False
+        self._only: str | None = None
+        self.waiting = 0  # chat requests waiting in hold()
+
+    def hold(self, selftest: bool = False, only: str | None = None) -> None:
+        """Holds the chat requests of sessions (those with a system message) from now on; with
+        `selftest`, every chat request (the self-test's have none); with `only`, those whose last
+        message says `only`."""
+        with self._lock:
+            self._holding = True
+            self._hold_all = selftest
+            self._only = only
+            self._held.clear()
+
+    def release(self) -> None:
+        with self._lock:
+            self._holding = False
+            self._held.set()
+
+    def _held_here(self, body: dict[str, Any]) -> bool:
+        if not self._holding:
+            return False
+        if self._only is not None:
+            return bool(body["messages"][-1].get("content") == self._only)
+        return self._hold_all or body["messages"][0]["role"] == "system"
+
+    def __call__(self, request: Recorded) -> Reply:
+        body = request.json
+        assert isinstance(body, dict)
+        tools = [t["function"]["name"] for t in body.get("tools", [])]
+        selftest_call = body.get("tool_choice") == "auto" and "get_time" in tools
+        with self._lock:
+            holding = not selftest_call and self._held_here(body)
+            self.waiting += holding
+        if holding:
+            self._held.wait(BOUND_S)
+            with self._lock:
+                self.waiting -= 1
+        with self._lock:
+            if selftest_call:
+                said = calls(("get_time", {"timezone": "Europe/Paris"}))
+            else:
+                said = self._queue.popleft() if self._queue else say("ok")
+            self.served += 1
+            if said.status is not None:
+                return json_reply(said.status, CONTEXT_FULL if said.status == 400 else {})
+            prompt = prompt_bytes(body)
+            cache_n = common_prefix(prompt, self._cache)
+            generated = orjson.dumps(said.message().to_json()) + b"\n"
+            self._cache = prompt + generated
+            reported = cache_n if said.cache_n is None else said.cache_n
+            events = completion_events(said, reported, len(prompt) - cache_n, len(generated))
+        return sse_reply(events)
+
+
+def props_reply(_request: Recorded) -> Reply:
+    return json_reply(
+        200,
+        {
+            "chat_template": TEMPLATE,
+            "total_slots": 2,
+            "default_generation_settings": {"n_ctx": 2048},
+        },
+    )
+
+
+def slots_reply(_request: Recorded) -> Reply:
+    """Both slots at work: a held request is one the server is still processing."""
+    return json_reply(200, [{"id": i, "is_processing": True, "n_ctx": 2048} for i in (0, 1)])
+
+
+def tokenize_reply(request: Recorded) -> Reply:
+    body = request.json
+    assert isinstance(body, dict)
+    return json_reply(200, {"tokens": [1] * (len(body["content"]) // 4 + 1)})
+
+
+def config_text(folder: Path, loop: dict[str, Any] | None = None, **channel: Any) -> str:
+    def toml(v: Any) -> str:
+        return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
+
+    sha = hashlib.sha256(TEMPLATE.encode()).hexdigest()
+    lines = [
+        "[inference]",
+        f"socket = {toml(str(folder / 'infer.sock'))}",
+        f'model = "{MODEL}"',
+        "slots = [0, 1]",
+        "liveness_ms = 5000",
+        "control_timeout_ms = 5000",
+        "retry_attempts = 1",
+        "retry_delays_ms = []",
+        "max_tokens = 4194304",  # the fake counts a byte as a token: big answers must pass
+        "[expect]",
+        f'chat_template_sha256 = "{sha}"',
+        "n_ctx = 2048",
+        "total_slots = 2",
+        "[paths]",
+        f"home = {toml(str(folder / 'home'))}",
+        "[baseline]",
+        f"system = {toml(str(folder / 'system.md'))}",
+        "[channel]",
+        f"socket = {toml(str(folder / 'run' / 'loop.sock'))}",
+        *(f"{k} = {toml(v)}" for k, v in channel.items()),
+        "[loop]",
+        *(f"{k} = {toml(v)}" for k, v in (loop or {}).items()),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+class ServeEnv:
+    def __init__(self, folder: Path, fake: FakeServer) -> None:
+        self.folder = folder
+        self.fake = fake
+        self.model = ServeModel()
+        fake.on("GET", "/props", props_reply)
+        fake.on("POST", "/tokenize", tokenize_reply)
+        fake.on("GET", "/slots", slots_reply)
+        fake.on("POST", CHAT_PATH, self.model)
+        (folder / "system.md").write_text("You are a test.\n")
+        self.socket = folder / "run" / "loop.sock"
+        self.home = folder / "home"
+        self.daemons: list[Daemon] = []
+
+    def write_config(self, **channel: Any) -> Path:
+        path = self.folder / "loopd.toml"
+        path.write_text(config_text(self.folder, **channel))
+        return path
+
+    def start(self, wait: bool = True, **channel: Any) -> Daemon:
+        """`loopd serve` with these [channel] keys; waits for its start line unless told not to."""
+        daemon = Daemon(
+            python_module("boxmaker.loopd", "serve", "--config", str(self.write_config(**channel)))
+        )
+        self.daemons.append(daemon)
+        if wait:
+            daemon.wait_for_line(START_LINE, BOUND_S)
+        return daemon
+
+    def log_lines(self, session: str) -> list[dict[str, Any]]:
+        path = self.home / "sessions" / session / "0.jsonl"
+        return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+
+    def record_types(self, session: str) -> list[str]:
+        return [str(r["type"]) for r in self.log_lines(session)]
+
+
+@contextmanager
+def serve_env() -> Iterator[ServeEnv]:
+    folder = short_tmpdir("bs-")
+    env: ServeEnv | None = None
+    try:
+        with FakeServer(folder / "infer.sock") as fake:
+            env = ServeEnv(folder, fake)
+            try:
+                yield env
+            finally:
+                env.model.release()
+                for daemon in env.daemons:
+                    daemon.stop()
+    finally:
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def children(pid: int) -> set[int]:
+    """The live child processes of `pid` (every thread's: each worker is spawned by one)."""
+    found: set[int] = set()
+    for task in os.listdir(f"/proc/{pid}/task"):
+        try:
+            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
+        except FileNotFoundError:
+            continue
+        found |= {int(p) for p in text.split()}
+    return {p for p in found if alive(p)}
+
+
+def alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][0] != "Z"
+    except (FileNotFoundError, IndexError):
+        return False
+
+
+# ---- a channel client ---------------------------------------------------------------------------
+
+
+def connect(path: Path, timeout: float = BOUND_S) -> socket.socket:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(timeout)
+    sock.connect(str(path))
+    return sock
+
+
+def read_frames(sock: socket.socket) -> list[ChannelBody]:
+    """Every frame until the final one (or the end of the connection), decoded."""
+    decoder = FrameDecoder()
+    out: list[ChannelBody] = []
+    while True:
+        frame = decoder.next_frame()
+        if frame is CLOSED:
+            return out
+        if frame is NEED_DATA:
+            decoder.receive_data(sock.recv(65536))
+            continue
+        out.append(decode_body(frame))
+        if frame.final:
+            return out
+
+
+def turn_bytes(session: str, content: str, resume: bool) -> bytes:
+    return channel_frame(Turn(session, content, resume))
+
+
+class TurnClient:
+    """A turn whose frames are read by a thread as they come, so a test can watch them."""
+
+    def __init__(self, path: Path, session: str, content: str = "hi", resume: bool = True) -> None:
+        self.sock = connect(path)
+        self.frames: list[ChannelBody] = []
+        self.sock.sendall(turn_bytes(session, content, resume))
+        self._thread = threading.Thread(target=self._read, daemon=True)
+        self._thread.start()
+
+    def _read(self) -> None:
+        decoder = FrameDecoder()
+        with self.sock:
+            while True:
+                frame = decoder.next_frame()
+                if frame is CLOSED:
+                    return
+                if frame is NEED_DATA:
+                    try:
+                        decoder.receive_data(self.sock.recv(65536))
+                    except OSError:
+                        return
+                    continue
+                self.frames.append(decode_body(frame))
+                if frame.final:
+                    return
+
+    def result(self) -> list[ChannelBody]:
+        """Every frame, once the final one has come (bounded)."""
+        self._thread.join(BOUND_S)
+        assert not self._thread.is_alive(), f"no final frame within {BOUND_S} s: {self.frames}"
+        return self.frames
+
+
+def turn(path: Path, session: str, content: str = "hi", resume: bool = True) -> list[ChannelBody]:
+    """One turn on its own connection: its frames, the final one last."""
+    with connect(path) as sock:
+        sock.sendall(turn_bytes(session, content, resume))
+        return read_frames(sock)

@@ -1,0 +1,123 @@
+"""PipeGate, the worker's side of the main process's SlotGate, passes the Gate kit over real pipes.
+
+Each side the kit asks for is one "worker": a PipeGate writing to a real pipe, a GateServer on
+the other end reading it, and the answers coming back over a second pipe, each end read by its
+own thread, as loopd's main process and a worker do. Every side shares the one SlotGate.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+
+import pytest
+
+from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.workers.gate import GateServer, PipeGate
+from boxmaker.loopd.workers.pipes import FrameWriter, read_frames
+from boxmaker.proto import QueuedEvent
+from tests.support.check_gate import CHECKS, GateMaker, GateSide
+from tests.support.procs import wait_for
+
+
+class Side:
+    """One worker's PipeGate and the main process's GateServer for it, over two pipes."""
+
+    def __init__(self, gate: SlotGate) -> None:
+        up_r, up_w = os.pipe()  # worker -> main
+        down_r, down_w = os.pipe()  # main -> worker
+        self.up = FrameWriter(up_w)
+        self.down = FrameWriter(down_w)
+        self.pipe_gate = PipeGate(self.up.send)
+        self.server = GateServer(gate, self.down.send)
+        self.fds = [up_r, down_r]
+        self.threads = [
+            threading.Thread(target=self._main_reads, args=(up_r,), daemon=True),
+            threading.Thread(target=self._worker_reads, args=(down_r,), daemon=True),
+        ]
+        for t in self.threads:
+            t.start()
+
+    def _main_reads(self, fd: int) -> None:
+        read_frames(fd, self.server.handle)
+        self.server.close()
+
+    def _worker_reads(self, fd: int) -> None:
+        read_frames(fd, self.pipe_gate.deliver)
+        self.pipe_gate.parent_gone()
+
+    def close(self) -> None:
+        self.up.close()
+        self.down.close()
+        for t in self.threads:
+            t.join(5.0)
+        for fd in self.fds:
+            os.close(fd)
+
+
+@contextmanager
+def pipe_gates(queue_length: int) -> Iterator[GateSide]:
+    gate = SlotGate(queue_length)
+    sides: list[Side] = []
+
+    def side() -> PipeGate:
+        sides.append(Side(gate))
+        return sides[-1].pipe_gate
+
+    try:
+        yield side
+    finally:
+        for s in sides:
+            s.close()
+
+
+@pytest.mark.parametrize("check", CHECKS, ids=[c.__name__ for c in CHECKS])
+def test_pipe_gate_passes_the_gate_kit(check: Callable[[GateMaker], None]) -> None:
+    check(pipe_gates)
+
+
+def test_a_worker_gone_while_holding_frees_the_slot() -> None:
+    gate = SlotGate(8)
+    holder, waiter = Side(gate), Side(gate)
+    entered = threading.Event()
+    release = threading.Event()
+
+    def hold() -> None:
+        with holder.pipe_gate.hold(0, lambda e: None):
+            entered.set()
+            release.wait(5.0)
+
+    t = threading.Thread(target=hold, daemon=True)
+    t.start()
+    assert entered.wait(5.0)
+    events: list[object] = []
+    got = threading.Event()
+
+    def wait_in_line() -> None:
+        with waiter.pipe_gate.hold(0, events.append):
+            got.set()
+
+    w = threading.Thread(target=wait_in_line, daemon=True)
+    w.start()
+    wait_for(lambda: events == [QueuedEvent(1)], "the waiter to be queued")
+    holder.server.close()  # what the main process does when the holder's pipe reaches EOF
+    assert got.wait(5.0), "the slot of a worker that went away was not given to the next"
+    release.set()
+    t.join(5.0)
+    w.join(5.0)
+    holder.close()
+    waiter.close()
+
+
+def test_after_the_parent_is_gone_a_hold_goes_through_at_once() -> None:
+    side = Side(SlotGate(0))
+    side.down.close()  # the main process is gone: the worker's reader sees EOF
+    wait_for(lambda: side.pipe_gate._gone, "the PipeGate to hear that the parent is gone")
+    with side.pipe_gate.hold(0, lambda e: None), side.pipe_gate.hold(0, lambda e: None):
+        pass  # twice, nested: nobody is left to share the slot with
+    side.up.close()
+    side.threads[0].join(5.0)
+    os.close(side.fds[0])
+    os.close(side.fds[1])
