@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run stop annotate debug lint typecheck clean llama-server record
+.PHONY: install build test fuzz bench run stop annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -27,6 +27,12 @@ build: $(EXT_STAMP)
 # The real-server tests need llama-server and the model: built once per machine, then cached.
 test: install llama-server
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fuzz tests at length: the same invariants `make test` runs at a few hundred examples, each
+# at FUZZ_EXAMPLES (200,000 unless set; hours in all, so set it lower for a quick look).
+FUZZ_TESTS := tests/fast/test_fuzz.py tests/proto/test_frame_fuzz.py
+fuzz: install
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-200000} $(PY) -m pytest -q $(FUZZ_TESTS) $(PYTEST_ARGS)
 
 # Starts llama-server and inferproxy under supervisord (in run/), runs the self-test, opens a chat.
 run: install llama-server
