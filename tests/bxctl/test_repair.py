@@ -59,7 +59,8 @@ def test_torn_at_every_byte_of_the_last_record(tmp_path: Path) -> None:
         with pytest.raises(LogCorrupt, match=f"{log}: line {LAST}: no newline at the end"):
             SessionStore(tmp_path).open("s1")  # resume refuses, naming the line
         found = verify_session(tmp_path, "s1")
-        assert found.error is not None and "`bxctl repair s1`" in found.error
+        assert found.error is not None
+        assert "`bxctl repair s1`" in found.error
         r = repair(tmp_path)
         assert (r.status, r.stderr) == (ExitStatus.OK, ""), (cut, r)
         assert f"removed line {LAST} ({cut - keep} bytes, torn and never acknowledged)" in r.stdout

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import struct
 
+import pytest
 from hypothesis import given, note
 from hypothesis import strategies as st
 
@@ -66,15 +67,14 @@ def run(pieces: list[bytes], max_bytes: int, max_depth: int) -> tuple[list[Frame
                 frames.append(got)
             assert decoder.buffered < PREFIX + max_bytes
     except FrameError as e:
-        assert decoder.buffered == 0  # a broken stream holds nothing
-        try:
-            decoder.next_frame()
-        except FrameError as again:
-            assert str(again) == str(e)
-        else:
-            raise AssertionError("a FrameError was not final") from e
-        return frames, str(e)
-    raise AssertionError("EOF was fed: the decoder must end with CLOSED or FrameError")
+        error = str(e)
+    else:
+        raise AssertionError("EOF was fed: the decoder must end with CLOSED or FrameError")
+    assert decoder.buffered == 0  # a broken stream holds nothing
+    with pytest.raises(FrameError) as again:  # and the error is final
+        decoder.next_frame()
+    assert str(again.value) == error
+    return frames, error
 
 
 @fuzz_settings()

@@ -7,8 +7,6 @@ is freed. Mounting needs root (CI has it); without it this fails with the reason
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 
 from boxmaker.loopd.session.store import SessionStore, verify_session
