@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run stop annotate debug lint typecheck clean llama-server record
+.PHONY: install build test fuzz bench run stop annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -27,6 +27,24 @@ build: $(EXT_STAMP)
 # The real-server tests need llama-server and the model: built once per machine, then cached.
 test: install llama-server
 	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+# The fuzz tests at length: the Hypothesis invariants `make test` runs at a few hundred examples,
+# each at FUZZ_EXAMPLES (200,000 unless set; set it lower for a quick look), then the same
+# invariants under atheris for as many runs per target. A crash input lands in fuzz/crashes/.
+FUZZ_TESTS := tests/fast/test_fuzz.py tests/proto/test_frame_fuzz.py
+ATHERIS_TARGETS := frame sse-py sse-c chunked-py chunked-c
+
+$(VENV)/.stamp-fuzz: $(VENV)/.stamp-install
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[fuzz]'
+	touch $@
+
+fuzz: install $(VENV)/.stamp-fuzz
+	FUZZ_EXAMPLES=$${FUZZ_EXAMPLES:-200000} $(PY) -m pytest -q $(FUZZ_TESTS) $(PYTEST_ARGS)
+	mkdir -p fuzz/crashes
+	for t in $(ATHERIS_TARGETS); do \
+	  PYTHONPATH=. $(PY) fuzz/run_atheris.py $$t -runs=$${FUZZ_EXAMPLES:-200000} \
+	    -print_final_stats=1 -artifact_prefix=fuzz/crashes/$$t- || exit 1; \
+	done
 
 # Starts llama-server and inferproxy under supervisord (in run/), runs the self-test, opens a chat.
 run: install llama-server
@@ -64,8 +82,8 @@ record: install
 
 lint: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet ruff
-	$(VENV)/bin/ruff check boxmaker tests bench scripts
-	$(VENV)/bin/ruff format --check boxmaker tests bench scripts
+	$(VENV)/bin/ruff check boxmaker tests bench scripts fuzz
+	$(VENV)/bin/ruff format --check boxmaker tests bench scripts fuzz
 
 # mypy follows bench/'s imports of the peers, so it needs the bench extra.
 typecheck: $(VENV)/.stamp-bench

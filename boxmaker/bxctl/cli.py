@@ -14,7 +14,13 @@ in-process.
     bxctl verify <session> [--home <path>] [--json]
         Checks a session's log and baseline file from disk (no daemon needed) and prints the
         finding. Exit 0 when the log verifies, 1 when it is refused or missing, 2 for a bad
-        session id or bad arguments.
+        session id or bad arguments. When a torn last line is the only fault, it says so and
+        names `bxctl repair`.
+
+    bxctl repair <session> [--home <path>]
+        Cuts a torn last line (never acknowledged) off a session's log, keeping the original as
+        0.jsonl.torn-<UTC time>; refuses any other fault and a session open in loopd. Exit 0 when
+        repaired or nothing to repair, 1 when refused, busy or missing, 2 for a bad session id.
 
 A new command is a module with `add_arguments(parser)` and `run(args, env) -> ExitStatus`,
 listed in COMMANDS.
@@ -30,7 +36,7 @@ from typing import TYPE_CHECKING, NoReturn
 
 from boxmaker._cli import Environment, ExitStatus
 
-from . import chat, sessions, verify
+from . import chat, repair, sessions, verify
 
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
@@ -44,6 +50,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] 
     "chat": (chat.HELP, chat.add_arguments, chat.run),
     "sessions": (sessions.HELP, sessions.add_arguments, sessions.run),
     "verify": (verify.HELP, verify.add_arguments, verify.run),
+    "repair": (repair.HELP, repair.add_arguments, repair.run),
 }
 
 

@@ -68,7 +68,7 @@ def test_a_torn_last_line_counts_complete_lines_and_the_last_good_time(tmp_path:
     [j] = [orjson.loads(line) for line in out.splitlines()]
     assert (j["ok"], j["records"], j["last_activity"]) == (False, 5, t(4))
     assert j["error"] == f"{log}: line 6: no newline at the end; the last line is incomplete " + (
-        "(a torn write?)"
+        "(a torn write?); this torn last line is the only fault: `bxctl repair torn` cuts it"
     )
 
 

@@ -30,3 +30,16 @@ class BaselineError(SessionError):
 
 class BaselineTooLarge(BaselineError):
     """The baseline is over its token budget."""
+
+
+class AppendFailed(SessionError):
+    """The disk failed during an append (a short write, ENOSPC, EIO at write or fsync).
+
+    The message names the file, the line, the step and the errno. Nothing partial is kept: the
+    file was cut back to its last whole line, the last one acknowledged, unless the message says
+    the cut itself failed (then the log is closed for good and open refuses the torn line).
+    """
+
+
+class RepairRefused(SessionError):
+    """`bxctl repair` found a fault it does not cut: only a torn last line is ever repaired."""

@@ -2,15 +2,33 @@
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
 from pathlib import Path
+from typing import Protocol
 
 from .errors import SessionError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
 _READ_BYTES = 1 << 20
+
+
+class FileOps(Protocol):
+    """The calls an append makes: `os` itself, or a test's stand-in that fails at one step."""
+
+    def write(self, fd: int, data: bytes, /) -> int: ...
+
+    def fsync(self, fd: int, /) -> None: ...
+
+    def ftruncate(self, fd: int, length: int, /) -> None: ...
+
+
+def errno_name(e: OSError) -> str:
+    """`ENOSPC (No space left on device)`, or what there is of it."""
+    name = errno.errorcode.get(e.errno or 0, f"errno {e.errno}")
+    return f"{name} ({e.strerror})" if e.strerror else name
 
 
 def ensure_dir(path: Path) -> None:

@@ -9,8 +9,11 @@ Rules (M2b brief section 2, DECISIONS.md "Sessions"):
   in the same process conflicts just as one in another process does, and the lock dies with its
   process. A second opener gets SessionBusy at once and never writes.
 - An append is one `os.write` of the whole line, then `os.fsync`, before `append` returns (so
-  before the event that reports it goes out). A write that fails half-way is cut back to the
-  last whole line and the log is closed: nothing is left half-written.
+  before the event that reports it goes out). A short write, or an error at write or fsync, is
+  cut back (ftruncate to the size before the append, fsync) and reported as AppendFailed:
+  nothing is left half-written. After a failed fsync the kernel may already have dropped the
+  dirty pages, so the next append first reopens the log from disk and checks all of it; a log
+  that cannot be cut back or reopened stays closed, and every later append says why.
 - `open` reads and checks everything (`check.check_session`): a log that fails is refused with
   the file, the line and the fault, and nothing is repaired.
 
@@ -28,19 +31,20 @@ import secrets
 from collections.abc import Sequence
 from pathlib import Path
 from types import TracebackType
+from typing import NoReturn
 
 from boxmaker.proto import (
     GENESIS_PREV,
     SessionStart,
     encode_line,
     next_prev,
-    validate_session_id,
 )
 from boxmaker.proto.log import LogRecord
 
 from .baseline import Baseline
 from .check import CheckedLog, Finding, check_session, finding
 from .errors import (
+    AppendFailed,
     LogCorrupt,
     NoSuchSession,
     SessionBusy,
@@ -49,16 +53,23 @@ from .errors import (
 )
 from .files import (
     DIR_MODE,
+    FileOps,
     create_file,
     ensure_dir,
+    errno_name,
     fsync_dir,
     read_fd,
     read_maybe,
-    try_lock,
     write_all,
 )
+from .paths import BASELINE_NAME, LOG_NAME, SESSIONS_DIR, open_locked, session_dir
+from .torn import repairable_cut
 
 __all__ = [
+    "BASELINE_NAME",
+    "LOG_NAME",
+    "SESSIONS_DIR",
+    "AppendFailed",
     "LogCorrupt",
     "NoSuchSession",
     "SessionBusy",
@@ -66,28 +77,17 @@ __all__ = [
     "SessionExists",
     "SessionLog",
     "SessionStore",
+    "session_dir",
     "verify_session",
 ]
 
-SESSIONS_DIR = "sessions"
-LOG_NAME = "0.jsonl"
-BASELINE_NAME = "0.baseline.json"
-
-
-def session_dir(home: Path, session_id: str) -> Path:
-    """`<home>/sessions/<id>`, after checking the id.
-
-    Raises:
-        SessionIdError: the id breaks DECISIONS.md's rule; nothing was touched.
-    """
-    return home / SESSIONS_DIR / validate_session_id(session_id)
-
 
 class SessionStore:
-    """The sessions under one home."""
+    """The sessions under one home. `ops` is the seam the fault tests fail an append through."""
 
-    def __init__(self, home: Path) -> None:
+    def __init__(self, home: Path, *, ops: FileOps = os) -> None:
         self.home = home
+        self._ops = ops
 
     def exists(self, session_id: str) -> bool:
         """Whether the session's folder exists (so `create` would raise SessionExists)."""
@@ -148,7 +148,7 @@ class SessionStore:
             _undo_create(fd, tmp)
             raise
         checked = CheckedLog(baseline, start, (start,), 1, next_prev(line))
-        return SessionLog(fd, session_id, path, checked, len(line))
+        return SessionLog(fd, session_id, path, checked, len(line), ops=self._ops)
 
     def open(self, session_id: str) -> SessionLog:
         """Opens an existing session to append to it, after checking all of it.
@@ -162,7 +162,7 @@ class SessionStore:
         path = session_dir(self.home, session_id)
         if not path.is_dir():
             raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
-        fd = _open_locked(session_id, path)
+        fd = open_locked(session_id, path)
         try:
             log_path = path / LOG_NAME
             data = read_fd(fd)
@@ -173,16 +173,29 @@ class SessionStore:
         except BaseException:
             os.close(fd)
             raise
-        return SessionLog(fd, session_id, path, checked, len(data))
+        return SessionLog(fd, session_id, path, checked, len(data), ops=self._ops)
 
 
 class SessionLog:
     """An open, locked session log. `close()` (or leaving a `with` block) releases the lock."""
 
     def __init__(
-        self, fd: int, session_id: str, path: Path, checked: CheckedLog, size: int
+        self,
+        fd: int,
+        session_id: str,
+        path: Path,
+        checked: CheckedLog,
+        size: int,
+        *,
+        ops: FileOps = os,
     ) -> None:
         self._fd = fd
+        # After a reopen the first descriptor stays open only to hold the flock (it belongs to
+        # the open file description), so no other writer can slip in between close and relock.
+        self._lock_fd = -1
+        self._ops = ops
+        self._stale = False  # an fsync failed: reopen from disk before the next append
+        self._shut: str | None = None  # why the log was closed for good, for later appends
         self.session_id = session_id
         self.path = path  # the session's folder
         self.baseline = checked.baseline
@@ -212,47 +225,103 @@ class SessionLog:
 
         Raises:
             EncodeError: the record breaks its types; nothing was written.
-            SessionError: the log is closed, the record is a session_start, or the write or
-                fsync failed. In the last case the file is cut back to its last whole line if
-                possible, and the log is closed: open it again to go on.
+            AppendFailed: the write or fsync failed (or was short). The file was cut back to its
+                last whole line; after a failed fsync the next append reopens and checks it first.
+                If the cut failed, the log is closed.
+            SessionError: the log is closed (the message says why if the store closed it), the
+                record is a session_start, or the reopen after a failed fsync was refused.
         """
         if self._fd < 0:
-            raise SessionError(f"{self.log_path}: the log is closed")
+            why = f": {self._shut}" if self._shut else ""
+            raise SessionError(f"{self.log_path}: the log is closed{why}")
         if type(record) is SessionStart:
             raise SessionError(f"{self.log_path}: only create writes a session_start")
         line = encode_line(record, self._next_seq, self._next_prev)
+        if self._stale:
+            self._reopen()
+        step = "write"
         try:
-            written = os.write(self._fd, line)
+            written = self._ops.write(self._fd, line)
             if written != len(line):
-                raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)")
-            os.fsync(self._fd)
+                raise OSError(errno.ENOSPC, f"short write, {written} of {len(line)} bytes")
+            step = "fsync"
+            self._ops.fsync(self._fd)
         except OSError as e:
-            self._abandon()
-            raise SessionError(
-                f"{self.log_path}: append of line {self._next_seq + 1} failed ({e.strerror or e}); "
-                "the log was cut back to its last whole line and closed"
-            ) from e
+            self._cut_back(step, e)
         self._records.append(record)
         self._view = None
         self._next_seq += 1
         self._next_prev = next_prev(line)
         self._size += len(line)
 
-    def _abandon(self) -> None:
-        # Best effort: whatever part of the line reached the file goes, so the next open sees
-        # the log as it was before this append. If even that fails, open refuses the torn line.
+    def _cut_back(self, step: str, e: OSError) -> NoReturn:
+        """Cuts the file back to the size before the append, then raises AppendFailed."""
+        what = f"{self.log_path}: the disk failed: {step} of line {self._next_seq + 1} failed"
         try:
-            os.ftruncate(self._fd, self._size)
-            os.fsync(self._fd)
+            self._ops.ftruncate(self._fd, self._size)
+        except OSError as cut:
+            self._close_for_good(
+                f"after a failed {step}, cutting back the partial line failed too "
+                f"({errno_name(cut)}); open the session again: a torn last line is refused there "
+                "and `bxctl repair` cuts it"
+            )
+            raise AppendFailed(f"{what} with {errno_name(e)}; {self._shut}") from e
+        try:
+            self._ops.fsync(self._fd)
         except OSError:
-            pass
+            self._stale = True  # the cut may not be on disk yet: check it before the next append
+        if step == "fsync":
+            self._stale = True
+        raise AppendFailed(
+            f"{what} with {errno_name(e)}; nothing partial was kept: the log was cut back to its "
+            f"last whole line (line {self._next_seq}, the last one acknowledged)"
+        ) from e
+
+    def _reopen(self) -> None:
+        """Opens the log again from disk and checks all of it, keeping the lock throughout.
+
+        What is on disk must end exactly at the last acknowledged line; else the log is closed.
+        """
+        where = f"{self.log_path}: reopening after a failed fsync"
+        try:
+            fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except OSError as e:
+            self._close_for_good(f"{where}: cannot open it: {errno_name(e)}")
+            raise SessionError(f"{self.log_path}: the log is closed: {self._shut}") from e
+        try:
+            data = read_fd(fd)
+            base_path = self.path / BASELINE_NAME
+            checked = check_session(
+                self.session_id, str(self.log_path), data, str(base_path), read_maybe(base_path)
+            )
+            if (checked.next_seq, checked.next_prev) != (self._next_seq, self._next_prev):
+                raise LogCorrupt(
+                    f"{self.log_path}: holds {checked.next_seq} lines ending elsewhere than the "
+                    f"{self._next_seq} acknowledged ones"
+                )
+        except (OSError, LogCorrupt) as e:
+            os.close(fd)
+            self._close_for_good(f"{where}: {errno_name(e) if isinstance(e, OSError) else e}")
+            raise SessionError(f"{self.log_path}: the log is closed: {self._shut}") from e
+        old, self._fd = self._fd, fd
+        if self._lock_fd < 0:
+            self._lock_fd = old  # its open file description holds the flock
+        else:
+            os.close(old)
+        self._size = len(data)
+        self._stale = False
+
+    def _close_for_good(self, why: str) -> None:
+        self._shut = why
         self.close()
 
     def close(self) -> None:
         """Closes the log and releases its lock. Closing twice is harmless."""
-        if self._fd >= 0:
-            fd, self._fd = self._fd, -1
-            os.close(fd)
+        for name in ("_fd", "_lock_fd"):
+            fd = getattr(self, name, -1)
+            if fd >= 0:
+                setattr(self, name, -1)
+                os.close(fd)
 
     def __enter__(self) -> SessionLog:
         return self
@@ -267,8 +336,7 @@ class SessionLog:
 
     def __del__(self) -> None:
         # A log dropped without close() still releases its lock (and its fd) when collected.
-        if getattr(self, "_fd", -1) >= 0:
-            self.close()
+        self.close()
 
 
 def verify_session(home: Path, session_id: str) -> Finding:
@@ -297,30 +365,11 @@ def verify_session(home: Path, session_id: str) -> Finding:
             session_id, str(log_path), data, str(base_path), read_maybe(base_path)
         )
     except LogCorrupt as e:
-        return Finding(session_id, str(log_path), error=str(e))
+        error = str(e)
+        if repairable_cut(session_id, str(log_path), data, str(base_path), read_maybe(base_path)):
+            error += f"; this torn last line is the only fault: `bxctl repair {session_id}` cuts it"
+        return Finding(session_id, str(log_path), error=error)
     return finding(session_id, str(log_path), checked)
-
-
-def _busy(session_id: str, path: Path) -> SessionBusy:
-    return SessionBusy(
-        f"session {session_id} is open elsewhere ({path / LOG_NAME} is locked by another open "
-        "log, in this process or another): one writer at a time"
-    )
-
-
-def _open_locked(session_id: str, path: Path) -> int:
-    """Opens `0.jsonl` for appending and takes its lock, or explains why not."""
-    log_path = path / LOG_NAME
-    try:
-        fd = os.open(log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise LogCorrupt(f"{log_path}: missing; the session's folder holds no log") from None
-    except OSError as e:
-        raise SessionError(f"{log_path}: cannot open it to append: {e.strerror}") from e
-    if not try_lock(fd):
-        os.close(fd)
-        raise _busy(session_id, path)
-    return fd
 
 
 def _undo_create(fd: int, tmp: Path) -> None:

@@ -16,8 +16,9 @@
 - `Append`: `log.append`, durable before it returns, so before the event that reports it.
 - `Emit`: `on_event`.
 
-A failed append (the disk) raises the store's SessionError out of `run_turn`: the log is closed
-and nothing more can be recorded, so the turn cannot go on.
+A failed append (the disk) raises the store's SessionError (AppendFailed) out of `run_turn`: the
+store has cut the log back to its last acknowledged line, and the turn cannot go on without it.
+`loopd turn` reports it as `error{internal}` with the store's message.
 """
 
 from __future__ import annotations
@@ -106,7 +107,7 @@ def run_turn(
         TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference).
 
     Raises:
-        SessionError: an append failed; the log is closed.
+        SessionError: an append failed; nothing partial was kept (the store's message says so).
     """
     core = TurnLoop(
         baseline=log.baseline,

@@ -183,14 +183,19 @@ def test_append_after_close_and_a_second_session_start_are_refused(tmp_path: Pat
     assert verify_log(log.log_path.read_bytes()).next_seq == 1
 
 
-def test_a_failed_append_is_cut_back_and_the_log_closed(tmp_path: Path) -> None:
+def test_a_failed_write_is_cut_back_and_the_log_goes_on(tmp_path: Path) -> None:
+    # A real short write (RLIMIT_FSIZE): the partial line is cut, the same log appends later.
     path = make_session(tmp_path)
     before = path.read_bytes()
     child = Daemon([*WRITER, "fsize", str(tmp_path), "s1"])
     assert child.wait() == 0, child.err_lines
-    assert "append of line 12 failed" in child.lines[0]
-    assert child.lines[1] == "closed True"
-    assert path.read_bytes() == before
+    assert "the disk failed: write of line 12 failed" in child.lines[0]
+    assert "nothing partial was kept" in child.lines[0]
+    assert child.lines[1:] == ["closed False", "appended after"]
+    records = verify_log(path.read_bytes()).records
+    assert path.read_bytes().startswith(before)
+    assert records[-1] == User("2026-11-30T03:48:37.123Z", "after")
+    assert len(records) == len(CONVERSATION) + 2
     assert verify_session(tmp_path, "s1").ok
 
 

@@ -10,7 +10,7 @@ Modes:
   open     N rounds over <session>-0 .. <session>-(N-1): open each and close it at once; prints
            "opened O busy B missing M" (a corrupt log is an error: exit 1)
   fsize    limit the file size to the log's size plus 10 bytes, append a record longer than that,
-           print the SessionError
+           print the SessionError and whether the log is closed; lift the limit, append again
 """
 
 import os
@@ -96,6 +96,10 @@ def main(mode: str, home: str, session: str, n: int) -> int:
             except SessionError as e:
                 print(f"refused: {e}", flush=True)
                 print(f"closed {log.closed}", flush=True)
+                # The room comes back: the same open log goes on.
+                resource.setrlimit(resource.RLIMIT_FSIZE, (-1, -1))
+                log.append(User(T, "after"))
+                print("appended after", flush=True)
                 return 0
         print("appended", flush=True)
         return 1
