@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run stop annotate debug lint typecheck clean llama-server record
+.PHONY: install build test bench run stop ctl annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -32,9 +32,17 @@ test: install llama-server
 run: install llama-server
 	bash scripts/run.sh
 
+# supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
+# (to anything) for it to parse; only BOXMAKER_RUN matters to it.
+CTL = BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
+  $(VENV)/bin/supervisorctl -c conf/supervisord.conf
+
 stop:
-	BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= \
-	  $(VENV)/bin/supervisorctl -c conf/supervisord.conf shutdown
+	$(CTL) shutdown
+
+# `make ctl CMD="restart loopd"`, `make ctl` (status).
+ctl:
+	$(CTL) $(or $(CMD),status)
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[bench]'

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make run`: starts supervisord with a local llama-server and inferproxy (everything under the
-# checkout's run/ folder), waits for them, runs `loopd selftest`, then opens a chat.
+# `make run`: starts supervisord with a local llama-server, inferproxy and loopd (everything under
+# the checkout's run/ folder), waits until loopd has passed its self-test and listens, then opens
+# `bxctl chat`.
 # `make stop` shuts it all down. Set BOXMAKER_LLAMA_PORT to move llama-server off 18080.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,6 +13,8 @@ export BOXMAKER_RUN=$ROOT/run
 export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
 export BOXMAKER_UPSTREAM=127.0.0.1:$BOXMAKER_LLAMA_PORT
+export BOXMAKER_LOOPD_CONFIG=$ROOT/conf/loopd.local.toml
+export BOXMAKER_SOCKET=$BOXMAKER_RUN/loop.sock  # where bxctl finds loopd
 # Builds (or finds in the cache, smoke-tested) llama-server; its own message says why if it can't.
 # Assigned apart from `export`, which would hide the script's exit status.
 LLAMA_HOME=$(bash scripts/build_llama_server.sh | tail -n 1) || {
@@ -36,17 +39,18 @@ else
   "$ROOT/.venv/bin/supervisord" -c "$CONF"
 fi
 
-# Wait (bounded) for llama-server to answer /health and for inferproxy's socket; a program that
-# supervisord gives up on (it kept exiting) ends the wait at once, in one line.
+# Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
+# (loopd binds its socket once its self-test has passed); a program that supervisord gives up on
+# (it kept exiting) ends the wait at once, in one line.
 "$PY" - "${CTL[@]}" <<'PYEOF'
 import http.client, os, subprocess, sys, time
 ctl = sys.argv[1:]
 run = os.environ["BOXMAKER_RUN"]
 port = int(os.environ["BOXMAKER_LLAMA_PORT"])
-sock = os.path.join(run, "infer.sock")
-deadline = time.monotonic() + 120
+socks = [os.path.join(run, name) for name in ("infer.sock", "loop.sock")]
+deadline = time.monotonic() + 180
 while time.monotonic() < deadline:
-    for program in ("llama-server", "inferproxy"):
+    for program in ("llama-server", "inferproxy", "loopd"):
         status = subprocess.run([*ctl, "status", program], capture_output=True, text=True).stdout
         if "FATAL" in status.split():  # supervisord gave up after its retries
             sys.exit(f"run: {program} cannot start ({' '.join(status.split()[1:])}); "
@@ -54,20 +58,20 @@ while time.monotonic() < deadline:
     try:
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
         conn.request("GET", "/health")
-        if conn.getresponse().status == 200 and os.path.exists(sock):
+        if conn.getresponse().status == 200 and all(map(os.path.exists, socks)):
             sys.exit(0)
     except OSError:
         pass
     time.sleep(0.5)
-sys.exit(f"run: llama-server on port {port} or {sock} not ready after 120 s; "
-         f"see {run}/llama-server.log and inferproxy.log")
+sys.exit(f"run: llama-server on port {port}, infer.sock or loop.sock not ready after 180 s; "
+         f"see {run}/llama-server.log, inferproxy.log and loopd.log")
 PYEOF
 "${CTL[@]}" status
 
-"$PY" -m boxmaker.loopd selftest --config conf/loopd.local.toml
+grep -h "^loopd: selftest\|^ok \|^FAILED" "$BOXMAKER_RUN/loopd.log" 2>/dev/null | tail -n 4 || true
 if [ -t 0 ]; then
-  exec "$PY" scripts/chat_preview.py --config conf/loopd.local.toml
+  exec "$ROOT/.venv/bin/bxctl" chat
 else
   echo "run: standard input is not a terminal, so no chat; try:"
-  echo "  $PY scripts/chat_preview.py --config conf/loopd.local.toml"
+  echo "  BOXMAKER_SOCKET=$BOXMAKER_SOCKET $ROOT/.venv/bin/bxctl chat --say 'Hello.'"
 fi
