@@ -28,9 +28,10 @@ build: $(EXT_STAMP)
 test: install llama-server
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
-# Starts llama-server and inferproxy under supervisord (in run/), runs the self-test, opens a chat.
-run: install llama-server
-	bash scripts/run.sh
+# Starts llama-server, inferproxy and loopd under supervisord (in run/) and opens bxctl chat.
+# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+run: install
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.
