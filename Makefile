@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test bench run stop ctl annotate debug lint typecheck clean llama-server record
+.PHONY: install build test bench run stop status ctl annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -41,7 +41,11 @@ CTL = BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LO
 stop:
 	$(CTL) shutdown
 
-# `make ctl CMD="restart loopd"`, `make ctl` (status).
+# Each program's state, the sockets, the model and the sessions of what `make run` started.
+status: $(VENV)/.stamp-install
+	@$(PY) scripts/status.py
+
+# Any supervisorctl command on it: `make ctl CMD="restart loopd"`.
 ctl:
 	$(CTL) $(or $(CMD),status)
 

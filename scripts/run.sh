@@ -54,6 +54,10 @@ try:
 except ConfigError as e:
     sys.exit(f"run: {e}")' "$BOXMAKER_LOOPD_CONFIG")
 export BOXMAKER_SOCKET
+# What `make status` reads: how this run was started.
+for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET; do
+  printf '%s=%q\n' "$name" "${!name}"
+done >"$BOXMAKER_RUN/run.env"
 CONF=$ROOT/conf/supervisord.conf
 CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 
