@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz bench run stop annotate debug lint typecheck clean llama-server record
+.PHONY: install build test fuzz bench run stop status ctl annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -46,13 +46,26 @@ fuzz: install $(VENV)/.stamp-fuzz
 	    -print_final_stats=1 -artifact_prefix=fuzz/crashes/$$t- || exit 1; \
 	done
 
-# Starts llama-server and inferproxy under supervisord (in run/), runs the self-test, opens a chat.
-run: install llama-server
-	bash scripts/run.sh
+# Starts llama-server, inferproxy and loopd under supervisord (in run/) and opens bxctl chat.
+# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+run: install
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
+
+# supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
+# (to anything) for it to parse; only BOXMAKER_RUN matters to it.
+CTL = BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
+  $(VENV)/bin/supervisorctl -c conf/supervisord.conf
 
 stop:
-	BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= \
-	  $(VENV)/bin/supervisorctl -c conf/supervisord.conf shutdown
+	$(CTL) shutdown
+
+# Each program's state, the sockets, the model and the sessions of what `make run` started.
+status: $(VENV)/.stamp-install
+	@$(PY) scripts/status.py
+
+# Any supervisorctl command on it: `make ctl CMD="restart loopd"`.
+ctl:
+	$(CTL) $(or $(CMD),status)
 
 $(VENV)/.stamp-bench: $(VENV)/.stamp-install
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[bench]'

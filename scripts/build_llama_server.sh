@@ -73,6 +73,20 @@ fetch_model() {
   cp "$found" "$MODEL.tmp" && mv "$MODEL.tmp" "$MODEL"
 }
 
+# cmake's "[ 42%]" lines as one progress line: redrawn in place on a terminal, else a line at
+# every 10%, so a log (CI, make run's output) shows the build moving without its thousand lines.
+progress() {
+  local tty=0
+  [ -t 2 ] && tty=1
+  awk -v tty="$tty" '
+    match($0, /^\[ *[0-9]+%\]/) {
+      p = substr($0, RSTART + 1, RLENGTH - 3) + 0
+      if (tty && p != last) { printf "\rbuilding llama-server: %3d%%", p; fflush(); last = p }
+      if (!tty && int(p / 10) > int(last / 10)) { printf "building llama-server: %d%%\n", p; fflush(); last = p }
+    }
+    END { if (tty) printf "\n" }'
+}
+
 # Compiles into $1 (bin/llama-server, templates/, server-README.md, build-flags.txt).
 compile() {
   local out=$1 work src
@@ -90,7 +104,8 @@ compile() {
     cmake -S "$src" -B "$work/build" -DCMAKE_BUILD_TYPE=Release -DLLAMA_BUILD_TESTS=OFF \
       -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_CURL=OFF -DBUILD_SHARED_LIBS=OFF "${flags[@]}" \
       >"$work/cmake.log" 2>&1 || { tail -n 40 "$work/cmake.log" >&2; exit 1; }
-    cmake --build "$work/build" --target llama-server -j"$(nproc)" >"$work/build.log" 2>&1 \
+    cmake --build "$work/build" --target llama-server -j"$(nproc)" 2>&1 \
+      | tee "$work/build.log" | progress >&2 \
       || { tail -n 40 "$work/build.log" >&2; exit 1; }
     cp "$work/build/bin/llama-server" "$out/bin/"
     cp -r "$src/models/templates/." "$out/templates/" 2>/dev/null || true

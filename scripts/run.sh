@@ -1,32 +1,65 @@
 #!/usr/bin/env bash
-# `make run`: starts supervisord with a local llama-server and inferproxy (everything under the
-# checkout's run/ folder), waits for them, runs `loopd selftest`, then opens a chat.
-# `make stop` shuts it all down. Set BOXMAKER_LLAMA_PORT to move llama-server off 18080.
+# `make run`: starts supervisord with a local llama-server, inferproxy and loopd (everything under
+# the checkout's run/ folder), waits until loopd has passed its self-test and listens, then opens
+# `bxctl chat`. `make stop` shuts it all down.
+#
+#   MODEL=path.gguf      serve another model file with the local llama-server (same flags and id)
+#   UPSTREAM=host:port   use a llama-server that is already running instead of the local one;
+#                        needs CONFIG, a loopd config written for that server
+#   CONFIG=path.toml     loopd's config (default conf/loopd.local.toml)
+#   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=$ROOT/.venv/bin/python
 CACHE=${BOXMAKER_CACHE:-$HOME/.cache/boxmaker}
 
+fail() { echo "run: $*" >&2; exit 1; }
+
 export BOXMAKER_RUN=$ROOT/run
 export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
-export BOXMAKER_UPSTREAM=127.0.0.1:$BOXMAKER_LLAMA_PORT
-# Builds (or finds in the cache, smoke-tested) llama-server; its own message says why if it can't.
-# Assigned apart from `export`, which would hide the script's exit status.
-LLAMA_HOME=$(bash scripts/build_llama_server.sh | tail -n 1) || {
-  echo "run: no llama-server that can serve on this machine (the lines above say why)" >&2
-  exit 1
-}
-export BOXMAKER_LLAMA_SERVER=$LLAMA_HOME/bin/llama-server
-export BOXMAKER_MODEL=$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf
-export BOXMAKER_TEMPLATE=$ROOT/conf/templates/chatml-tools.jinja
-CONF=$ROOT/conf/supervisord.conf
-CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
-
 mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home"
 chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
-cp conf/programs/llama-server.conf "$BOXMAKER_RUN/supervisord.d/"
+
+if [ -n "${UPSTREAM:-}" ]; then
+  [ -n "${CONFIG:-}" ] || fail "UPSTREAM=$UPSTREAM needs CONFIG=<loopd.toml> written for that" \
+    "server (README, 'Against your own llama-server')"
+  export BOXMAKER_UPSTREAM=$UPSTREAM
+  rm -f "$BOXMAKER_RUN/supervisord.d/llama-server.conf"
+  PROGRAMS="inferproxy loopd"
+else
+  export BOXMAKER_UPSTREAM=127.0.0.1:$BOXMAKER_LLAMA_PORT
+  # Builds (or finds in the cache, smoke-tested) llama-server; its own message says why if it
+  # can't. Assigned apart from `export`, which would hide the script's exit status.
+  LLAMA_HOME=$(bash scripts/build_llama_server.sh | tail -n 1) \
+    || fail "no llama-server that can serve on this machine (the lines above say why)"
+  export BOXMAKER_LLAMA_SERVER=$LLAMA_HOME/bin/llama-server
+  export BOXMAKER_MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+  [ -f "$BOXMAKER_MODEL" ] || fail "MODEL=$BOXMAKER_MODEL: no such file"
+  BOXMAKER_MODEL=$(realpath "$BOXMAKER_MODEL")
+  export BOXMAKER_TEMPLATE=$ROOT/conf/templates/chatml-tools.jinja
+  cp conf/programs/llama-server.conf "$BOXMAKER_RUN/supervisord.d/"
+  PROGRAMS="llama-server inferproxy loopd"
+fi
+CONFIG=${CONFIG:-conf/loopd.local.toml}
+[ -f "$CONFIG" ] || fail "CONFIG=$CONFIG: no such file"
+export BOXMAKER_LOOPD_CONFIG
+BOXMAKER_LOOPD_CONFIG=$(realpath "$CONFIG")
+# Where bxctl finds loopd: the config's [channel] socket (a bad config is one line, here).
+BOXMAKER_SOCKET=$("$PY" -c 'import sys
+from boxmaker.loopd.config import ConfigError, load_config
+try:
+    print(load_config(sys.argv[1]).channel.socket)
+except ConfigError as e:
+    sys.exit(f"run: {e}")' "$BOXMAKER_LOOPD_CONFIG")
+export BOXMAKER_SOCKET
+# What `make status` reads: how this run was started.
+for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET; do
+  printf '%s=%q\n' "$name" "${!name}"
+done >"$BOXMAKER_RUN/run.env"
+CONF=$ROOT/conf/supervisord.conf
+CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 
 if "${CTL[@]}" pid >/dev/null 2>&1; then
   echo "run: supervisord is already running; restarting its programs"
@@ -36,38 +69,38 @@ else
   "$ROOT/.venv/bin/supervisord" -c "$CONF"
 fi
 
-# Wait (bounded) for llama-server to answer /health and for inferproxy's socket; a program that
-# supervisord gives up on (it kept exiting) ends the wait at once, in one line.
-"$PY" - "${CTL[@]}" <<'PYEOF'
+# Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
+# (loopd binds its socket once its self-test has passed); a program that supervisord gives up on
+# (it kept exiting) ends the wait at once, in one line.
+"$PY" - "$PROGRAMS" "${CTL[@]}" <<'PYEOF'
 import http.client, os, subprocess, sys, time
-ctl = sys.argv[1:]
+programs, ctl = sys.argv[1].split(), sys.argv[2:]
 run = os.environ["BOXMAKER_RUN"]
-port = int(os.environ["BOXMAKER_LLAMA_PORT"])
-sock = os.path.join(run, "infer.sock")
-deadline = time.monotonic() + 120
+host, _, port = os.environ["BOXMAKER_UPSTREAM"].rpartition(":")
+socks = [os.path.join(run, "infer.sock"), os.environ["BOXMAKER_SOCKET"]]
+deadline = time.monotonic() + 180
 while time.monotonic() < deadline:
-    for program in ("llama-server", "inferproxy"):
+    for program in programs:
         status = subprocess.run([*ctl, "status", program], capture_output=True, text=True).stdout
         if "FATAL" in status.split():  # supervisord gave up after its retries
             sys.exit(f"run: {program} cannot start ({' '.join(status.split()[1:])}); "
                      f"see {run}/{program}.log")
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+        conn = http.client.HTTPConnection(host, int(port), timeout=2)
         conn.request("GET", "/health")
-        if conn.getresponse().status == 200 and os.path.exists(sock):
+        if conn.getresponse().status == 200 and all(map(os.path.exists, socks)):
             sys.exit(0)
     except OSError:
         pass
     time.sleep(0.5)
-sys.exit(f"run: llama-server on port {port} or {sock} not ready after 120 s; "
-         f"see {run}/llama-server.log and inferproxy.log")
+sys.exit(f"run: not ready after 180 s (llama-server at {host}:{port}, {' and '.join(socks)}); "
+         f"see the logs in {run}/")
 PYEOF
 "${CTL[@]}" status
 
-"$PY" -m boxmaker.loopd selftest --config conf/loopd.local.toml
 if [ -t 0 ]; then
-  exec "$PY" scripts/chat_preview.py --config conf/loopd.local.toml
+  exec "$ROOT/.venv/bin/bxctl" chat
 else
   echo "run: standard input is not a terminal, so no chat; try:"
-  echo "  $PY scripts/chat_preview.py --config conf/loopd.local.toml"
+  echo "  BOXMAKER_SOCKET=$BOXMAKER_SOCKET $ROOT/.venv/bin/bxctl chat --say 'Hello.'"
 fi

@@ -28,6 +28,9 @@ def run_env(short_dir: str, upstream: socket.socket) -> dict[str, str]:
         BOXMAKER_RUN=short_dir,
         BOXMAKER_PYTHON=sys.executable,
         BOXMAKER_UPSTREAM=address(upstream),
+        # loopd is in the same file; with no config it exits at once and supervisord gives up on
+        # it (FATAL), which leaves inferproxy alone. tests/e2e runs the whole stack.
+        BOXMAKER_LOOPD_CONFIG=os.path.join(short_dir, "no-loopd.toml"),
     )
     return env
 

@@ -1,0 +1,108 @@
+"""`make status`: what `make run` started, in a few lines.
+
+    programs      each supervisord program's state (supervisorctl status)
+    sockets       infer.sock and loop.sock, and whether something listens on each
+    model         what llama-server says it serves (/props through inferproxy)
+    sessions      how many sessions the home holds, and the newest
+
+It reads run/run.env, which `make run` writes, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import os
+import shlex
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+
+from boxmaker.loopd.config import ConfigError, load_config
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.transport import exchange
+
+ROOT = Path(__file__).resolve().parents[1]
+RUN = ROOT / "run"
+TIMEOUT_MS = 2000
+
+
+def read_env(path: Path) -> dict[str, str]:
+    env: dict[str, str] = {}
+    for line in path.read_text().splitlines():
+        name, _, value = line.partition("=")
+        env[name] = " ".join(shlex.split(value))
+    return env
+
+
+def listening(path: Path) -> str:
+    if not path.exists():
+        return "missing"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.settimeout(TIMEOUT_MS / 1000)
+        try:
+            s.connect(os.fspath(path))
+        except OSError as exc:
+            return f"not listening ({exc.strerror or exc})"
+    return "listening"
+
+
+def model(infer_sock: Path) -> str:
+    try:
+        resp = exchange(
+            infer_sock, "GET", "/props", None,
+            timeout_ms=TIMEOUT_MS, max_header_bytes=65_536, max_body_bytes=4 << 20,
+        )  # fmt: skip
+    except InferError as err:
+        return f"unknown ({err.describe()})"
+    if resp.status != 200:
+        return f"unknown (/props answered {resp.status})"
+    props = orjson.loads(resp.body)
+    path = props.get("model_path") or "?"
+    slots = props.get("total_slots", "?")
+    n_ctx = props.get("default_generation_settings", {}).get("n_ctx", "?")
+    return f"{Path(path).name} ({slots} slots of {n_ctx} tokens)"
+
+
+def sessions(home: Path) -> str:
+    folder = home / "sessions"
+    logs = (
+        sorted(folder.glob("*/0.jsonl"), key=lambda p: p.stat().st_mtime) if folder.is_dir() else []
+    )
+    if not logs:
+        return f"none in {home}"
+    return f"{len(logs)} in {home} (newest: {logs[-1].parent.name})"
+
+
+def main() -> int:
+    env_file = RUN / "run.env"
+    if not env_file.exists():
+        print("status: make run has not run in this checkout (no run/run.env)", file=sys.stderr)
+        return 1
+    # supervisorctl parses the whole file, so every ENV_ name in it must be set; only RUN matters.
+    env = {**os.environ, "BOXMAKER_PYTHON": "", **read_env(env_file), "BOXMAKER_RUN": str(RUN)}
+    ctl = [
+        str(ROOT / ".venv" / "bin" / "supervisorctl"),
+        "-c",
+        str(ROOT / "conf" / "supervisord.conf"),
+    ]
+    status = subprocess.run([*ctl, "status"], env=env, capture_output=True, text=True, check=False)
+    print("programs:")
+    for line in (status.stdout or status.stderr).splitlines():
+        print(f"  {line}")
+    infer_sock = RUN / "infer.sock"
+    loop_sock = Path(env["BOXMAKER_SOCKET"])
+    print(f"sockets:  {infer_sock} ({listening(infer_sock)}), {loop_sock} ({listening(loop_sock)})")
+    print(f"upstream: {env['BOXMAKER_UPSTREAM']}, model: {model(infer_sock)}")
+    try:
+        home = load_config(env["BOXMAKER_LOOPD_CONFIG"]).paths.home
+    except ConfigError as err:
+        print(f"sessions: unknown ({err})")
+    else:
+        print(f"sessions: {sessions(home)}")
+    return 0 if status.returncode == 0 else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
