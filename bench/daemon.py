@@ -109,15 +109,15 @@ def _workers(env: ServeEnv) -> list[int]:
     for task in Path(f"/proc/{pid}/task").iterdir():
         try:
             found += [int(p) for p in (task / "children").read_text().split()]
-        except FileNotFoundError:
+        except (FileNotFoundError, ProcessLookupError):  # the thread ended meanwhile
             continue
-    return [p for p in found if Path(f"/proc/{p}").exists() and _state(p) != "Z"]
+    return [p for p in found if _state(p) != "Z"]
 
 
 def _state(pid: int) -> str:
     try:
         return Path(f"/proc/{pid}/stat").read_text().split(") ")[1][:1]
-    except (FileNotFoundError, IndexError):
+    except (FileNotFoundError, ProcessLookupError, IndexError):  # gone, or going as we read
         return "Z"
 
 
