@@ -30,14 +30,11 @@ class Environment:
 
     @property
     def stdin_isatty(self) -> bool:
-        return _isatty(self.stdin)
-
-    @property
-    def stdout_isatty(self) -> bool:
-        return _isatty(self.stdout)
+        return isatty(self.stdin)
 
 
-def _isatty(stream: TextIO) -> bool:
+def isatty(stream: TextIO) -> bool:
+    """Whether `stream` is a terminal; a closed or fake stream is not."""
     try:
         return stream.isatty()
     except (AttributeError, ValueError):  # a closed or fake stream is not a terminal

@@ -30,7 +30,7 @@ from typing import TextIO
 
 import orjson
 
-from boxmaker._cli import Environment, ExitStatus
+from boxmaker._cli import Environment, ExitStatus, isatty
 from boxmaker.proto import ChannelBody, Turn, TurnDone
 from boxmaker.proto.frame import Frame
 from boxmaker.proto.wire import WireError
@@ -92,7 +92,7 @@ class _TextView:
             Stream.EVENTS: events,
             Stream.ERRORS: env.stderr,
         }
-        dim = use_color(_isatty(events), os.environ)
+        dim = use_color(isatty(events), os.environ)
         self._renderer = Renderer(dim=dim, split=say, stream_content=not say)
 
     def write(self, pieces: list[Piece]) -> None:
@@ -129,13 +129,6 @@ class _JsonView:
 
     def cut(self) -> None:
         pass
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except (AttributeError, ValueError):
-        return False
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:

@@ -28,7 +28,3 @@ class SessionLocks:
         """Gives the session's lock back. Doing it twice does nothing."""
         with self._lock:
             self._held.discard(session)
-
-    def held(self) -> frozenset[str]:
-        with self._lock:
-            return frozenset(self._held)
