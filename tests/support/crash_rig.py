@@ -59,15 +59,21 @@ class Stall:
         return replace(reply, pieces=pieces)
 
 
-def start_loopd(env: ServeEnv, *, crash_plan: Path | None = None, **channel: Any) -> Daemon:
-    """`loopd serve` as ServeEnv.start does, with BOXMAKER_CRASH_AT set when a plan is given."""
+def start_loopd(
+    env: ServeEnv, *, crash_plan: Path | None = None, fd_limit: int | None = None, **channel: Any
+) -> Daemon:
+    """`loopd serve` as ServeEnv.start does, with BOXMAKER_CRASH_AT set when a plan is given, and
+    under `prlimit --nofile` when an fd limit is."""
     path = env.folder / "loopd.toml"
     path.write_text(config_text(env.folder, **channel))
     child_env = dict(os.environ)
     child_env.pop(ENV, None)
     if crash_plan is not None:
         child_env[ENV] = str(crash_plan)
-    daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)), env=child_env)
+    argv = python_module("boxmaker.loopd", "serve", "--config", str(path))
+    if fd_limit is not None:
+        argv = ["prlimit", f"--nofile={fd_limit}:{fd_limit}", "--", *argv]
+    daemon = Daemon(argv, env=child_env)
     env.daemons.append(daemon)
     daemon.wait_for_line(START_LINE, 30.0)
     return daemon
