@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from boxmaker.loopd.session.crashpoint import POINTS
 from boxmaker.proto import ContentEvent, TurnDone
-from tests.loopd.serve_support import ServeEnv, TurnClient, calls, say, serve_env, turn
+from tests.loopd.serve_support import ServeEnv, TurnClient, serve_env, turn
+from tests.loopd.turn.support import calls, say
 from tests.support.crash_rig import (
     Stall,
     arm,

@@ -17,7 +17,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boxmaker.proto import ErrorCode, TurnDone, WireError
+from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
 from tests.loopd.serve_support import ServeEnv, connect, read_frames, serve_env, turn
 from tests.support.crash_rig import start_loopd
 from tests.support.flood import close_all, flood
@@ -123,7 +123,7 @@ def test_a_normal_turn_after_all_of_it(loopd: tuple[ServeEnv, Daemon]) -> None:
     assert isinstance(turn(env.socket, "after", "hi", resume=False)[-1], TurnDone)
 
 
-def turn_or_none(env: ServeEnv, content: str) -> list[object] | None:
+def turn_or_none(env: ServeEnv, content: str) -> list[ChannelBody] | None:
     try:
         return list(turn(env.socket, "warm", content))
     except BlockingIOError:

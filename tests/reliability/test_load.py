@@ -19,8 +19,8 @@ import threading
 from collections import Counter
 
 from boxmaker.loopd.session.store import verify_session
-from boxmaker.proto import ErrorCode, TurnDone, WireError
-from tests.loopd.serve_support import ServeEnv, children, turn
+from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
+from tests.loopd.serve_support import ServeEnv, children, connect, read_frames, turn
 from tests.support.crash_rig import start_loopd
 from tests.support.flood import close_all
 from tests.support.flood import flood as flood_sockets
@@ -36,11 +36,13 @@ EXAMPLE_ERRORS: dict[str, str] = {}  # one message per error code, for the print
 ALLOWED = {ErrorCode.INFERENCE, ErrorCode.INTERNAL} if FAULTS else {ErrorCode.INFERENCE}
 
 
-def send_turn(env: ServeEnv, session: str, content: str, resume: bool, out: Counter[str]) -> list:
+def send_turn(
+    env: ServeEnv, session: str, content: str, resume: bool, out: Counter[str]
+) -> list[ChannelBody]:
     """One turn; a connect refused because the flood filled loop.sock's backlog (EAGAIN, the
     kernel's clean refusal) is counted and sent again, as a client would."""
 
-    def attempt() -> list | None:
+    def attempt() -> list[ChannelBody] | None:
         try:
             return turn(env.socket, session, content, resume=resume)
         except BlockingIOError:
@@ -51,7 +53,12 @@ def send_turn(env: ServeEnv, session: str, content: str, resume: bool, out: Coun
 
 
 def run_session(
-    env: ServeEnv, session: str, turns: int, first: bool, out: Counter[str], errors: list
+    env: ServeEnv,
+    session: str,
+    turns: int,
+    first: bool,
+    out: Counter[str],
+    errors: list[BaseException],
 ) -> None:
     try:
         _run_session(env, session, turns, first, out)
@@ -87,6 +94,11 @@ def test_sessions_under_load_and_a_flood() -> None:
         env = s.env
         loopd = start_loopd(env, spare_worker=False, worker_idle_ms=500, first_frame_ms=1000)
         wait_for(lambda: not children(loopd.pid), "no worker before the load")
+        # One connection answered first: the start line comes before the accept loop's selector.
+        with connect(env.socket) as sock:
+            sock.sendall(b"\0\0\0\0")
+            assert isinstance(read_frames(sock)[-1], WireError)
+        wait_for(lambda: thread_count(loopd.pid) == 1, "that connection's thread to end")
         base_loopd, base_proxy = snapshot(loopd.pid), snapshot(s.proxy.pid)
         counts: Counter[str] = Counter()
         errors: list[BaseException] = []

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 from boxmaker.loopd.session.store import verify_session
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone, WireError
-from tests.loopd.serve_support import TurnClient, say, turn
+from tests.loopd.serve_support import TurnClient, turn
+from tests.loopd.turn.support import say
 from tests.support.crash_rig import Stall, log_path, start_loopd
 from tests.support.load_rig import PROXY_LINE, stack
 from tests.support.procs import Daemon, wait_for
