@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz bench run stop status ctl annotate debug lint typecheck clean llama-server record
+.PHONY: install build test fuzz soak bench run stop status ctl annotate debug lint typecheck clean llama-server record
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -45,6 +45,13 @@ fuzz: install $(VENV)/.stamp-fuzz
 	  PYTHONPATH=. $(PY) fuzz/run_atheris.py $$t -runs=$${FUZZ_EXAMPLES:-200000} \
 	    -print_final_stats=1 -artifact_prefix=fuzz/crashes/$$t- || exit 1; \
 	done
+
+# The reliability tests at length (docs/reliability.md): load at 50 sessions x 10 turns for
+# LOAD_ROUNDS rounds with random worker kills mixed in, and more crash and bad-frame examples.
+soak: install
+	LOAD_SESSIONS=$${LOAD_SESSIONS:-50} LOAD_TURNS=$${LOAD_TURNS:-10} LOAD_ROUNDS=$${LOAD_ROUNDS:-3} \
+	LOAD_FAULTS=$${LOAD_FAULTS:-1} RELIABILITY_EXAMPLES=$${RELIABILITY_EXAMPLES:-50} \
+	  $(PY) -m pytest -q -s tests/reliability $(PYTEST_ARGS)
 
 # Starts llama-server, inferproxy and loopd under supervisord (in run/) and opens bxctl chat.
 # MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.

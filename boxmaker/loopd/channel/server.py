@@ -1,6 +1,7 @@
 """The channel's connections (M2b section 6): one `turn` in, its frames out, one thread each.
 
-A connection must send its whole `turn` frame within `[channel] first_frame_ms`. A frame that
+A connection must send its whole `turn` frame within `[channel] first_frame_ms`, and nothing after
+it (a second frame that came with it is refused before the turn runs). A frame that
 breaks the format, or a body that is not a turn, gets one `error{bad_request}` saying what was
 wrong, and the connection is closed. A turn on a session whose lock is taken gets `session_busy`
 at once. Otherwise the turn goes to its session's worker (workers/pool.py), and what the worker
@@ -158,6 +159,15 @@ class ChannelServer:
                 return None
             if frame is CLOSED:
                 return None  # connected and closed without a word
+            if frame is not NEED_DATA and decoder.buffered:
+                # One turn per connection: a second frame (or anything) sent with the first
+                # would go unread; refused before anything is run, so nothing is lost.
+                self._refuse(
+                    sock,
+                    f"one turn per connection: {decoder.buffered} more byte(s) came after the "
+                    "turn frame; nothing was run. Send each turn on a connection of its own",
+                )
+                return None
             if frame is not NEED_DATA:
                 return frame
             left = deadline - time.monotonic()

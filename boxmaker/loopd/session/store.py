@@ -41,6 +41,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 
+from . import crashpoint
 from .baseline import Baseline
 from .check import CheckedLog, Finding, check_session, finding
 from .errors import (
@@ -240,14 +241,17 @@ class SessionLog:
         if self._stale:
             self._reopen()
         step = "write"
+        crashpoint.reached("append_before_write")
         try:
             written = self._ops.write(self._fd, line)
             if written != len(line):
                 raise OSError(errno.ENOSPC, f"short write, {written} of {len(line)} bytes")
+            crashpoint.reached("append_after_write")
             step = "fsync"
             self._ops.fsync(self._fd)
         except OSError as e:
             self._cut_back(step, e)
+        crashpoint.reached("append_after_fsync")
         self._records.append(record)
         self._view = None
         self._next_seq += 1
