@@ -34,7 +34,7 @@ from boxmaker.proto import (
     channel_frame,
     decode_body,
 )
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder
 from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
 from boxmaker.proto.wire import ErrorCode, WireError
 
