@@ -81,6 +81,12 @@ class Run:
 
     # --- the steps -------------------------------------------------------------------------------
 
+    def start(self) -> None:
+        self.stack.start()
+
+    def wait_loopd(self) -> None:
+        self.stack.wait_loopd()
+
     def selftest(self) -> Check:
         p = self.stack.loopd("selftest", "--config", str(self.stack.config_path))
         return checks.judge_selftest(p.returncode, p.stdout + p.stderr)
@@ -163,12 +169,12 @@ class Run:
 
     def all(self) -> None:
         exp = "the stack starts"
-        self.guarded("start", exp, lambda: self.stack.start() or None)
+        self.guarded("start", exp, self.start)
         if self.results:  # the stack did not start: nothing else can run
             return
         self.guarded("selftest", "exit 0", self.selftest)
         count = len(self.results)
-        self.guarded("loopd", "loopd serve listening", lambda: self.stack.wait_loopd() or None)
+        self.guarded("loopd", "loopd serve listening", self.wait_loopd)
         if len(self.results) > count:  # loopd did not start: no turn can run
             return
         self.guarded("plain", "an answer", lambda: checks.judge_plain_turn(

@@ -20,7 +20,8 @@ import orjson
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import CacheLoss, Usage, User
-from tests.loopd.conftest import Stack, Tee
+from boxmaker.verify.tee import Tee
+from tests.loopd.conftest import Stack
 from tests.loopd.turn.conversations import check_requests
 from tests.support.procs import python_module
 from tests.support.toml import toml_dumps
