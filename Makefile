@@ -60,7 +60,7 @@ verify-device: install
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.
-CTL = BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
+CTL = BOXMAKER_RUN=$(or $(BOXMAKER_RUN),$(CURDIR)/run) BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
   $(VENV)/bin/supervisorctl -c conf/supervisord.conf
 
 stop:
