@@ -28,7 +28,7 @@ chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
 
 if [ -n "${UPSTREAM:-}" ]; then
   [ -n "${CONFIG:-}" ] || fail "UPSTREAM=$UPSTREAM needs CONFIG=<loopd.toml> written for that" \
-    "server (README, 'Against your own llama-server')"
+    "server (docs/operations.md, 'Against your own llama-server')"
   export BOXMAKER_UPSTREAM=$UPSTREAM
   rm -f "$BOXMAKER_RUN/supervisord.d/llama-server.conf"
   PROGRAMS="inferproxy loopd"
