@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz soak bench run stop status ctl annotate debug lint typecheck clean llama-server record
+.PHONY: install build test fuzz soak bench run stop status ctl annotate debug lint typecheck clean llama-server record verify-device
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -58,9 +58,16 @@ soak: install
 run: install
 	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
 
+# The on-device checks (python -m boxmaker.verify), in a temporary run folder: against the local
+# llama-server, or CONFIG=loopd.toml UPSTREAM=host:port for the owner's. Exit 1 if a check FAILs.
+verify-device: install
+	@$(if $(CONFIG),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
+	  $(PY) -m boxmaker.verify $(if $(CONFIG),--config "$(CONFIG)") \
+	  $(if $(UPSTREAM),--upstream "$(UPSTREAM)") $(if $(MODEL),--model "$(MODEL)")
+
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.
-CTL = BOXMAKER_RUN=$(CURDIR)/run BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
+CTL = BOXMAKER_RUN=$(or $(BOXMAKER_RUN),$(CURDIR)/run) BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
   $(VENV)/bin/supervisorctl -c conf/supervisord.conf
 
 stop:

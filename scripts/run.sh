@@ -8,6 +8,10 @@
 #                        needs CONFIG, a loopd config written for that server
 #   CONFIG=path.toml     loopd's config (default conf/loopd.local.toml)
 #   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
+#   BOXMAKER_RUN         the run folder (default: the checkout's run/); the tests use a temporary
+#                        one, with CONFIG naming sockets in it (make status/ctl/stop honor it too)
+#
+# Any step that fails is one line on stderr, `run: <what failed>; <what to do>`, naming the log.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -16,7 +20,7 @@ CACHE=${BOXMAKER_CACHE:-$HOME/.cache/boxmaker}
 
 fail() { echo "run: $*" >&2; exit 1; }
 
-export BOXMAKER_RUN=$ROOT/run
+export BOXMAKER_RUN=${BOXMAKER_RUN:-$ROOT/run}
 export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
 mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home"
@@ -24,7 +28,7 @@ chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
 
 if [ -n "${UPSTREAM:-}" ]; then
   [ -n "${CONFIG:-}" ] || fail "UPSTREAM=$UPSTREAM needs CONFIG=<loopd.toml> written for that" \
-    "server (README, 'Against your own llama-server')"
+    "server (docs/operations.md, 'Against your own llama-server')"
   export BOXMAKER_UPSTREAM=$UPSTREAM
   rm -f "$BOXMAKER_RUN/supervisord.d/llama-server.conf"
   PROGRAMS="inferproxy loopd"
@@ -61,13 +65,18 @@ done >"$BOXMAKER_RUN/run.env"
 CONF=$ROOT/conf/supervisord.conf
 CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 
-if "${CTL[@]}" pid >/dev/null 2>&1; then
-  echo "run: supervisord is already running; restarting its programs"
-  "${CTL[@]}" update >/dev/null
-  "${CTL[@]}" restart all
-else
-  "$ROOT/.venv/bin/supervisord" -c "$CONF"
+# A second `make run` starts everything afresh (new code, config and environment): supervisord
+# is shut down (its programs stop as `make stop` stops them) and started again. That takes a few
+# seconds, where `supervisorctl restart all` would wait out each program's startsecs in turn.
+if OLD=$("${CTL[@]}" pid 2>/dev/null) && [ -n "$OLD" ] && kill -0 "$OLD" 2>/dev/null; then
+  echo "run: supervisord is already running (pid $OLD); starting it afresh"
+  "${CTL[@]}" shutdown >/dev/null || fail "supervisorctl shutdown failed; see $BOXMAKER_RUN/supervisord.log"
+  for _ in $(seq 600); do kill -0 "$OLD" 2>/dev/null || break; sleep 0.1; done
+  ! kill -0 "$OLD" 2>/dev/null \
+    || fail "supervisord (pid $OLD) did not stop within 60 s; see $BOXMAKER_RUN/supervisord.log"
 fi
+"$ROOT/.venv/bin/supervisord" -c "$CONF" \
+  || fail "supervisord did not start; see $BOXMAKER_RUN/supervisord.log"
 
 # Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
 # (loopd binds its socket once its self-test has passed); a program that supervisord gives up on

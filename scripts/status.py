@@ -5,7 +5,8 @@
     model         what llama-server says it serves (/props through inferproxy)
     sessions      how many sessions the home holds, and the newest
 
-It reads run/run.env, which `make run` writes, and changes nothing.
+It reads run/run.env (in $BOXMAKER_RUN when set, as for `make run`), which `make run` writes, and
+changes nothing.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.transport import exchange
 
 ROOT = Path(__file__).resolve().parents[1]
-RUN = ROOT / "run"
+RUN = Path(os.environ.get("BOXMAKER_RUN") or ROOT / "run")
 TIMEOUT_MS = 2000
 
 
@@ -78,7 +79,8 @@ def sessions(home: Path) -> str:
 def main() -> int:
     env_file = RUN / "run.env"
     if not env_file.exists():
-        print("status: make run has not run in this checkout (no run/run.env)", file=sys.stderr)
+        print(f"status: make run has not run here (no {env_file}); start it with make run",
+              file=sys.stderr)  # fmt: skip
         return 1
     # supervisorctl parses the whole file, so every ENV_ name in it must be set; only RUN matters.
     env = {**os.environ, "BOXMAKER_PYTHON": "", **read_env(env_file), "BOXMAKER_RUN": str(RUN)}

@@ -41,6 +41,7 @@ TOOLS = "boxmaker.loopd.tools"
 SELFTEST = "boxmaker.loopd.selftest"
 CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
+VERIFY = "boxmaker.verify"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -89,6 +90,10 @@ RULES: dict[str, frozenset[str]] = {
     WORKERS: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire"}),
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
+    # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
+    VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
+    f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
+    f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
 }
 
 # Third-party packages boxmaker may import (pyproject's dependencies); the rest is the stdlib,
@@ -117,6 +122,7 @@ R1_CORES = [
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
     f"{WORKERS}.wire",
+    f"{VERIFY}.checks",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

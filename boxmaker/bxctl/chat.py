@@ -1,4 +1,5 @@
-"""`bxctl chat [--socket <path>] [--session <id>] [--no-thinking] [--say <text>] [--json]`.
+"""`bxctl chat [--socket <path>] [--session <id>] [--thinking|--no-thinking] [--say <text>]
+[--json]`.
 
 A chat prints `session <id>` on stdout, then runs one turn per line of stdin until EOF or
 `/quit`; blank lines are skipped. Content streams to stdout as it arrives, reasoning too (dimmed
@@ -63,9 +64,21 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="ID",
         help="the session to talk in; created when it does not exist (default: a new random id)",
     )
-    parser.add_argument(
+    think = parser.add_mutually_exclusive_group()
+    think.add_argument(
+        "--thinking",
+        dest="thinking",
+        action="store_const",
+        const=True,
+        default=None,
+        help="ask for reasoning on these turns (sends thinking: true; default: loopd's "
+        "[loop] thinking)",
+    )
+    think.add_argument(
         "--no-thinking",
-        action="store_true",
+        dest="thinking",
+        action="store_const",
+        const=False,
         help="ask for no reasoning on these turns (sends thinking: false)",
     )
     parser.add_argument(
@@ -143,7 +156,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         path=socket_from(args.socket, os.environ),
         session=new_session_id() if new else args.session,
         resume=not new,
-        thinking=not args.no_thinking,
+        thinking=args.thinking,
     )
     view: _TextView | _JsonView = (
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)

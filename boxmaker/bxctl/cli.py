@@ -2,7 +2,7 @@
 shape). Every command writes only to the injected Environment's streams, so tests call `main`
 in-process.
 
-    bxctl chat [--socket <path>] [--session <id>] [--no-thinking] [--say <text>] [--json]
+    bxctl chat [--socket <path>] [--session <id>] [--thinking|--no-thinking] [--say <text>] [--json]
         Talks to loopd over loop.sock, one connection per turn (chat.py says what each line
         means). Exit 0; 1 when loopd is not running, a connection closes early, a frame is
         malformed, or (with --say) the turn ends in an error; 2 for a bad session id.

@@ -11,8 +11,8 @@ loopd refuses because the session's existence is not what `resume` said (`no_suc
 `--session <id>` creates an unknown id and a first turn that failed after creating its session
 does not strand the next one.
 
-The turn body is built here rather than from proto.channel.Turn because DECISIONS.md's `thinking`
-key is not in that dataclass yet (it belongs to the server side that decodes it).
+`thinking` is sent only when the owner said (`--thinking`, `--no-thinking`); left out, loopd uses
+its `[loop] thinking`.
 """
 
 from __future__ import annotations
@@ -31,9 +31,10 @@ from boxmaker.proto import (
     FrameError,
     Turn,
     TurnDone,
+    channel_frame,
     decode_body,
 )
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder
 from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
 from boxmaker.proto.wire import ErrorCode, WireError
 
@@ -84,15 +85,15 @@ def bad_session_id(sid: str) -> str | None:
     )
 
 
-def turn_frame(session: str, content: str, *, resume: bool, thinking: bool) -> bytes:
-    """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`).
+def turn_frame(session: str, content: str, *, resume: bool, thinking: bool | None) -> bytes:
+    """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`; `thinking` left
+    out when None).
 
     Raises:
         ChatError: the message does not fit in a frame.
     """
-    body = {"session": session, "content": content, "resume": resume, "thinking": thinking}
     try:
-        return encode_frame("turn", body, True)
+        return channel_frame(Turn(session, content, resume, thinking))
     except EncodeError as e:
         raise ChatError(f"the message cannot be sent: {e}") from None
 
@@ -191,7 +192,7 @@ class ChatSession:
     path: Path
     session: str
     resume: bool
-    thinking: bool = True
+    thinking: bool | None = None  # None: loopd's [loop] thinking
 
     def turn(self, content: str, show: Show) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.

@@ -8,7 +8,7 @@ injected `Environment`'s streams (argparse's usage and help too), so tests call 
         Runs the three start-up checks (`selftest`) against the configured server and prints one
         line per check: `ok` or `FAILED`, and what it found. Exit 0 when all pass, else 1.
 
-    loopd turn --config <path> --session <id> [--new] --say <text> [--no-thinking]
+    loopd turn --config <path> --session <id> [--new] --say <text> [--thinking|--no-thinking]
         One turn of a session, in this process (turn/command.py): each event, then the outcome,
         as one JSON object per line. Exit 0 on turn_done, 1 on an error.
 
@@ -159,7 +159,7 @@ def cmd_turn(config: Config, args: argparse.Namespace, env: Environment) -> Exit
         session=args.session,
         new=args.new,
         say=args.say,
-        thinking=not args.no_thinking,
+        thinking=args.thinking,
         out=env.stdout,
         err=env.stderr,
     )
@@ -256,7 +256,15 @@ def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     turn.add_argument("--session", required=True, metavar="ID", help="the session's id")
     turn.add_argument("--new", action="store_true", help="create the session (it must not exist)")
     turn.add_argument("--say", required=True, metavar="TEXT", help="the user's message")
-    turn.add_argument("--no-thinking", action="store_true", help="ask for no reasoning this turn")
+    think = turn.add_mutually_exclusive_group()
+    think.add_argument(
+        "--thinking", dest="thinking", action="store_const", const=True, default=None,
+        help="ask for reasoning this turn (default: [loop] thinking)",
+    )  # fmt: skip
+    think.add_argument(
+        "--no-thinking", dest="thinking", action="store_const", const=False,
+        help="ask for no reasoning this turn (default: [loop] thinking)",
+    )  # fmt: skip
     return parser
 
 

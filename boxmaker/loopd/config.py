@@ -227,6 +227,10 @@ class LoopConfig:
     tool_result_cap: Annotated[int, BYTES] = 16_384
     parallel_tools: Annotated[bool, BOOL] = True
     tool_timeout_ms: Annotated[int, MS] = 30_000
+    # A turn that does not say (bxctl chat without --thinking/--no-thinking) asks for reasoning
+    # when this is true; false for a model that has no reasoning mode (its answer would land in
+    # reasoning_content, with no content).
+    thinking: Annotated[bool, BOOL] = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -7,6 +7,11 @@ socket, the compiled modules in use, the slots and the home. Then connections ar
 peer checked with SO_PEERCRED, until SIGTERM or SIGINT, with supervisor's loop: accept, then
 `pool.transition()`, then `pool.reap()`.
 
+Before the self-test, while the server answers that it is loading its model (HTTP 503, or a
+router's proxy error), serve waits for it, polling /props every 0.5 s, at most
+`[inference] load_wait_ms`; then the self-test judges whatever the server answers. So under
+supervisord a loopd started beside a loading llama-server starts once, without retries.
+
 On SIGTERM: no more connections; turns in flight may finish within `[channel] drain_ms`; those
 still running are cut (their worker is killed: the log holds whole lines only) and answered
 `unavailable`; the idle workers are stopped; exit 0.
@@ -14,6 +19,8 @@ still running are cut (their worker is killed: the log holds whole lines only) a
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
@@ -27,7 +34,9 @@ from boxmaker.loopd.channel.locks import SessionLocks
 from boxmaker.loopd.channel.server import ChannelServer
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.llama.retry import is_retryable
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.loopd.workers.pool import Pool
 
@@ -36,11 +45,42 @@ SETTING = "[channel] socket"
 # The longest the accept loop waits before it looks at the workers again: reaping needs no
 # precision, only to happen.
 REAP_INTERVAL_S = 1.0
+LOAD_POLL_S = 0.5  # how often /props is asked while the server is loading its model
 
 
 def compiled_modules() -> str:
     """`sse=c, chunked=c`: the twins loopd uses (DECISIONS.md: the compiled ones)."""
     return ", ".join(f"{name}={IMPLEMENTATIONS.get(name, '?')}" for name in ("sse", "chunked"))
+
+
+def wait_until_loaded(
+    props: Callable[[], object],
+    load_wait_ms: int,
+    say: Callable[[str], None],
+    clock: Callable[[], float] = time.monotonic,
+    sleep: Callable[[float], None] = time.sleep,
+) -> bool:
+    """Asks `props` until it does not fail with "loading" (a retryable HTTP status), at most
+    `load_wait_ms`; says once that it waits. True when the server answered something else."""
+    deadline = clock() + load_wait_ms / 1000
+    waiting = False
+    while True:
+        try:
+            props()
+        except HttpStatus as err:
+            if not is_retryable(err):
+                return True
+            if clock() >= deadline:
+                return False
+            if not waiting:
+                say(f"serve: the server is loading its model ({err}); waiting up to "
+                    f"{load_wait_ms} ms (load_wait_ms)")  # fmt: skip
+                waiting = True
+        except InferError:
+            return True  # not a loading server: the self-test says what it is
+        else:
+            return True
+        sleep(LOAD_POLL_S)
 
 
 def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
@@ -51,8 +91,10 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
     except SetupError as exc:
         log.warn(f"serve: {exc}")
         return ExitStatus.ERROR
+    client = Client(config.inference)
+    wait_until_loaded(client.props, config.inference.load_wait_ms, log.say)
     failed = []
-    for result in iter_selftest(config, Client(config.inference)):
+    for result in iter_selftest(config, client):
         log.say(f"selftest {result.line()}")
         if not result.ok:
             failed.append(result.check)

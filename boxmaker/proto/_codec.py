@@ -111,11 +111,15 @@ def _bad(path: str, expected: str, value: object) -> EncodeError:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Codec:
-    """How one field crosses JSON: `decode(json_value, path)` and `encode(value, path)`."""
+    """How one field crosses JSON: `decode(json_value, path)` and `encode(value, path)`.
+
+    `absent_is_none`: the field's None is written by leaving its key out (never as null), and a
+    key left out reads back as None (the field's default); a null that is sent is refused."""
 
     expected: str
     decode: Callable[[object, str], Any]
     encode: Callable[[Any, str], Any]
+    absent_is_none: bool = False
 
 
 def wire(codec: Codec, key: str | None = None) -> dict[str, Any]:
@@ -196,6 +200,16 @@ def _enc_bool(v: object, path: str) -> bool:
 
 
 BOOL = Codec("boolean", _dec_bool, _enc_bool)
+
+
+def _enc_bool_or_absent(v: object, path: str) -> bool:
+    if v is None:  # to_obj leaves the key out before it gets here
+        raise _bad(path, "bool", v)
+    return _enc_bool(v, path)
+
+
+# A boolean that may be left out: None in Python, no key in JSON (give the field `= None`).
+BOOL_OR_ABSENT = Codec("boolean", _dec_bool, _enc_bool_or_absent, absent_is_none=True)
 
 
 def _pattern(name: str, check: Callable[[str], bool], expected: str) -> Codec:
@@ -318,7 +332,10 @@ def to_obj(
         raise _bad(path, cls.__name__, inst)
     out: JsonObj = {} if into is None else into
     for attr, key, codec in spec(type(inst)):
-        out[key] = codec.encode(getattr(inst, attr), f"{path}.{key}")
+        value = getattr(inst, attr)
+        if value is None and codec.absent_is_none:
+            continue
+        out[key] = codec.encode(value, f"{path}.{key}")
     return out
 
 

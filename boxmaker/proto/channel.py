@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from ._codec import (
     BOOL,
+    BOOL_OR_ABSENT,
     OPT_STR,
     SESSION_ID,
     STR,
@@ -43,13 +44,15 @@ from .wire import WireError
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One user message for a session. `resume: false` requires that the session does not
-    exist yet; `true` requires that it does. `thinking` (optional, default true): false asks for
-    no reasoning on this turn; it changes only the generation prompt (DECISIONS.md)."""
+    exist yet; `true` requires that it does. `thinking` (optional): false asks for no reasoning on
+    this turn, true for reasoning; left out (None) is loopd's `[loop] thinking`. It changes only
+    the generation prompt (DECISIONS.md). None is encoded by leaving the key out, never as null,
+    and a null is refused."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))
     resume: bool = field(metadata=wire(BOOL))
-    thinking: bool = field(default=True, metadata=wire(BOOL))
+    thinking: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
 
 
 # --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------

@@ -71,7 +71,7 @@ def test_json_prints_the_session_then_every_frame_body(tmp_path: Path) -> None:
             },
         },
     ]
-    assert fake.turns == [{"session": sid, "content": "hello", "resume": False, "thinking": True}]
+    assert fake.turns == [{"session": sid, "content": "hello", "resume": False}]
 
 
 def test_a_chat_runs_a_turn_per_line_and_later_turns_resume(tmp_path: Path) -> None:
@@ -184,12 +184,19 @@ def test_the_retry_is_once_and_a_created_session_is_resumed_after_a_failed_turn(
     )
 
 
-def test_no_thinking_is_on_the_wire(tmp_path: Path) -> None:
-    with FakeLoopd(tmp_path / "loop.sock", [HELLO, HELLO]) as fake:
+def test_thinking_is_on_the_wire_only_when_asked(tmp_path: Path) -> None:
+    with FakeLoopd(tmp_path / "loop.sock", [HELLO, HELLO, HELLO]) as fake:
         assert chat(fake.path, "--say", "x", "--no-thinking").status == ExitStatus.OK
-        assert chat(fake.path, "--say", "x").status == ExitStatus.OK
-        turns = fake.wait_turns(2)
-    assert [t["thinking"] for t in turns] == [False, True]
+        assert chat(fake.path, "--say", "x", "--thinking").status == ExitStatus.OK
+        assert chat(fake.path, "--say", "x").status == ExitStatus.OK  # loopd's [loop] thinking
+        turns = fake.wait_turns(3)
+    assert [t.get("thinking", "absent") for t in turns] == [False, True, "absent"]
+
+
+def test_thinking_and_no_thinking_exclude_each_other(tmp_path: Path) -> None:
+    r = chat(tmp_path / "loop.sock", "--say", "x", "--thinking", "--no-thinking")
+    assert r.status == ExitStatus.USAGE
+    assert "not allowed with argument" in r.stderr
 
 
 def test_not_running_without_a_socket_file(tmp_path: Path) -> None:
@@ -336,7 +343,7 @@ def test_python_dash_m_chat_say_as_a_subprocess(tmp_path: Path) -> None:
         )
         turns = fake.wait_turns(1)
     assert (p.returncode, p.stdout, p.stderr) == (0, "Hello.\n", "session sub\n")
-    assert turns == [{"session": "sub", "content": "hello", "resume": True, "thinking": True}]
+    assert turns == [{"session": "sub", "content": "hello", "resume": True}]
 
 
 def test_a_reader_that_goes_away_ends_the_chat_without_a_traceback(tmp_path: Path) -> None:

@@ -1,11 +1,15 @@
-"""What `make run` runs, end to end: the repository's supervisord config with the local
-llama-server program (conf/programs/llama-server.conf), inferproxy and loopd (`loopd serve`, which
+"""What `make run` runs, end to end, started by `make run`'s own script (scripts/run.sh, stdin not
+a terminal): the build script's cached llama-server, the run folder's layout (supervisord.d/ with
+conf/programs/llama-server.conf, home/, run.env), the repository's supervisord config with
+llama-server, inferproxy and loopd (`loopd serve`, which waits for the model to load and
 self-tests before it listens); three `bxctl chat --say` turns on one session; `supervisorctl
 restart loopd`; a fourth turn that resumes the session from its log and hits llama-server's prompt
-cache; then `supervisorctl shutdown` leaves no process behind.
+cache; `make status`'s script on that run folder; a second run.sh, which starts it all afresh in
+seconds, and a turn after it; then `supervisorctl shutdown` leaves no process behind.
 
-Everything runs in a temporary run folder and on a free port, so it does not touch a `make run`
-the developer may have going in the checkout's run/ folder.
+Everything runs in a temporary run folder (BOXMAKER_RUN) and on a free port, with a config whose
+sockets are in that folder, so it does not touch a `make run` the developer may have going in the
+checkout's run/ folder.
 """
 
 import os
@@ -16,6 +20,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import time
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,7 +32,7 @@ from boxmaker.loopd.session.check import check_session
 from boxmaker.proto import CacheLoss, Usage, User
 from boxmaker.proto.log import LogRecord
 from tests.support.llama import ensure_built
-from tests.support.procs import Daemon, wait_for, wait_for_socket
+from tests.support.procs import wait_for, wait_for_socket
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf" / "supervisord.conf"
@@ -86,44 +91,52 @@ class Stack:
         return dict(zip(PROGRAMS, map(int, out), strict=True))
 
 
+def run_sh(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    """scripts/run.sh as `make run` runs it, with no terminal on stdin (so no chat)."""
+    return subprocess.run(
+        ["bash", str(REPO / "scripts" / "run.sh")], env=env, stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=LOOPD_BOUND + BOUND, check=False,
+    )  # fmt: skip
+
+
 @pytest.fixture
 def stack() -> Iterator[Stack]:
-    built = ensure_built()
+    ensure_built()  # a build that fails fails here, with its own message
     run = Path(tempfile.mkdtemp(prefix="bx-e2e-", dir="/tmp"))  # short: socket paths
-    (run / "supervisord.d").mkdir()
-    (run / "home").mkdir(mode=0o700)
-    shutil.copy(REPO / "conf" / "programs" / "llama-server.conf", run / "supervisord.d")
     port = free_port()
     env = dict(os.environ)
+    for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
+        env.pop(name, None)
+    env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_config(run)))
+    started = run_sh(env)
+    # supervisorctl reads the same file: the names run.sh exported must be set for it to parse.
     env.update(
-        BOXMAKER_RUN=str(run),
         BOXMAKER_PYTHON=sys.executable,
-        BOXMAKER_LLAMA_PORT=str(port),
         BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
-        BOXMAKER_LLAMA_SERVER=str(built.binary),
-        BOXMAKER_MODEL=str(built.model),
-        BOXMAKER_TEMPLATE=str(REPO / "conf" / "templates" / "chatml-tools.jinja"),
-        BOXMAKER_LOOPD_CONFIG=str(write_config(run)),
+        BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
     )
-    env.pop("BOXMAKER_SOCKET", None)
-    daemon = Daemon([str(BIN / "supervisord"), "-n", "-c", str(CONF)], env=env)
     try:
-        wait_for_socket(str(run / "supervisor.sock"), timeout=BOUND)
-        wait_for(lambda: healthy(port), f"llama-server /health on port {port}", timeout=BOUND)
-        wait_for_socket(str(run / "infer.sock"), timeout=BOUND)
+        assert started.returncode == 0, started.stdout + started.stderr
+        assert "standard input is not a terminal, so no chat" in started.stdout
+        assert sorted(p.name for p in (run / "supervisord.d").iterdir()) == ["llama-server.conf"]
+        assert stat.S_IMODE((run / "home").stat().st_mode) == 0o700
+        assert f"BOXMAKER_SOCKET={run / 'loop.sock'}" in (run / "run.env").read_text()
+        assert healthy(port)
         wait_for_socket(str(run / "loop.sock"), timeout=LOOPD_BOUND)
         yield Stack(run, env, port)
     except BaseException:
-        for name in ("llama-server.log", "loopd.log", "loopd.err.log"):
+        for name in ("llama-server.log", "loopd.log", "loopd.err.log", "supervisord.log"):
             if (run / name).exists():
                 print(f"--- {name}\n" + (run / name).read_text()[-3000:])
         raise
     finally:
+        pid_file = run / "supervisord.pid"
+        pid = int(pid_file.read_text()) if pid_file.exists() else None
         ctl(env, "shutdown")
         try:
-            daemon.wait(BOUND)
+            if pid is not None:
+                wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord to exit", BOUND)
         finally:
-            daemon.kill()
             shutil.rmtree(run, ignore_errors=True)
 
 
@@ -157,9 +170,10 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
 
     # The same texts every run: temperature 0 and a fixed seed (the local profile) make the tiny
     # model's first answer a known one.
-    assert "Paris" in say(stack, "What is the capital of France?", "--no-thinking")
-    assert say(stack, "And of Italy?", "--no-thinking").strip()
-    assert say(stack, "Thanks.", "--no-thinking").strip()
+    # No --no-thinking: the local profile's [loop] thinking is false, so the answers are content.
+    assert "Paris" in say(stack, "What is the capital of France?")
+    assert say(stack, "And of Italy?").strip()
+    assert say(stack, "Thanks.").strip()
     before = records(stack)
     previous = before[-1]
     assert isinstance(previous, Usage), before
@@ -170,7 +184,7 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
     assert stack.pids()["loopd"] != old
     wait_for_socket(str(stack.sock), timeout=LOOPD_BOUND)
 
-    assert say(stack, "Say goodbye.", "--no-thinking").strip()
+    assert say(stack, "Say goodbye.").strip()
     after = records(stack)
     assert after[: len(before)] == before  # nothing lost or rewritten
     assert isinstance(after[len(before)], User)
@@ -179,6 +193,26 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
     assert total > CACHE_LOSS_SLACK_TOKENS  # enough for the rule to be able to show a loss
     assert first.cache_n >= total - CACHE_LOSS_SLACK_TOKENS, (first, total)
     assert not [r for r in after if isinstance(r, CacheLoss)]
+
+    status = subprocess.run(
+        [sys.executable, str(REPO / "scripts" / "status.py")],
+        env=stack.env, capture_output=True, text=True, timeout=BOUND, check=False,
+    )  # fmt: skip
+    assert status.returncode == 0, status.stdout + status.stderr
+    for name in PROGRAMS:
+        assert re.search(rf"^  {name}\s+RUNNING", status.stdout, re.M), status.stdout
+    assert f"{stack.run / 'infer.sock'} (listening), {stack.sock} (listening)" in status.stdout
+    assert "model: SmolLM2-135M-Instruct.Q4_1.gguf (2 slots of 2048 tokens)" in status.stdout
+    assert f"sessions: 1 in {stack.run / 'home'} (newest: e2e)" in status.stdout
+
+    # A second `make run` starts it all afresh, in seconds, and the session goes on.
+    began = time.monotonic()
+    again = run_sh(stack.env)
+    took = time.monotonic() - began
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "starting it afresh" in again.stdout
+    assert took < BOUND, f"a second run took {took:.1f} s"
+    assert say(stack, "Hello again.").strip()
 
     pids = stack.pids()
     down = ctl(stack.env, "shutdown")

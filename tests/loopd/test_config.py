@@ -75,6 +75,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     # Not in the briefs: the turn-loop and serve issues name these.
     ("loop.parallel_tools", True),
     ("loop.tool_timeout_ms", 30_000),
+    ("loop.thinking", True),  # the brief: a turn reasons unless it asks not to
     ("channel.drain_ms", 10_000),
     ("channel.worker_idle_ms", 300_000),
     ("channel.first_frame_ms", 5000),

@@ -37,7 +37,8 @@ from boxmaker.proto import (
     ToolSchema,
     UserMessage,
 )
-from tests.loopd.conftest import BOUND, Stack, Tee
+from boxmaker.verify.tee import Tee
+from tests.loopd.conftest import BOUND, Stack
 from tests.support import rawhttp
 from tests.support.procs import wait_for
 

@@ -130,3 +130,45 @@ def test_sigterm_does_not_wait_for_a_connection_that_never_sends_its_turn(env: S
         assert daemon.wait(BOUND_S) == 0  # not first_frame_ms later
         with contextlib.suppress(ConnectionResetError):  # ended either way
             assert idle.recv(1) == b""
+
+
+LOADING = {"error": {"message": "Loading model", "type": "unavailable_error", "code": 503}}
+
+
+def test_serve_waits_while_the_server_loads_its_model(env: ServeEnv) -> None:
+    from tests.support.replies import json_reply
+
+    env.fake.expect("GET", "/props", json_reply(503, LOADING), json_reply(503, LOADING))
+    daemon = env.start()  # one process: no exit and retry by supervisord
+    loading = [ln for ln in daemon.lines if "is loading its model" in ln]
+    assert len(loading) == 1, daemon.lines
+    assert "HTTP 503" in loading[0]
+    assert [ln for ln in daemon.lines if ln.startswith("loopd: selftest ok      props")] != []
+    assert len(env.fake.requests("/props")) >= 3
+    assert daemon.stop() == 0
+
+
+def test_the_wait_for_a_loading_server_is_bounded_by_load_wait_ms() -> None:
+    from boxmaker.loopd.llama.errors import HttpStatus, StreamClosedEarly
+    from boxmaker.loopd.serve import LOAD_POLL_S, wait_until_loaded
+
+    now = [0.0]
+    asked: list[float] = []
+    said: list[str] = []
+
+    def props(err: Exception) -> object:
+        asked.append(now[0])
+        raise err
+
+    def sleep(s: float) -> None:
+        now[0] += s
+
+    loading = HttpStatus(503, "Loading model")
+    assert not wait_until_loaded(lambda: props(loading), 2000, said.append, lambda: now[0], sleep)
+    assert asked == [i * LOAD_POLL_S for i in range(5)]  # 0, 0.5, ... 2.0: then it gives up
+    assert len(said) == 1
+    asked.clear()
+    # Anything but "loading" ends the wait at once: the self-test reports it.
+    assert wait_until_loaded(lambda: props(HttpStatus(404, "no")), 2000, said.append)
+    assert wait_until_loaded(lambda: props(StreamClosedEarly("gone")), 2000, said.append)
+    assert len(asked) == 2

@@ -33,8 +33,14 @@ from boxmaker.proto.wire import ErrorCode, WireError
 # Every channel body and the exact JSON payload of its frame (after the 4-byte length).
 CASES: list[tuple[ChannelBody, bytes]] = [
     (
+        # thinking left out (None: loopd's [loop] thinking) is no key at all, never null.
         Turn("s1", "What time is it?", False),
         b'{"kind":"turn","final":true,"body":{"session":"s1","content":"What time is it?",'
+        b'"resume":false}}',
+    ),
+    (
+        Turn("s1", "Think.", False, thinking=True),
+        b'{"kind":"turn","final":true,"body":{"session":"s1","content":"Think.",'
         b'"resume":false,"thinking":true}}',
     ),
     (
@@ -133,6 +139,14 @@ BAD_BODIES: list[tuple[Frame, str]] = [
         "turn.thinking: expected boolean, got string",
     ),
     (
+        Frame("turn", True, {"session": "s", "content": "x", "resume": True, "thinking": None}),
+        "turn.thinking: expected boolean, got null",
+    ),
+    (
+        Frame("turn", True, {"session": "s", "content": "x", "resume": True, "thinking": 0}),
+        "turn.thinking: expected boolean, got integer",
+    ),
+    (
         Frame("turn", True, {"session": "s", "content": "x", "resume": True, "think": False}),
         'turn: unexpected key "think" (the keys are session, content, resume, thinking)',
     ),
@@ -175,9 +189,10 @@ BAD_BODIES: list[tuple[Frame, str]] = [
 ]
 
 
-def test_turn_without_thinking_means_thinking() -> None:
+def test_turn_without_thinking_is_none_and_encodes_back_without_the_key() -> None:
     body = decode_body(Frame("turn", True, {"session": "s", "content": "x", "resume": True}))
-    assert body == Turn("s", "x", True, thinking=True)
+    assert body == Turn("s", "x", True, thinking=None)  # loopd's [loop] thinking decides
+    assert b"thinking" not in channel_frame(body)
 
 
 @pytest.mark.parametrize(("frame", "words"), BAD_BODIES, ids=[w[:40] for _, w in BAD_BODIES])

@@ -2,7 +2,7 @@
 
     with FakeLoopd(tmp_path / "loop.sock", [[event(ContentEvent("hi")), done("hi")]]) as fake:
         result = run_cli(main, ["chat", "--socket", fake.path, "--say", "hello"])
-    assert fake.turns == [{"session": ..., "content": "hello", "resume": False, "thinking": True}]
+    assert fake.turns == [{"session": ..., "content": "hello", "resume": False}]
 
 For each accepted connection, in order, it reads one frame (the turn), records its body in
 `turns`, sends the next scripted reply's byte strings one by one, and closes. A reply is raw

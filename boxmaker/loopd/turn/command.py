@@ -1,6 +1,6 @@
 """`loopd turn`: one turn of a session, in this process, with no daemon.
 
-    loopd turn --config <path> --session <id> [--new] --say <text> [--no-thinking]
+    loopd turn --config <path> --session <id> [--new] --say <text> [--thinking|--no-thinking]
 
 Opens the session under `[paths] home` (with `--new`, creates it: the baseline from
 `[baseline] system`, the home's `memory/core.md` and the core tool schemas, checked against the
@@ -102,11 +102,12 @@ def run_turn_command(
     session: str,
     new: bool,
     say: str,
-    thinking: bool,
+    thinking: bool | None,
     out: IO[str],
     err: IO[str],
 ) -> int:
-    """Runs one turn and prints its lines; returns 0 on `turn_done`, else 1."""
+    """Runs one turn and prints its lines; returns 0 on `turn_done`, else 1. `thinking` None is
+    the config's `[loop] thinking`."""
     client = Client(config.inference)
 
     def on_event(event: TurnEvent) -> None:
@@ -120,7 +121,7 @@ def run_turn_command(
                 client=client,
                 port=FakeTools(),
                 config=config.loop,
-                thinking=thinking,
+                thinking=config.loop.thinking if thinking is None else thinking,
                 on_event=on_event,
             )
     except (SessionError, SessionIdError, InferError) as exc:

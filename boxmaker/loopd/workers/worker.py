@@ -119,7 +119,7 @@ class Worker:
                 client=self.client,
                 port=FakeTools(),
                 config=self.config.loop,
-                thinking=turn.thinking,
+                thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                 on_event=self.on_event,
             )
         except (SessionError, SessionIdError, InferError) as exc:

@@ -76,6 +76,29 @@ def test_new_session_then_resume(env: Env, capsys: pytest.CaptureFixture[str]) -
 
 
 @pytest.mark.parametrize(
+    ("loop", "flags", "sent"),
+    [
+        ({}, (), True),  # [loop] thinking's default
+        ({"thinking": False}, (), False),  # the config's, when the turn does not say
+        ({"thinking": False}, ("--thinking",), True),
+        ({"thinking": True}, ("--no-thinking",), False),
+    ],
+)
+def test_thinking_is_the_flag_else_the_config(
+    env: Env, capsys: pytest.CaptureFixture[str], loop: dict[str, Any], flags: tuple[str, ...],
+    sent: bool,
+) -> None:  # fmt: skip
+    config = str(write_config(env, **loop))
+    env.fake.on("POST", "/tokenize", json_reply(200, {"tokens": list(range(50))}))
+    env.model.load([say("Hi.")])
+    status, _, err = run(capsys, "--config", config, "--session", "t", "--new", "--say", "Hi",
+                         *flags)  # fmt: skip
+    assert (status, err) == (0, "")
+    (request,) = (r.json for r in env.fake.requests("/v1/chat/completions"))
+    assert request["chat_template_kwargs"] == {"enable_thinking": sent}
+
+
+@pytest.mark.parametrize(
     ("argv", "code"),
     [
         (["--session", "../x", "--new"], "bad_request"),

@@ -20,7 +20,8 @@ import orjson
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import CacheLoss, Usage, User
-from tests.loopd.conftest import Stack, Tee
+from boxmaker.verify.tee import Tee
+from tests.loopd.conftest import Stack
 from tests.loopd.turn.conversations import check_requests
 from tests.support.procs import python_module
 from tests.support.toml import toml_dumps
@@ -69,14 +70,15 @@ def test_a_new_process_resumes_and_hits_the_cache(stack: Stack, tee: Tee) -> Non
     config, home = write_config(stack, tee)
     session = f"real-{uuid.uuid4().hex[:8]}"
     # The same texts every run, so the model (temperature 0, a fixed seed) answers the same way.
-    loopd_turn(config, "--session", session, "--new", "--say", "Say hello.", "--no-thinking")
-    loopd_turn(config, "--session", session, "--say", "Now say goodbye.", "--no-thinking")
+    # No flag: the local profile's [loop] thinking (false); the third turn asks for reasoning.
+    loopd_turn(config, "--session", session, "--new", "--say", "Say hello.")
+    loopd_turn(config, "--session", session, "--say", "Now say goodbye.")
     with SessionStore(home).open(session) as log:
         before = len(log.records)
         previous = log.records[-1]
     assert isinstance(previous, Usage)
 
-    loopd_turn(config, "--session", session, "--say", "Thanks.")
+    loopd_turn(config, "--session", session, "--say", "Thanks.", "--thinking")
 
     with SessionStore(home).open(session) as log:
         records = log.records
