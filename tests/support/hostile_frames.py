@@ -44,15 +44,16 @@ def turn_body(**changes: Any) -> bytes:
     return framed(orjson.dumps(turn_frame(**changes)))
 
 
+_JSON_INTS = st.integers(-(2**63), 2**64 - 1)  # what orjson can write
 _SCALARS: dict[str, st.SearchStrategy[Any]] = {
     STRING: st.text(max_size=30),
     BOOL: st.booleans(),
-    OBJECT: st.dictionaries(st.text(max_size=5), st.integers(), max_size=3),
+    OBJECT: st.dictionaries(st.text(max_size=5), _JSON_INTS, max_size=3),
 }
 _OTHERS = st.one_of(
-    st.integers(-(2**63), 2**64 - 1),
+    _JSON_INTS,
     st.floats(allow_nan=False),
-    st.lists(st.integers(), max_size=3),
+    st.lists(_JSON_INTS, max_size=3),
 )
 
 
