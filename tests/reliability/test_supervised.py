@@ -47,7 +47,8 @@ def with_retries(config: Path) -> Path:
     """The serve tests' config retries nothing; here loopd retries a failed connect as it does by
     default, since this test is about the restart, and inferproxy under supervisord runs with its
     default accept rate, which a restarted loopd's self-test and the turns after it may meet on a
-    loaded machine (seen once in CI: `connect: the server closed the connection`)."""
+    loaded machine (seen once in a loaded `make test`: `connect: the server closed the connection
+    without answering`; the logs are printed if it comes back)."""
     text = config.read_text()
     old = "retry_attempts = 1\nretry_delays_ms = []\n"
     assert old in text, "serve_support's config no longer disables retries"
