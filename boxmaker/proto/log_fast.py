@@ -230,7 +230,7 @@ def _cache_io(obj: dict[str, Any]) -> tuple[Any, ...] | None:
     _BY_KEYS tells them apart), when all four counts are UINTs."""
     _, _, _, time, slot, tokens, size, elapsed = obj.values()
     counts = (slot, tokens, size, elapsed)
-    if all(type(v) is int for v in counts) and 0 <= min(counts) and max(counts) <= MAX_INT:
+    if all(type(v) is int for v in counts) and min(counts) >= 0 and max(counts) <= MAX_INT:
         return (time, *counts)
     return None
 
