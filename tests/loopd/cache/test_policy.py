@@ -1,0 +1,158 @@
+"""loopd/cache/policy.py: the save/restore decisions, without a server (issue 14)."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmaker.loopd.cache.policy import (
+    Mark,
+    Note,
+    Policy,
+    Restore,
+    Save,
+    SlotIO,
+    identity,
+    parse_io,
+    parse_marks,
+    save_name,
+)
+
+ID = identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 2048)
+IO = SlotIO(500, 11_500_000, 900)
+
+
+def policy(min_tokens: int = 100) -> Policy:
+    return Policy(ID, min_tokens)
+
+
+def test_identity_changes_with_the_model_the_template_and_the_context_size() -> None:
+    ids = {
+        ID,
+        identity("other-model", "b2" * 32, 2048),
+        identity("SmolLM2-135M-Instruct.Q4_1", "c3" * 32, 2048),
+        identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 1024),
+    }
+    assert len(ids) == 4
+    assert save_name(ID, "s-1.a_b") == f"bx-{ID}-s-1.a_b.bin"
+
+
+def test_the_same_session_on_an_untouched_slot_needs_nothing() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    assert p.before(0, "a", Mark(3, 500)) == []
+
+
+def test_another_session_saves_the_holder_first_then_the_holder_is_restored() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    assert p.before(0, "b", Mark(3, 500)) == [Save(0, "a", save_name(ID, "a"))]
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    p.released(0, "b", Mark(7, 300))
+    # a comes back: b holds the slot (saved first), and a's file goes in.
+    assert p.before(0, "a", Mark(7, 300)) == [
+        Save(0, "b", save_name(ID, "b")),
+        Restore(0, "a", save_name(ID, "a")),
+    ]
+    assert p.take_notes("a") == [Note("saved", 0, IO)]
+    assert p.take_notes("a") == []
+
+
+def test_a_saved_holder_is_not_saved_again() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    assert p.before(0, "b", Mark(3, 500)) == []
+    assert p.idle_save(0, Mark(3, 500)) is None
+
+
+def test_a_slot_that_still_holds_the_session_is_never_restored_over() -> None:
+    """Never slower than no policy: an older save does not replace a longer live prefix."""
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    p.released(0, "a", Mark(9, 900))  # a went on: 900 tokens now, the file has 500
+    assert p.before(0, "a", Mark(9, 900)) == []
+
+
+def test_a_server_restart_shows_as_another_mark_and_brings_a_restore() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    assert p.before(0, "a", Mark(None, 0)) == [Restore(0, "a", save_name(ID, "a"))]
+    p.restored(Restore(0, "a", save_name(ID, "a")), IO, Mark(None, 500))
+    assert p.take_notes("a") == [Note("saved", 0, IO), Note("restored", 0, IO)]
+    assert p.before(0, "a", Mark(None, 500)) == []  # the restored cache is a's now
+
+
+def test_a_lost_unsaved_cache_is_not_saved_from_another_mark() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    assert p.before(0, "b", Mark(None, 0)) == []  # the server restarted: nothing of a's left
+    assert p.idle_save(0, Mark(None, 0)) is None
+
+
+def test_short_caches_are_not_saved() -> None:
+    p = policy(min_tokens=600)
+    p.released(0, "a", Mark(3, 500))
+    assert p.before(0, "b", Mark(3, 500)) == []
+    assert p.idle_save(0, Mark(3, 500)) is None
+
+
+def test_the_selftest_saves_the_holder_and_leaves_the_slot_to_nobody() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    assert p.before(0, None, Mark(3, 500)) == [Save(0, "a", save_name(ID, "a"))]
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    p.released(0, None, Mark(12, 80))
+    assert p.holder(0, Mark(12, 80)) is None
+    assert p.before(0, "a", Mark(12, 80)) == [Restore(0, "a", save_name(ID, "a"))]
+
+
+def test_a_failed_restore_is_not_tried_again() -> None:
+    p = policy()
+    p.saves["a"] = 500
+    restore = Restore(0, "a", save_name(ID, "a"))
+    assert p.before(0, "a", None) == [restore]
+    p.restore_failed(restore)
+    assert p.before(0, "a", None) == []
+
+
+def test_the_state_survives_a_round_trip_under_the_same_identity_only() -> None:
+    p = policy()
+    p.released(0, "a", Mark(3, 500))
+    p.saved(Save(0, "a", save_name(ID, "a")), IO)
+    p.released(1, "b", Mark(None, 40))
+    back = Policy.from_json(p.to_json(), ID, 100)
+    assert back.held == p.held and back.saves == p.saves and back.notes == p.notes
+    other = Policy.from_json(p.to_json(), identity("m", "00" * 32, 1), 100)
+    assert other.held == {} and other.saves == {} and other.notes == {}
+
+
+@pytest.mark.parametrize("data", [b"", b"[]", b'{"version":1,"identity":"' + ID.encode() + b'"}'])
+def test_a_bad_state_file_is_refused(data: bytes) -> None:
+    with pytest.raises(ValueError):
+        Policy.from_json(data, ID, 100)
+
+
+def test_parse_marks_reads_id_task_and_n_prompt_tokens() -> None:
+    body = b'[{"id":0,"is_processing":false},{"id":1,"id_task":16,"n_prompt_tokens":77}]'
+    assert parse_marks(body) == {0: Mark(None, 0), 1: Mark(16, 77)}
+    with pytest.raises(ValueError, match="integer id"):
+        parse_marks(b'[{"id":"0"}]')
+
+
+def test_parse_io_reads_the_save_and_restore_answers() -> None:
+    save = b'{"id_slot":0,"filename":"a.bin","n_saved":77,"n_written":1776084,"timings":{"save_ms":1.231}}'
+    assert parse_io(save, "save") == SlotIO(77, 1_776_084, 1231)
+    restore = b'{"n_restored":77,"n_read":1776084,"timings":{"restore_ms":0.727}}'
+    assert parse_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
+    with pytest.raises(ValueError, match="n_saved"):
+        parse_io(restore, "save")
+
+
+def test_notes_refuse_anything_but_their_own_shape() -> None:
+    note = Note("restored", 1, IO)
+    assert Note.from_json(note.to_json()) == note
+    for bad in ({"kind": "erased"}, {**note.to_json(), "tokens": -1}, [], None):
+        with pytest.raises(ValueError):
+            Note.from_json(bad)
