@@ -123,14 +123,14 @@ def test_the_state_survives_a_round_trip_under_the_same_identity_only() -> None:
     p.saved(Save(0, "a", save_name(ID, "a")), IO)
     p.released(1, "b", Mark(None, 40))
     back = Policy.from_json(p.to_json(), ID, 100)
-    assert back.held == p.held and back.saves == p.saves and back.notes == p.notes
+    assert (back.held, back.saves, back.notes) == (p.held, p.saves, p.notes)
     other = Policy.from_json(p.to_json(), identity("m", "00" * 32, 1), 100)
-    assert other.held == {} and other.saves == {} and other.notes == {}
+    assert (other.held, other.saves, other.notes) == ({}, {}, {})
 
 
 @pytest.mark.parametrize("data", [b"", b"[]", b'{"version":1,"identity":"' + ID.encode() + b'"}'])
 def test_a_bad_state_file_is_refused(data: bytes) -> None:
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"JSON|version|field"):
         Policy.from_json(data, ID, 100)
 
 
@@ -142,7 +142,7 @@ def test_parse_marks_reads_id_task_and_n_prompt_tokens() -> None:
 
 
 def test_parse_io_reads_the_save_and_restore_answers() -> None:
-    save = b'{"id_slot":0,"filename":"a.bin","n_saved":77,"n_written":1776084,"timings":{"save_ms":1.231}}'
+    save = b'{"id_slot":0,"n_saved":77,"n_written":1776084,"timings":{"save_ms":1.231}}'
     assert parse_io(save, "save") == SlotIO(77, 1_776_084, 1231)
     restore = b'{"n_restored":77,"n_read":1776084,"timings":{"restore_ms":0.727}}'
     assert parse_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
@@ -154,5 +154,5 @@ def test_notes_refuse_anything_but_their_own_shape() -> None:
     note = Note("restored", 1, IO)
     assert Note.from_json(note.to_json()) == note
     for bad in ({"kind": "erased"}, {**note.to_json(), "tokens": -1}, [], None):
-        with pytest.raises(ValueError):
+        with pytest.raises(ValueError, match="a cache note"):
             Note.from_json(bad)
