@@ -51,9 +51,12 @@ class CacheKeeper:
         gate: SlotGate,
         ident: str,
         warn: Warn,
+        props: Callable[[], Props],
         files: SlotFiles | None = None,
     ) -> None:
         self.cache = config.cache
+        self.model = config.inference.model
+        self._props = props
         self.slots = config.inference.slots
         self.gate = gate
         self.warn = warn
@@ -66,12 +69,25 @@ class CacheKeeper:
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
 
-    @classmethod
-    def for_server(
-        cls, config: Config, gate: SlotGate, template_sha256: str, n_ctx: int, warn: Warn
-    ) -> CacheKeeper:
-        ident = identity(config.inference.model, template_sha256, n_ctx)
-        return cls(config, gate, ident, warn)
+    def _server_identity(self) -> str | None:
+        """The identity of the server answering now (None: no answer)."""
+        try:
+            props = self._props()
+        except InferError as exc:
+            self.warn(f"cache: GET /props failed ({exc.describe()})")
+            return None
+        return server_identity(self.model, props)
+
+    def _same_server(self) -> bool:
+        """Before any save or restore: the server still runs what the files were made under (a
+        restarted server may run another model, template or context size)."""
+        found = self._server_identity()
+        if found is not None and found != self.policy.ident:
+            self.warn(
+                f"cache: the server's model, template or context size changed (identity {found}, "
+                f"loopd's files are {self.policy.ident}); no save or restore until loopd restarts"
+            )
+        return found == self.policy.ident
 
     # ---- the state file ----
     def _load(self, ident: str) -> Policy:
@@ -149,8 +165,10 @@ class CacheKeeper:
         the session's log is owed (JSON, for the grant frame)."""
         with self._lock:
             mark = self._marks().get(slot)
-            for action in self.policy.before(slot, session, mark):
-                self._act(action, slot)
+            actions = self.policy.before(slot, session, mark)
+            if actions and self._same_server():
+                for action in actions:
+                    self._act(action, slot)
             notes = self.policy.take_notes(session) if session is not None else []
             self._persist()
         return [note.to_json() for note in notes]
@@ -215,7 +233,7 @@ class CacheKeeper:
     def _save_idle(self, slot: int) -> None:
         with self.gate.hold(slot, _ignore), self._lock:
             save = self.policy.idle_save(slot, self._marks().get(slot))
-            if save is not None:
+            if save is not None and self._same_server():
                 self._act(save, slot)
             elif (held := self.policy.held.get(slot)) is not None:
                 held.saved = True  # too short to save, or no longer the slot's: not due again
@@ -232,7 +250,7 @@ class CacheKeeper:
         for slot in self.slots:
             with self.gate.hold(slot, _ignore), self._lock:
                 save = self.policy.idle_save(slot, self._marks().get(slot))
-                if save is not None:
+                if save is not None and self._same_server():
                     self._act(save, slot)
                     saved += 1
                 self._persist()
@@ -264,6 +282,11 @@ class CacheKeeper:
                 self.policy.forget(path.name[len(mine) : -len(".bin")])
 
 
+def server_identity(model: str, props: Props) -> str:
+    """The identity save files are named with, for the server whose /props this is."""
+    return identity(model, sha256_hex(props.chat_template.encode("utf-8")), props.n_ctx)
+
+
 def open_keeper(
     config: Config,
     gate: SlotGate,
@@ -278,8 +301,7 @@ def open_keeper(
     except InferError as exc:
         say(f"selftest off      slot_save: no answer from /props ({exc.describe()})")
         return None
-    template = sha256_hex(found.chat_template.encode("utf-8"))
-    keeper = CacheKeeper.for_server(config, gate, template, found.n_ctx, warn)
+    keeper = CacheKeeper(config, gate, server_identity(config.inference.model, found), warn, props)
     on, line = keeper.probe()
     say(f"selftest {'ok ' if on else 'off'}      slot_save: {line}")
     return keeper if on else None

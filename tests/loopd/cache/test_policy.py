@@ -153,6 +153,7 @@ def test_parse_io_reads_the_save_and_restore_answers() -> None:
 def test_notes_refuse_anything_but_their_own_shape() -> None:
     note = Note("restored", 1, IO)
     assert Note.from_json(note.to_json()) == note
-    for bad in ({"kind": "erased"}, {**note.to_json(), "tokens": -1}, [], None):
+    bad_notes: list[object] = [{"kind": "erased"}, {**note.to_json(), "tokens": -1}, [], None]
+    for bad in bad_notes:
         with pytest.raises(ValueError, match="a cache note"):
             Note.from_json(bad)
