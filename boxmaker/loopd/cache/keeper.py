@@ -299,9 +299,9 @@ def open_keeper(
     try:
         found = props()
     except InferError as exc:
-        say(f"selftest off      slot_save: no answer from /props ({exc.describe()})")
+        say(f"selftest off     slot_save: no answer from /props ({exc.describe()})")
         return None
     keeper = CacheKeeper(config, gate, server_identity(config.inference.model, found), warn, props)
     on, line = keeper.probe()
-    say(f"selftest {'ok ' if on else 'off'}      slot_save: {line}")
+    say(f"selftest {'ok      ' if on else 'off     '}slot_save: {line}")
     return keeper if on else None
