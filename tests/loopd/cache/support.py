@@ -115,7 +115,9 @@ class CacheStack:
 
     def start_loopd(self) -> Daemon:
         self.write_config()
-        self.loopd = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(self.config_path)))
+        self.loopd = Daemon(
+            python_module("boxmaker.loopd", "serve", "--config", str(self.config_path))
+        )
         self.loopd.wait_for_line(START_LINE, BOUND_S)
         return self.loopd
 

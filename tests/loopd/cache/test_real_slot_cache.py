@@ -30,6 +30,12 @@ def test_a_server_restart_between_two_turns_costs_the_session_nothing() -> None:
         assert not kinds(after, CacheLoss)
 
 
+def notes(session: str) -> str:
+    """A first message of well over 64 tokens that no other session's shares: the two sessions
+    share the system prompt (~450 tokens), so only what follows it can tell a hit from a miss."""
+    return f"My notes for {session}: " + ", ".join(f"{session} item {k}" for k in range(30))
+
+
 def test_two_sessions_alternating_on_one_slot_hit_the_cache_every_time() -> None:
     with CacheStack(slots=1) as cs:
         cs.start_loopd()
@@ -37,7 +43,7 @@ def test_two_sessions_alternating_on_one_slot_hit_the_cache_every_time() -> None
         for i, text in enumerate(said):
             for session in ("alt-a", "alt-b"):
                 previous = cs.records(session) if i else None
-                cs.turn(session, f"{text} ({session})", resume=bool(i))
+                cs.turn(session, f"{text} {notes(session) if i == 0 else ''}", resume=bool(i))
                 if previous is None:
                     continue
                 this = turns(cs.records(session))[-1]
