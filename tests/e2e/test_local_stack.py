@@ -92,6 +92,7 @@ def stack() -> Iterator[Stack]:
     run = Path(tempfile.mkdtemp(prefix="bx-e2e-", dir="/tmp"))  # short: socket paths
     (run / "supervisord.d").mkdir()
     (run / "home").mkdir(mode=0o700)
+    (run / "slots").mkdir()  # llama-server's --slot-save-path (issue 14)
     shutil.copy(REPO / "conf" / "programs" / "llama-server.conf", run / "supervisord.d")
     port = free_port()
     env = dict(os.environ)
