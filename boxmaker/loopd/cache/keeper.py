@@ -63,6 +63,10 @@ class CacheKeeper:
         self.files = files if files is not None else SlotFiles(config.inference)
         self.state_path = self.cache.state or config.paths.home / STATE_FILE
         self.policy = self._load(ident)
+        # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
+        # /slots shows a restart, so the next save or restore asks /props again first.
+        self._verified = True
+        self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
         self._stop = threading.Event()
@@ -80,8 +84,12 @@ class CacheKeeper:
 
     def _same_server(self) -> bool:
         """Before any save or restore: the server still runs what the files were made under (a
-        restarted server may run another model, template or context size)."""
+        restarted server may run another model, template or context size). Asked once after
+        each restart /slots shows."""
+        if self._verified:
+            return True
         found = self._server_identity()
+        self._verified = found == self.policy.ident
         if found is not None and found != self.policy.ident:
             self.warn(
                 f"cache: the server's model, template or context size changed (identity {found}, "
@@ -120,7 +128,7 @@ class CacheKeeper:
         Returns (on, the self-test's line).
         """
         try:
-            marks = self.files.marks()
+            marks = self._first_marks = self.files.marks()
             slot = next(
                 (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
             )
@@ -138,12 +146,15 @@ class CacheKeeper:
 
     def _marks(self) -> dict[int, Mark]:
         try:
-            return self.files.marks()
+            marks = self.files.marks()
         except InferError as exc:
             self.warn(f"cache: GET /slots failed ({exc.describe()})")
             return {}
+        if self.policy.restarted(marks):
+            self._verified = False
+        return marks
 
-    def _act(self, action: Action, slot: int) -> None:
+    def _act(self, action: Action, slot: int, mark: Mark) -> None:
         """Carries out one action; a failure is a warning."""
         try:
             if isinstance(action, Save):
@@ -152,7 +163,7 @@ class CacheKeeper:
                 self._prune()
             else:
                 io = self.files.restore(slot, action.filename)
-                self.policy.restored(action, io, self._marks().get(slot))
+                self.policy.restored(action, io, mark)  # a restore leaves id_task as it was
         except InferError as exc:
             verb = "save" if isinstance(action, Save) else "restore"
             self.warn(f"cache: {verb} of {action.session} on slot {slot} failed ({exc})")
@@ -166,17 +177,19 @@ class CacheKeeper:
         with self._lock:
             mark = self._marks().get(slot)
             actions = self.policy.before(slot, session, mark)
-            if actions and self._same_server():
+            if actions and mark is not None and self._same_server():
                 for action in actions:
-                    self._act(action, slot)
+                    self._act(action, slot, mark)
+            self.policy.granted(slot, session, mark)
             notes = self.policy.take_notes(session) if session is not None else []
             self._persist()
         return [note.to_json() for note in notes]
 
     def after_release(self, slot: int, session: str | None) -> None:
-        """Called with the slot still held, once `session`'s request is over."""
+        """Called with the slot still held, once `session`'s request is over (no call to the
+        server: the next grant's /slots tells what became of the slot)."""
         with self._lock:
-            self.policy.released(slot, session, self._marks().get(slot))
+            self.policy.released(slot, session)
             self._last_used[slot] = time.monotonic()
             self._persist()
         self._wake.set()
@@ -184,18 +197,19 @@ class CacheKeeper:
     @contextlib.contextmanager
     def around_selftest(self) -> Iterator[int]:
         """The slot the self-test should use (one no session holds, if any), its holder's cache
-        saved first when it must use a held one; the slot's new mark taken after."""
+        saved first when it must use a held one (then restored at the session's next request)."""
         with self._lock:
-            marks = self._marks()
+            marks, self._first_marks = self._first_marks or self._marks(), None
             free = [s for s in self.slots if self.policy.holder(s, marks.get(s)) is None]
             slot = free[0] if free else self.slots[0]
-            for action in self.policy.before(slot, None, marks.get(slot)):
-                self._act(action, slot)
+            mark = marks.get(slot)
+            actions = self.policy.before(slot, None, mark)
+            if actions and mark is not None and self._same_server():
+                for action in actions:
+                    self._act(action, slot, mark)
+            self.policy.granted(slot, None, mark)
             self._persist()
-        try:
-            yield slot
-        finally:
-            self.after_release(slot, None)
+        yield slot
 
     # ---- idle saves and the drain ----
     def start(self) -> None:
@@ -232,9 +246,10 @@ class CacheKeeper:
 
     def _save_idle(self, slot: int) -> None:
         with self.gate.hold(slot, _ignore), self._lock:
-            save = self.policy.idle_save(slot, self._marks().get(slot))
-            if save is not None and self._same_server():
-                self._act(save, slot)
+            mark = self._marks().get(slot)
+            save = self.policy.idle_save(slot, mark)
+            if save is not None and mark is not None and self._same_server():
+                self._act(save, slot, mark)
             elif (held := self.policy.held.get(slot)) is not None:
                 held.saved = True  # too short to save, or no longer the slot's: not due again
             self._last_used[slot] = time.monotonic()  # a failed save is tried again later
@@ -247,11 +262,14 @@ class CacheKeeper:
         if self._thread is not None:
             self._thread.join(self.files.config.control_timeout_ms / 1000)
         saved = 0
+        with self._lock:
+            marks = self._marks()  # the workers have stopped: nothing moves the slots now
         for slot in self.slots:
             with self.gate.hold(slot, _ignore), self._lock:
-                save = self.policy.idle_save(slot, self._marks().get(slot))
-                if save is not None and self._same_server():
-                    self._act(save, slot)
+                mark = marks.get(slot)
+                save = self.policy.idle_save(slot, mark)
+                if save is not None and mark is not None and self._same_server():
+                    self._act(save, slot, mark)
                     saved += 1
                 self._persist()
         return saved

@@ -6,15 +6,20 @@ process (which grants the slots) saves a session's cache to a file before anythi
 slot, and when the slot has been idle a while, and restores it before the session's next request
 when the slot no longer holds it. `Policy` decides; `cache.keeper` asks the server and acts.
 
-What the policy knows of a slot is a `Mark`: the slot's `id_task` (the last completion task it
-ran) and `n_prompt_tokens` (how many tokens its cache holds), as GET /slots shows them. The mark
-taken right after a session's request is that session's: while /slots still shows the same mark,
-nothing else has touched the slot, and the session's next request would hit its cache. A restarted
-server shows no `id_task`; another session's or the self-test's request moves it. Save, restore
-and erase do not move `id_task` (measured), so a restore is followed by a fresh mark.
+What the policy knows of a slot comes from GET /slots, one call before each grant: a `Mark`, the
+slot's `id_task` (the last completion task it ran; task ids only grow over a server's life) and
+`n_prompt_tokens` (how many tokens its cache holds). Every request on a slot goes through loopd's
+gate, so after a session's request the slot holds that session's cache until loopd itself lets
+something else use it; the one thing that can change it behind loopd's back is a server restart.
+So the policy records, at each grant, the slot's `id_task` as the holder's floor: while /slots
+shows an `id_task` at or above it, the slot still holds the holder's cache. A restarted server
+shows no `id_task` (or a lower one), and the slot's cache is gone (`restarted`). Save, restore and
+erase do not move `id_task` (measured). Nothing is asked after a request: one short call per
+request is all the policy costs when the same session keeps its slot (inferproxy's accept bucket,
+2 connections a second, is shared with every request).
 
 The rules, each request before its grant (`before`):
-- the slot still holds this session's cache (the same mark): nothing. A restore could only be
+- the slot still holds this session's cache: nothing. A restore could only be
   older and shorter, so it is never done over a slot that still holds the session.
 - the slot still holds another session's cache that is not saved: `Save` it first (at least
   `min_tokens`: below that the re-read is cheaper than the file);
@@ -26,7 +31,8 @@ template or context size is never asked for (llama-server itself restores such a
 word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids), which the server's
 filename check accepts.
 
-The results come back through `saved`, `restored`, `restore_failed` and `released`; each save or
+The results come back through `saved`, `restored`, `restore_failed`, `granted` and `released`;
+each save or
 restore leaves a `Note` for the session's log, which its worker (the log's one writer) appends at
 the session's next grant (`take_notes`). `to_json`/`from_json` keep it all across loopd restarts.
 """
@@ -122,11 +128,16 @@ class Note:
 
 @dataclass(slots=True)
 class Held:
-    """A slot's cache as far as loopd knows: `session`'s since `mark`; `saved`: its file has it."""
+    """A slot's cache as far as loopd knows: `session`'s since the slot's `id_task` was `floor`
+    (-1: none yet); `saved`: the session's file holds all of it."""
 
     session: str
-    mark: Mark
+    floor: int
     saved: bool
+
+
+def _floor(mark: Mark) -> int:
+    return -1 if mark.task is None else mark.task
 
 
 class Policy:
@@ -143,9 +154,15 @@ class Policy:
         return save_name(self.ident, session)
 
     def holder(self, slot: int, mark: Mark | None) -> Held | None:
-        """Who the slot's cache belongs to now: the last holder, if the mark is unchanged."""
+        """Whose cache the slot holds now: the last holder's, unless the server restarted."""
         held = self.held.get(slot)
-        return held if held is not None and mark is not None and held.mark == mark else None
+        if held is None or mark is None or mark.task is None or mark.task < held.floor:
+            return None
+        return held
+
+    def restarted(self, marks: dict[int, Mark]) -> bool:
+        """True when /slots shows a slot's cache lost behind loopd's back (a server restart)."""
+        return any(slot in marks and self.holder(slot, marks[slot]) is None for slot in self.held)
 
     def before(self, slot: int, session: str | None, mark: Mark | None) -> list[Action]:
         """What to do before `session` (None: loopd's own self-test) uses `slot`, which /slots
@@ -154,7 +171,8 @@ class Policy:
         if held is not None and held.session == session:
             return []
         actions: list[Action] = []
-        if held is not None and not held.saved and held.mark.tokens >= self.min_tokens:
+        long_enough = mark is not None and mark.tokens >= self.min_tokens
+        if held is not None and not held.saved and long_enough:
             actions.append(Save(slot, held.session, self.name(held.session)))
         if session is not None and self.saves.get(session, 0) > 0:
             actions.append(Restore(slot, session, self.name(session)))
@@ -163,7 +181,7 @@ class Policy:
     def idle_save(self, slot: int, mark: Mark | None) -> Save | None:
         """The save due when the slot has been idle (or loopd drains), if any."""
         held = self.holder(slot, mark)
-        if held is None or held.saved or held.mark.tokens < self.min_tokens:
+        if held is None or held.saved or mark is None or mark.tokens < self.min_tokens:
             return None
         return Save(slot, held.session, self.name(held.session))
 
@@ -174,25 +192,27 @@ class Policy:
             held.saved = True
         self.notes.setdefault(action.session, []).append(Note("saved", action.slot, io))
 
-    def restored(self, action: Restore, io: SlotIO, mark: Mark | None) -> None:
-        if mark is None:
-            self.held.pop(action.slot, None)
-        else:
-            self.held[action.slot] = Held(action.session, mark, saved=True)
+    def restored(self, action: Restore, io: SlotIO, mark: Mark) -> None:
+        self.held[action.slot] = Held(action.session, _floor(mark), saved=True)
         self.notes.setdefault(action.session, []).append(Note("restored", action.slot, io))
 
     def restore_failed(self, action: Restore) -> None:
         """The file is gone or refused: not asked for again until the next save."""
         self.saves.pop(action.session, None)
 
-    def released(self, slot: int, session: str | None, mark: Mark | None) -> None:
-        """`session` (None: the self-test) has used the slot, which /slots now shows at `mark`."""
+    def granted(self, slot: int, session: str | None, mark: Mark | None) -> None:
+        """`session` (None: the self-test) uses the slot now (after `before`'s actions)."""
+        held = self.holder(slot, mark)
         if session is None or mark is None:
             self.held.pop(slot, None)
-        else:
-            held = self.held.get(slot)
-            same = held is not None and held.session == session and held.mark == mark
-            self.held[slot] = Held(session, mark, saved=same and held is not None and held.saved)
+        elif held is None or held.session != session:
+            self.held[slot] = Held(session, _floor(mark), saved=False)
+
+    def released(self, slot: int, session: str | None) -> None:
+        """`session`'s request on the slot is over: the cache grew past what its file holds."""
+        held = self.held.get(slot)
+        if held is not None and held.session == session:
+            held.saved = False
 
     def take_notes(self, session: str) -> list[Note]:
         return self.notes.pop(session, [])
@@ -208,12 +228,7 @@ class Policy:
                 "version": STATE_VERSION,
                 "identity": self.ident,
                 "held": {
-                    str(slot): {
-                        "session": h.session,
-                        "task": h.mark.task,
-                        "tokens": h.mark.tokens,
-                        "saved": h.saved,
-                    }
+                    str(slot): {"session": h.session, "floor": h.floor, "saved": h.saved}
                     for slot, h in self.held.items()
                 },
                 "saves": self.saves,
@@ -239,12 +254,9 @@ class Policy:
             return policy  # another model, template or context size: its saves are not ours
         try:
             for slot, h in obj["held"].items():
-                task = h["task"]
-                if not (task is None or type(task) is int) or type(h["tokens"]) is not int:
-                    raise ValueError(f"held[{slot}]: a bad mark")
-                policy.held[int(slot)] = Held(
-                    str(h["session"]), Mark(task, h["tokens"]), bool(h["saved"])
-                )
+                if type(h["floor"]) is not int:
+                    raise ValueError(f"held[{slot}]: a bad floor")
+                policy.held[int(slot)] = Held(str(h["session"]), h["floor"], bool(h["saved"]))
             for session, tokens in obj["saves"].items():
                 if type(tokens) is not int:
                     raise ValueError(f"saves[{session}]: not an integer")

@@ -36,92 +36,110 @@ def test_identity_changes_with_the_model_the_template_and_the_context_size() -> 
     assert save_name(ID, "s-1.a_b") == f"bx-{ID}-s-1.a_b.bin"
 
 
+def use(p: Policy, slot: int, session: str | None, mark: Mark) -> None:
+    """A request of `session` on `slot` granted at `mark`, with nothing due before it."""
+    assert p.before(slot, session, mark) == []
+    p.granted(slot, session, mark)
+    p.released(slot, session)
+
+
+def save_of(session: str) -> Save:
+    return Save(0, session, save_name(ID, session))
+
+
+def restore_of(session: str) -> Restore:
+    return Restore(0, session, save_name(ID, session))
+
+
 def test_the_same_session_on_an_untouched_slot_needs_nothing() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    assert p.before(0, "a", Mark(3, 500)) == []
+    use(p, 0, "a", Mark(3, 0))
+    assert p.before(0, "a", Mark(5, 500)) == []  # its own request moved id_task past the floor
+    assert not p.restarted({0: Mark(5, 500)})
 
 
 def test_another_session_saves_the_holder_first_then_the_holder_is_restored() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    assert p.before(0, "b", Mark(3, 500)) == [Save(0, "a", save_name(ID, "a"))]
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    p.released(0, "b", Mark(7, 300))
+    use(p, 0, "a", Mark(3, 0))
+    assert p.before(0, "b", Mark(5, 500)) == [save_of("a")]
+    p.saved(save_of("a"), IO)
+    p.granted(0, "b", Mark(5, 500))
+    p.released(0, "b")
     # a comes back: b holds the slot (saved first), and a's file goes in.
-    assert p.before(0, "a", Mark(7, 300)) == [
-        Save(0, "b", save_name(ID, "b")),
-        Restore(0, "a", save_name(ID, "a")),
-    ]
+    assert p.before(0, "a", Mark(9, 300)) == [save_of("b"), restore_of("a")]
     assert p.take_notes("a") == [Note("saved", 0, IO)]
     assert p.take_notes("a") == []
 
 
 def test_a_saved_holder_is_not_saved_again() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    assert p.before(0, "b", Mark(3, 500)) == []
-    assert p.idle_save(0, Mark(3, 500)) is None
+    use(p, 0, "a", Mark(3, 0))
+    p.saved(save_of("a"), IO)
+    assert p.before(0, "b", Mark(5, 500)) == []
+    assert p.idle_save(0, Mark(5, 500)) is None
 
 
 def test_a_slot_that_still_holds_the_session_is_never_restored_over() -> None:
     """Never slower than no policy: an older save does not replace a longer live prefix."""
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    p.released(0, "a", Mark(9, 900))  # a went on: 900 tokens now, the file has 500
-    assert p.before(0, "a", Mark(9, 900)) == []
+    use(p, 0, "a", Mark(3, 0))
+    p.saved(save_of("a"), IO)
+    use(p, 0, "a", Mark(5, 500))  # a went on past its file
+    assert p.idle_save(0, Mark(8, 900)) == save_of("a")
+    assert p.before(0, "a", Mark(8, 900)) == []
 
 
-def test_a_server_restart_shows_as_another_mark_and_brings_a_restore() -> None:
+def test_a_server_restart_shows_as_a_lost_task_and_brings_a_restore() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    assert p.before(0, "a", Mark(None, 0)) == [Restore(0, "a", save_name(ID, "a"))]
-    p.restored(Restore(0, "a", save_name(ID, "a")), IO, Mark(None, 500))
+    use(p, 0, "a", Mark(3, 0))
+    p.saved(save_of("a"), IO)
+    assert p.restarted({0: Mark(None, 0)})
+    assert p.restarted({0: Mark(1, 40)})  # a new server that ran a request below the floor
+    assert p.before(0, "a", Mark(None, 0)) == [restore_of("a")]
+    p.restored(restore_of("a"), IO, Mark(None, 500))
+    p.granted(0, "a", Mark(None, 500))
+    p.released(0, "a")
     assert p.take_notes("a") == [Note("saved", 0, IO), Note("restored", 0, IO)]
-    assert p.before(0, "a", Mark(None, 500)) == []  # the restored cache is a's now
+    assert p.before(0, "a", Mark(0, 540)) == []  # the restored cache, then a's request: a's
 
 
-def test_a_lost_unsaved_cache_is_not_saved_from_another_mark() -> None:
+def test_a_lost_unsaved_cache_is_not_saved_from_a_restarted_server() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    assert p.before(0, "b", Mark(None, 0)) == []  # the server restarted: nothing of a's left
+    use(p, 0, "a", Mark(3, 0))
+    assert p.before(0, "b", Mark(None, 0)) == []  # nothing of a's is left to save
     assert p.idle_save(0, Mark(None, 0)) is None
 
 
 def test_short_caches_are_not_saved() -> None:
     p = policy(min_tokens=600)
-    p.released(0, "a", Mark(3, 500))
-    assert p.before(0, "b", Mark(3, 500)) == []
-    assert p.idle_save(0, Mark(3, 500)) is None
+    use(p, 0, "a", Mark(3, 0))
+    assert p.before(0, "b", Mark(5, 500)) == []
+    assert p.idle_save(0, Mark(5, 500)) is None
 
 
 def test_the_selftest_saves_the_holder_and_leaves_the_slot_to_nobody() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    assert p.before(0, None, Mark(3, 500)) == [Save(0, "a", save_name(ID, "a"))]
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    p.released(0, None, Mark(12, 80))
+    use(p, 0, "a", Mark(3, 0))
+    assert p.before(0, None, Mark(5, 500)) == [save_of("a")]
+    p.saved(save_of("a"), IO)
+    p.granted(0, None, Mark(5, 500))
     assert p.holder(0, Mark(12, 80)) is None
-    assert p.before(0, "a", Mark(12, 80)) == [Restore(0, "a", save_name(ID, "a"))]
+    assert p.before(0, "a", Mark(12, 80)) == [restore_of("a")]
 
 
 def test_a_failed_restore_is_not_tried_again() -> None:
     p = policy()
     p.saves["a"] = 500
-    restore = Restore(0, "a", save_name(ID, "a"))
-    assert p.before(0, "a", None) == [restore]
-    p.restore_failed(restore)
-    assert p.before(0, "a", None) == []
+    assert p.before(0, "a", Mark(None, 0)) == [restore_of("a")]
+    p.restore_failed(restore_of("a"))
+    assert p.before(0, "a", Mark(None, 0)) == []
 
 
 def test_the_state_survives_a_round_trip_under_the_same_identity_only() -> None:
     p = policy()
-    p.released(0, "a", Mark(3, 500))
-    p.saved(Save(0, "a", save_name(ID, "a")), IO)
-    p.released(1, "b", Mark(None, 40))
+    use(p, 0, "a", Mark(3, 0))
+    p.saved(save_of("a"), IO)
+    use(p, 1, "b", Mark(None, 0))
     back = Policy.from_json(p.to_json(), ID, 100)
     assert (back.held, back.saves, back.notes) == (p.held, p.saves, p.notes)
     other = Policy.from_json(p.to_json(), identity("m", "00" * 32, 1), 100)

@@ -6,11 +6,13 @@ survives is a restore: llama-server's own RAM cache cannot stand in for it.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from boxmaker.proto import CacheLoss, CacheRestored, CacheRestoredEvent, CacheSaved
 from tests.loopd.cache.support import CacheStack, first_usage, hits, previous_total, turns
 
 
-def kinds(records: list[object], kind: type) -> list[object]:
+def kinds(records: Sequence[object], kind: type) -> list[object]:
     return [r for r in records if isinstance(r, kind)]
 
 
