@@ -246,8 +246,10 @@ class CacheConfig:
     # A slot's cache shorter than this is not saved: the server reads it again faster.
     min_tokens: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
     # A slot left idle this long has its session's cache saved (a server restart then costs it
-    # nothing); a slot another session asks for is saved at once.
-    idle_save_ms: Annotated[int, MS] = 5000
+    # nothing); a slot another session asks for is saved at once, and every slot when loopd stops.
+    # Long enough that a conversation does not write a file after every turn (a 7B model's cache
+    # is 50-130 KB a token: README, "Slot save and restore").
+    idle_save_ms: Annotated[int, MS] = 60_000
     # Who holds each slot and what is saved, kept across restarts; <home>/slot-cache.json if unset.
     state: Annotated[Path | None, PATH] = None
     # The save folder (--slot-save-path) as loopd sees it; when set, the oldest save files past
