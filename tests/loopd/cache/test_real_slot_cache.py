@@ -6,10 +6,19 @@ survives is a restore: llama-server's own RAM cache cannot stand in for it.
 
 from __future__ import annotations
 
+import subprocess
 from collections.abc import Sequence
 
 from boxmaker.proto import CacheLoss, CacheRestored, CacheRestoredEvent, CacheSaved
-from tests.loopd.cache.support import CacheStack, first_usage, hits, previous_total, turns
+from tests.loopd.cache.support import (
+    BOUND_S,
+    CacheStack,
+    first_usage,
+    hits,
+    previous_total,
+    turns,
+)
+from tests.support.procs import python_module
 
 
 def kinds(records: Sequence[object], kind: type) -> list[object]:
@@ -107,6 +116,14 @@ def test_a_file_made_under_another_context_size_is_never_restored() -> None:
 
 def test_without_slot_save_path_the_feature_is_off_and_nothing_changes() -> None:
     with CacheStack(slots=1, save_path=False) as cs:
+        alone = subprocess.run(
+            python_module("boxmaker.loopd", "selftest", "--config", str(cs.write_config())),
+            capture_output=True, text=True, timeout=BOUND_S, check=False,
+        )  # fmt: skip
+        assert alone.returncode == 0, alone.stdout + alone.stderr
+        assert alone.stdout.startswith(
+            "off     slot_save: the server was not started with --slot-save-path"
+        ), alone.stdout
         cs.start_loopd()
         assert "slot_save: the server was not started with --slot-save-path" in cs.output()
         cs.turn("plain", "Say hello.", resume=False)
