@@ -25,7 +25,7 @@ from boxmaker.proto import ChannelBody, Turn, TurnDone, Usage, User, channel_fra
 from boxmaker.proto.log import LogRecord
 from tests.loopd.conftest import Stack
 from tests.loopd.serve_support import connect, read_frames
-from tests.support.llama import LlamaServer, ensure_built
+from tests.support.llama import LlamaServer, Mode, ensure_built
 from tests.support.procs import Daemon, python_module, wait_for
 from tests.support.toml import toml_dumps
 
@@ -46,9 +46,11 @@ class CacheStack:
         save_path: bool = True,
         config_slots: tuple[int, ...] | None = None,
         cache: dict[str, Any] | None = None,
+        mode: Mode = "single",
     ) -> None:
         built = ensure_built()
-        self.stack = Stack("single")
+        self.mode: Mode = mode
+        self.stack = Stack(mode)
         self.dir = self.stack.dir
         self.saves = self.dir / "slots"
         self.saves.mkdir()
@@ -68,7 +70,7 @@ class CacheStack:
         if self.cache_ram is not None:
             extra += ["--cache-ram", str(self.cache_ram)]
         return LlamaServer(
-            mode="single",
+            mode=self.mode,
             ctx=ctx,
             slots=self.slots,
             batch=64,

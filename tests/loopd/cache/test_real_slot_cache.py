@@ -9,6 +9,8 @@ from __future__ import annotations
 import subprocess
 from collections.abc import Sequence
 
+import pytest
+
 from boxmaker.proto import CacheLoss, CacheRestored, CacheRestoredEvent, CacheSaved
 from tests.loopd.cache.support import (
     BOUND_S,
@@ -18,6 +20,8 @@ from tests.loopd.cache.support import (
     previous_total,
     turns,
 )
+from tests.loopd.conftest import MODES
+from tests.support.llama import Mode
 from tests.support.procs import python_module
 
 
@@ -25,8 +29,10 @@ def kinds(records: Sequence[object], kind: type) -> list[object]:
     return [r for r in records if isinstance(r, kind)]
 
 
-def test_a_server_restart_between_two_turns_costs_the_session_nothing() -> None:
-    with CacheStack(slots=1) as cs:
+@pytest.mark.parametrize("mode", MODES)
+def test_a_server_restart_between_two_turns_costs_the_session_nothing(mode: Mode) -> None:
+    # A router's model is not loaded after the restart until a request asks for it.
+    with CacheStack(slots=1, mode=mode) as cs:
         cs.start_loopd()
         cs.turn("restart", "Say hello.", resume=False)
         cs.wait_saved("restart")  # the idle save, before the server dies
