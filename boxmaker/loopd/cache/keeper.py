@@ -6,9 +6,10 @@ knows which session is about to use a slot and which used it last. The GateServe
 the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and restores this
 session's as it says, and returns the notes this session's log is owed, which go to the worker in
 the grant frame; the worker, the log's one writer, appends them as CacheSaved / CacheRestored
-records and sends their events. `after_release(slot, session)` takes the slot's new mark while the
-slot is still held. Both run while the caller holds the slot, so no request runs on the slot
-meanwhile.
+records and sends their events. `after_release(slot, session)` notes that the holder's cache
+grew past its file (no call to the server). Both run while the caller holds the slot, so no
+request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
+has shown in /slots (the server might now run another model, template or context size).
 
 A thread saves a slot whose holder has left it unsaved for `idle_save_ms` (holding the slot in the
 gate while it does); `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives

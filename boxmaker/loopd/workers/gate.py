@@ -13,7 +13,7 @@ until the worker releases it or goes away (`close`).
 
 With `[cache] slot_save` on, the GateServer calls its `SlotCache` (loopd/cache/keeper.py) once
 the slot is held and before it grants it (the saves and restores due), and once the worker has
-released it, before letting it go (the slot's new mark). A grant then carries `cache`, the notes
+released it, before letting it go. A grant then carries `cache`, the notes
 the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
 
 When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
