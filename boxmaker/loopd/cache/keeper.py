@@ -174,7 +174,15 @@ class CacheKeeper:
     # ---- around each grant ----
     def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
         """Called with the slot held for `session`: the saves and restores due, then the notes
-        the session's log is owed (JSON, for the grant frame)."""
+        the session's log is owed (JSON, for the grant frame). Never raises: a bug here must not
+        leave a worker waiting for its grant."""
+        try:
+            return self._before_grant(slot, session)
+        except Exception as exc:  # the grant goes out whatever happened here
+            self.warn(f"cache: slot {slot} for {session}: {exc!r}; granted without it")
+            return []
+
+    def _before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
         with self._lock:
             mark = self._marks().get(slot)
             actions = self.policy.before(slot, session, mark)

@@ -214,3 +214,16 @@ def test_the_identity_is_the_servers(rig: Any) -> None:
     k = keeper(folder, [])
     props = Client(config(folder).inference).props()
     assert k.policy.ident == server_identity(MODEL, props)
+
+
+def test_a_failure_in_the_keeper_still_grants_the_slot(rig: Any) -> None:
+    _, _, folder = rig
+    warned: list[str] = []
+    k = keeper(folder, warned)
+
+    def broken(*_args: object) -> list[object]:
+        raise RuntimeError("a bug")
+
+    k.policy.before = broken  # type: ignore[method-assign,assignment]
+    assert k.before_grant(0, "a") == []
+    assert warned == ["cache: slot 0 for a: RuntimeError('a bug'); granted without it"]
