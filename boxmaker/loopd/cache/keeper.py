@@ -34,7 +34,7 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props
 from boxmaker.proto import sha256_hex
 
-from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity
+from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, session_of
 from .server import NOT_SUPPORTED, SlotFiles
 
 STATE_FILE = "slot-cache.json"
@@ -295,7 +295,6 @@ class CacheKeeper:
             self.warn(f"cache: cannot list {folder} ({exc})")
             return
         total = sum(size for _, size, _ in files)
-        mine = f"{SAVE_PREFIX}{self.policy.ident}-"
         for _, size, path in sorted(files):
             if total <= self.cache.max_bytes:
                 break
@@ -305,8 +304,8 @@ class CacheKeeper:
                 self.warn(f"cache: cannot remove {path} ({exc})")
                 continue
             total -= size
-            if path.name.startswith(mine):
-                self.policy.forget(path.name[len(mine) : -len(".bin")])
+            if (session := session_of(self.policy.ident, path.name)) is not None:
+                self.policy.forget(session)
 
 
 def server_identity(model: str, props: Props) -> str:

@@ -25,11 +25,11 @@ The rules, each request before its grant (`before`):
   `min_tokens`: below that the re-read is cheaper than the file);
 - this session has a save (of this identity) and the slot does not hold it: `Restore` it.
 
-Save files are named `bx-<identity>-<session>.bin`: the identity is a hash of the model id, the
-chat template's SHA-256 and the per-slot context size, so a file made under another model,
-template or context size is never asked for (llama-server itself restores such a file without a
-word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids), which the server's
-filename check accepts.
+Save files are named `bx-<identity>-<session>.bin` (`save_name`): the identity is a hash of the
+model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
+model, template or context size is never asked for (llama-server itself restores such a file without a
+word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids); the server's
+filename check refuses `..`, so dots are written `_d` (and `_` as `__`).
 
 The results come back through `saved`, `restored`, `restore_failed`, `granted` and `released`;
 each save or
@@ -58,7 +58,29 @@ def identity(model: str, template_sha256: str, n_ctx: int) -> str:
 
 
 def save_name(ident: str, session: str) -> str:
-    return f"{SAVE_PREFIX}{ident}-{session}.bin"
+    """`bx-<identity>-<session>.bin`, the session id with `_` written `__` and `.` written `_d`:
+    llama-server refuses a file name holding `..` (a session id may), and the mapping stays
+    one-to-one (`session_of` reads it back)."""
+    return f"{SAVE_PREFIX}{ident}-{session.replace('_', '__').replace('.', '_d')}.bin"
+
+
+def session_of(ident: str, filename: str) -> str | None:
+    """The session a save file of this identity belongs to, or None for any other file."""
+    head, tail = f"{SAVE_PREFIX}{ident}-", ".bin"
+    if not (filename.startswith(head) and filename.endswith(tail)):
+        return None
+    coded, out, i = filename[len(head) : -len(tail)], [], 0
+    while i < len(coded):
+        if coded[i] == "_":
+            pair = coded[i : i + 2]
+            if pair not in ("__", "_d"):
+                return None
+            out.append("_" if pair == "__" else ".")
+            i += 2
+        else:
+            out.append(coded[i])
+            i += 1
+    return "".join(out)
 
 
 @dataclass(frozen=True, slots=True)

@@ -15,6 +15,7 @@ from boxmaker.loopd.cache.policy import (
     parse_io,
     parse_marks,
     save_name,
+    session_of,
 )
 
 ID = identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 2048)
@@ -33,7 +34,21 @@ def test_identity_changes_with_the_model_the_template_and_the_context_size() -> 
         identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 1024),
     }
     assert len(ids) == 4
-    assert save_name(ID, "s-1.a_b") == f"bx-{ID}-s-1.a_b.bin"
+
+
+@pytest.mark.parametrize("session", ["s-1", "a.b_c", "a..b", "a_d", "a._", "x" * 128])
+def test_save_names_avoid_dot_dot_and_read_back(session: str) -> None:
+    name = save_name(ID, session)
+    assert ".." not in name.removesuffix(".bin")
+    assert name.startswith(f"bx-{ID}-")
+    assert session_of(ID, name) == session
+    assert session_of("0" * 16, name) is None
+
+
+def test_save_names_are_one_to_one() -> None:
+    assert save_name(ID, "a.b") != save_name(ID, "a_db")
+    assert save_name(ID, "a_d") == f"bx-{ID}-a__d.bin"
+    assert session_of(ID, f"bx-{ID}-a_x.bin") is None
 
 
 def use(p: Policy, slot: int, session: str | None, mark: Mark) -> None:
