@@ -27,9 +27,9 @@ The rules, each request before its grant (`before`):
 
 Save files are named `bx-<identity>-<session>.bin` (`save_name`): the identity is a hash of the
 model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
-model, template or context size is never asked for (llama-server itself restores such a file without a
-word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids); the server's
-filename check refuses `..`, so dots are written `_d` (and `_` as `__`).
+model, template or context size is never asked for (llama-server itself restores such a file
+without a word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids); the
+server's filename check refuses `..`, so dots are written `_d` (and `_` as `__`).
 
 The results come back through `saved`, `restored`, `restore_failed`, `granted` and `released`;
 each save or
