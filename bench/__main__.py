@@ -1,9 +1,10 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon]` (all by default)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache]` (all by
+default; slotcache starts the real llama-server)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions", "daemon")
+SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache")
 
 
 def main(argv: list[str]) -> int:

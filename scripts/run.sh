@@ -23,7 +23,7 @@ fail() { echo "run: $*" >&2; exit 1; }
 export BOXMAKER_RUN=${BOXMAKER_RUN:-$ROOT/run}
 export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
-mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home"
+mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home" "$BOXMAKER_RUN/slots"
 chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
 
 if [ -n "${UPSTREAM:-}" ]; then

@@ -42,6 +42,7 @@ SELFTEST = "boxmaker.loopd.selftest"
 CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
+CACHE = "boxmaker.loopd.cache"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -59,7 +60,7 @@ RULES: dict[str, frozenset[str]] = {
     "boxmaker.inferproxy.limits": frozenset(),  # [core]
     # loopd. The package row holds cli.py and __main__.py (and serve.py later).
     "boxmaker.loopd": frozenset({PROTO, CLI, DAEMON, FAST, CONFIG, LLAMA, SELFTEST})
-    | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS}),
+    | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS, CACHE}),
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
     CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON}),
@@ -87,8 +88,13 @@ RULES: dict[str, frozenset[str]] = {
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
     CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),
-    WORKERS: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire"}),
+    WORKERS: frozenset(
+        {PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire", f"{CACHE}.policy"}
+    ),
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
+    # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
+    CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
+    f"{CACHE}.policy": frozenset({PROTO}),
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
@@ -123,6 +129,7 @@ R1_CORES = [
     "boxmaker.bxctl.render",
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
+    f"{CACHE}.policy",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

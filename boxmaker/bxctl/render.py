@@ -20,6 +20,8 @@ What each event becomes:
 | `retrying`          | `[retrying (attempt <n>) in <ms> ms: <error>]`                      |
 | `thinking_capped`   | `[thinking capped at <n> tokens]`                                   |
 | `cache_loss`        | `[cache loss: expected <n> cached tokens, got <m>]`                 |
+| `cache_saved`       | `[cache saved: <n> tokens in <t> ms]`                               |
+| `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
 | `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
 |                     | shows them                                                          |
 """
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 
 from boxmaker.proto import (
     CacheLossEvent,
+    CacheRestoredEvent,
+    CacheSavedEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -73,6 +77,11 @@ def _plural(n: int, one: str, many: str) -> str:
     return f"{n} {one if n == 1 else many}"
 
 
+def _ms(us: int) -> str:
+    """Microseconds as milliseconds, one decimal below 10 ms: `0.7 ms`, `42 ms`."""
+    return f"{us / 1000:.1f} ms" if us < 10_000 else f"{round(us / 1000)} ms"
+
+
 def status_line(event: TurnEvent) -> str | None:
     """The status line for `event` (without its newline), or None for the events that are not
     lines: content and reasoning stream, progress is not shown."""
@@ -95,6 +104,10 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[retrying (attempt {attempt}) in {after_ms} ms: {error}]"
         case CacheLossEvent(expected=expected, got=got):
             return f"[cache loss: expected {expected} cached tokens, got {got}]"
+        case CacheSavedEvent(tokens=tokens, elapsed_us=us):
+            return f"[cache saved: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
+        case CacheRestoredEvent(tokens=tokens, elapsed_us=us):
+            return f"[cache restored: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
         case ProgressEvent() | ContentEvent() | ReasoningEvent():
             return None
     raise TypeError(f"not a turn event: {event!r}")  # pragma: no cover - the union is closed

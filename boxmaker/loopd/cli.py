@@ -6,7 +6,8 @@ injected `Environment`'s streams (argparse's usage and help too), so tests call 
 
     loopd selftest --config <path>
         Runs the three start-up checks (`selftest`) against the configured server and prints one
-        line per check: `ok` or `FAILED`, and what it found. Exit 0 when all pass, else 1.
+        line per check: `ok` or `FAILED`, and what it found. Exit 0 when all pass, else 1. With
+        [cache] slot_save, a first line says whether the server saves slots (`ok` or `off`).
 
     loopd turn --config <path> --session <id> [--new] --say <text> [--thinking|--no-thinking]
         One turn of a session, in this process (turn/command.py): each event, then the outcome,
@@ -40,9 +41,11 @@ import orjson
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.loopd import serve
+from boxmaker.loopd.cache.keeper import open_keeper
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, completion_to_json, event_to_json
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.loopd.turn.command import run_turn_command
@@ -79,6 +82,17 @@ def _error(env: Environment, command: str, message: str) -> None:
 
 def cmd_selftest(config: Config, _args: argparse.Namespace, env: Environment) -> ExitStatus:
     failed = []
+    if config.cache.slot_save:  # whether the server saves slots: a line, never a failure
+
+        def say(line: str) -> None:
+            env.stdout.write(line.removeprefix("selftest ") + "\n")
+
+        gate = SlotGate(config.inference.queue_length)
+
+        def warn(line: str) -> None:
+            env.stderr.write(f"loopd selftest: {line}\n")
+
+        open_keeper(config, gate, Client(config.inference).props, say, warn)
     for result in iter_selftest(config, Client(config.inference)):
         env.stdout.write(result.line() + "\n")
         env.stdout.flush()

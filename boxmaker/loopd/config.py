@@ -58,6 +58,7 @@ __all__ = [
     "MAX_TOKENS",
     "MAX_UNIX_SOCKET_PATH_BYTES",
     "BaselineConfig",
+    "CacheConfig",
     "ChannelConfig",
     "Config",
     "ConfigError",
@@ -241,6 +242,27 @@ class BaselineConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CacheConfig:
+    """[cache]: a session's prompt cache saved to a file and restored (issue 14, loopd/cache)."""
+
+    # Needs llama-server's --slot-save-path; the self-test says when the server lacks it.
+    slot_save: Annotated[bool, BOOL] = False
+    # A slot's cache shorter than this is not saved: the server reads it again faster.
+    min_tokens: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
+    # A slot left idle this long has its session's cache saved (a server restart then costs it
+    # nothing); a slot another session asks for is saved at once, and every slot when loopd stops.
+    # Long enough that a conversation does not write a file after every turn (a 7B model's cache
+    # is 50-130 KB a token: README, "Slot save and restore").
+    idle_save_ms: Annotated[int, MS] = 60_000
+    # Who holds each slot and what is saved, kept across restarts; <home>/slot-cache.json if unset.
+    state: Annotated[Path | None, PATH] = None
+    # The save folder (--slot-save-path) as loopd sees it; when set, the oldest save files past
+    # max_bytes are removed. The server's own view of it is its flag: loopd only names files.
+    folder: Annotated[Path | None, PATH] = None
+    max_bytes: Annotated[int, integer(1, 1 << 50, "bytes")] = 16 << 30
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class Config:
     """The whole file. [inference] and [expect] are required; the other sections are optional."""
 
@@ -251,6 +273,7 @@ class Config:
     paths: PathsConfig = field(default_factory=PathsConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
+    cache: CacheConfig = field(default_factory=CacheConfig)
 
     def _relations(self) -> Iterator[tuple[str, str]]:
         total = self.expect.total_slots

@@ -19,8 +19,11 @@ still running are cut (their worker is killed: the log holds whole lines only) a
 
 from __future__ import annotations
 
+import contextlib
+import dataclasses
 import time
 from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
@@ -30,6 +33,7 @@ from boxmaker._daemon.listener import bind_unix_listener, remove_stale_socket
 from boxmaker._daemon.log import DaemonLog
 from boxmaker._daemon.signals import stop_signals
 from boxmaker._fast import IMPLEMENTATIONS  # filled in as the client imports the twins
+from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper
 from boxmaker.loopd.channel.locks import SessionLocks
 from boxmaker.loopd.channel.server import ChannelServer
 from boxmaker.loopd.config import Config
@@ -93,11 +97,21 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
         return ExitStatus.ERROR
     client = Client(config.inference)
     wait_until_loaded(client.props, config.inference.load_wait_ms, log.say)
+    gate = SlotGate(config.inference.queue_length)
+    keeper: CacheKeeper | None = None
+    around: AbstractContextManager[int] = contextlib.nullcontext(config.inference.slots[0])
+    if config.cache.slot_save:
+        keeper = open_keeper(config, gate, client.props, log.say, log.warn)
+        around = around if keeper is None else keeper.around_selftest()
     failed = []
-    for result in iter_selftest(config, client):
-        log.say(f"selftest {result.line()}")
-        if not result.ok:
-            failed.append(result.check)
+    with around as slot:  # with slot_save: a slot no session holds, or its holder saved first
+        others = tuple(s for s in config.inference.slots if s != slot)
+        inference = dataclasses.replace(config.inference, slots=(slot, *others))
+        tested = dataclasses.replace(config, inference=inference)
+        for result in iter_selftest(tested, Client(inference)):
+            log.say(f"selftest {result.line()}")
+            if not result.ok:
+                failed.append(result.check)
     if failed:
         log.warn(
             f"serve: the self-test FAILED ({', '.join(failed)}); not starting against this "
@@ -110,7 +124,9 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
         except SetupError as exc:
             log.warn(f"serve: {exc}")
             return ExitStatus.ERROR
-        pool = Pool(config_path, config.channel, SlotGate(config.inference.queue_length))
+        pool = Pool(config_path, config.channel, gate, keeper)
+        if keeper is not None:
+            keeper.start()
         server = ChannelServer(config.channel, pool, SessionLocks(), log)
 
         def tick() -> float:
@@ -134,6 +150,8 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
             listener.close()  # no new connections while the turns in flight drain
             server.stop_reading()
             cut = pool.stop(config.channel.drain_ms / 1000)
+            if keeper is not None:
+                log.say(f"cache: saved {keeper.drain()} slot(s) on the way out")
             open_left = server.join(config.channel.send_timeout_ms / 1000)
             log.say(
                 f"stopped: {cut} turn(s) cut after drain_ms"

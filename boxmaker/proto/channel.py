@@ -127,6 +127,24 @@ class CacheLossEvent:
     got: int = field(metadata=wire(UINT))
 
 
+@dataclass(frozen=True, slots=True)
+class CacheSavedEvent:
+    """The session's prompt cache was saved to a file (its CacheSaved record)."""
+
+    TAG: ClassVar[str] = "cache_saved"
+    tokens: int = field(metadata=wire(UINT))
+    elapsed_us: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRestoredEvent:
+    """The session's saved prompt cache was loaded into its slot (its CacheRestored record)."""
+
+    TAG: ClassVar[str] = "cache_restored"
+    tokens: int = field(metadata=wire(UINT))
+    elapsed_us: int = field(metadata=wire(UINT))
+
+
 TurnEvent = (
     QueuedEvent
     | WaitingEvent
@@ -138,6 +156,8 @@ TurnEvent = (
     | ThinkingCappedEvent
     | RetryingEvent
     | CacheLossEvent
+    | CacheSavedEvent
+    | CacheRestoredEvent
 )
 
 EVENT_TYPES: dict[str, type[TurnEvent]] = {
@@ -153,6 +173,8 @@ EVENT_TYPES: dict[str, type[TurnEvent]] = {
         ThinkingCappedEvent,
         RetryingEvent,
         CacheLossEvent,
+        CacheSavedEvent,
+        CacheRestoredEvent,
     )
 }
 

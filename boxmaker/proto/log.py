@@ -121,6 +121,33 @@ class CacheLoss:
 
 
 @dataclass(frozen=True, slots=True)
+class CacheSaved:
+    """The session's prompt cache in `slot` was saved to a file (issue 14): `tokens` of it,
+    `written` bytes, in `elapsed_us` as the server timed it. Written by the session's worker,
+    at the session's next request after loopd's main process saved it."""
+
+    TAG: ClassVar[str] = "cache_saved"
+    time: str = field(metadata=wire(TIME))
+    slot: int = field(metadata=wire(UINT))
+    tokens: int = field(metadata=wire(UINT))
+    written: int = field(metadata=wire(UINT))
+    elapsed_us: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class CacheRestored:
+    """The session's saved prompt cache (`tokens`, `read` bytes of the file) was loaded into `slot`
+    before its request, in `elapsed_us` as the server timed it (issue 14)."""
+
+    TAG: ClassVar[str] = "cache_restored"
+    time: str = field(metadata=wire(TIME))
+    slot: int = field(metadata=wire(UINT))
+    tokens: int = field(metadata=wire(UINT))
+    read: int = field(metadata=wire(UINT))
+    elapsed_us: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
 class EpochEnd:
     """Closes an epoch's log (compaction, M5). Not written in M2b; only its shape is fixed here."""
 
@@ -129,10 +156,31 @@ class EpochEnd:
     epoch: int = field(metadata=wire(UINT))
 
 
-LogRecord = SessionStart | User | Assistant | Usage | ToolResult | CacheLoss | EpochEnd
+LogRecord = (
+    SessionStart
+    | User
+    | Assistant
+    | Usage
+    | ToolResult
+    | CacheLoss
+    | CacheSaved
+    | CacheRestored
+    | EpochEnd
+)
 
 RECORD_TYPES: dict[str, type[LogRecord]] = {
-    c.TAG: c for c in (SessionStart, User, Assistant, Usage, ToolResult, CacheLoss, EpochEnd)
+    c.TAG: c
+    for c in (
+        SessionStart,
+        User,
+        Assistant,
+        Usage,
+        ToolResult,
+        CacheLoss,
+        CacheSaved,
+        CacheRestored,
+        EpochEnd,
+    )
 }
 _TYPES = frozenset(RECORD_TYPES.values())
 _HEAD = ("type", "seq", "prev")

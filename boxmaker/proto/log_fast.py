@@ -37,6 +37,8 @@ from .log import (
     GENESIS_PREV,
     Assistant,
     CacheLoss,
+    CacheRestored,
+    CacheSaved,
     EpochEnd,
     LogRecord,
     SessionStart,
@@ -124,6 +126,8 @@ _assistant_of = maker(Assistant)
 _usage_of = maker(Usage)
 _tool_result_of = maker(ToolResult)
 _cache_loss_of = maker(CacheLoss)
+_cache_saved_of = maker(CacheSaved)
+_cache_restored_of = maker(CacheRestored)
 _epoch_end_of = maker(EpochEnd)
 _tool_call_of = maker(ToolCall)
 
@@ -221,6 +225,26 @@ def _cache_loss(obj: dict[str, Any]) -> LogRecord | None:
     return None
 
 
+def _cache_io(obj: dict[str, Any]) -> tuple[Any, ...] | None:
+    """The fields of a cache_saved or cache_restored line (their keys differ in one name, so
+    _BY_KEYS tells them apart), when all four counts are UINTs."""
+    _, _, _, time, slot, tokens, size, elapsed = obj.values()
+    counts = (slot, tokens, size, elapsed)
+    if all(type(v) is int for v in counts) and min(counts) >= 0 and max(counts) <= MAX_INT:
+        return (time, *counts)
+    return None
+
+
+def _cache_saved(obj: dict[str, Any]) -> LogRecord | None:
+    fields = _cache_io(obj)
+    return None if fields is None else _cache_saved_of(*fields)
+
+
+def _cache_restored(obj: dict[str, Any]) -> LogRecord | None:
+    fields = _cache_io(obj)
+    return None if fields is None else _cache_restored_of(*fields)
+
+
 def _epoch_end(obj: dict[str, Any]) -> LogRecord | None:
     _, _, _, time, epoch = obj.values()
     if type(epoch) is int and 0 <= epoch <= MAX_INT:
@@ -244,6 +268,8 @@ _DECODERS: tuple[tuple[type[LogRecord], tuple[str, ...], _Decoder], ...] = (
         _tool_result,
     ),
     (CacheLoss, ("time", "expected", "got"), _cache_loss),
+    (CacheSaved, ("time", "slot", "tokens", "written", "elapsed_us"), _cache_saved),
+    (CacheRestored, ("time", "slot", "tokens", "read", "elapsed_us"), _cache_restored),
     (EpochEnd, ("time", "epoch"), _epoch_end),
 )
 for _cls, _fields, _ in _DECODERS:
@@ -254,6 +280,8 @@ for _cls, _fields, _ in _DECODERS:
 _BY_KEYS: dict[tuple[str, ...], tuple[str, _Decoder]] = {
     ("type", "seq", "prev", *fields): (cls.TAG, dec) for cls, fields, dec in _DECODERS
 }
+if len(_BY_KEYS) != len(_DECODERS):  # two record types with the same keys: one would shadow
+    raise RuntimeError("log_fast: two record types have the same keys; rename a field")
 
 
 @contextmanager

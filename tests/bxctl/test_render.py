@@ -15,6 +15,8 @@ from boxmaker.bxctl.render import (
 from boxmaker.proto import (
     EVENT_TYPES,
     CacheLossEvent,
+    CacheRestoredEvent,
+    CacheSavedEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -48,6 +50,8 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ThinkingCappedEvent(2048), "[thinking capped at 2048 tokens]"),
     (RetryingEvent(2, 250, "unavailable"), "[retrying (attempt 2) in 250 ms: unavailable]"),
     (CacheLossEvent(860, 0), "[cache loss: expected 860 cached tokens, got 0]"),
+    (CacheSavedEvent(1745, 49_865), "[cache saved: 1745 tokens in 50 ms]"),
+    (CacheRestoredEvent(1, 727), "[cache restored: 1 token in 0.7 ms]"),
 ]
 
 

@@ -147,6 +147,7 @@ class Stack:
         table = local_profile()
         for section in ("channel", "paths"):  # the profile's run/ folder is not for tests
             table.pop(section, None)
+        table.pop("cache", None)  # slot save needs --slot-save-path: tests/loopd/cache sets it
         table["inference"] |= {"socket": str(socket_path or self.socket), "model": self.model_id}
         table["inference"] |= TEST_INFERENCE | dict(inference or {})
         table["expect"] |= dict(expect or {})

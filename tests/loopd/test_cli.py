@@ -79,6 +79,7 @@ def offline_config(folder: Path, **inference: Any) -> Path:
     table = local_profile()
     table.pop("channel")
     table.pop("paths")
+    table.pop("cache", None)  # its slot_save line is tested in tests/loopd/cache
     table["inference"] |= {"socket": str(folder / "infer.sock")} | inference
     path = folder / "loopd.toml"
     path.write_text(toml_dumps(table))

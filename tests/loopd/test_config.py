@@ -83,6 +83,13 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("channel.worker_stop_ms", 5000),
     ("channel.spare_worker", True),
     ("baseline.system", BASE / "system.md"),
+    # Issue 14: slot save/restore.
+    ("cache.slot_save", False),
+    ("cache.min_tokens", 256),
+    ("cache.idle_save_ms", 60_000),
+    ("cache.state", None),
+    ("cache.folder", None),
+    ("cache.max_bytes", 16 << 30),
 ]
 
 

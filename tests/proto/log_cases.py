@@ -11,6 +11,8 @@ from boxmaker.proto.log import (
     GENESIS_PREV,
     Assistant,
     CacheLoss,
+    CacheRestored,
+    CacheSaved,
     EpochEnd,
     LogRecord,
     SessionStart,
@@ -71,6 +73,8 @@ LINES: dict[str, tuple[int, str, LogRecord]] = {
         ToolResult(T, 41, "call_1", "x" * 40 + "[truncated]", ResultClass.PUBLIC, True, True),
     ),
     "cache_loss": (11, PREV_ABC, CacheLoss(T, 1_024, 37)),
+    "cache_saved": (13, PREV_ABC, CacheSaved(T, 0, 1_745, 14_309_796, 49_865)),
+    "cache_restored": (14, PREV_ABC, CacheRestored(T, 1, 1_745, 14_309_796, 42_937)),
     "epoch_end": (12, PREV_ABC, EpochEnd("2026-12-01T00:00:00.000Z", 0)),
 }
 

@@ -7,6 +7,8 @@ import pytest
 from boxmaker.proto.channel import (
     EVENT_TYPES,
     CacheLossEvent,
+    CacheRestoredEvent,
+    CacheSavedEvent,
     ChannelBody,
     ContentEvent,
     ProgressEvent,
@@ -84,6 +86,8 @@ EVENTS: list[tuple[Any, bytes]] = [
         b'{"type":"retrying","attempt":1,"after_ms":2000,"error":"stream closed early"}',
     ),
     (CacheLossEvent(1024, 37), b'{"type":"cache_loss","expected":1024,"got":37}'),
+    (CacheSavedEvent(1745, 49865), b'{"type":"cache_saved","tokens":1745,"elapsed_us":49865}'),
+    (CacheRestoredEvent(77, 727), b'{"type":"cache_restored","tokens":77,"elapsed_us":727}'),
 ]
 for _event, _json in EVENTS:
     CASES.append((_event, b'{"kind":"turn_event","final":false,"body":{"event":' + _json + b"}}"))
@@ -94,6 +98,7 @@ def test_every_event_type_of_the_brief_has_a_case() -> None:
     assert set(EVENT_TYPES) == {
         "queued", "waiting", "progress", "reasoning", "content", "tool_call_started",
         "tool_result", "thinking_capped", "retrying", "cache_loss",
+        "cache_saved", "cache_restored",
     }  # fmt: skip
 
 

@@ -15,6 +15,8 @@ from boxmaker.proto.log import (
     RECORD_TYPES,
     Assistant,
     CacheLoss,
+    CacheRestored,
+    CacheSaved,
     EpochEnd,
     LogLine,
     LogRecord,
@@ -420,6 +422,8 @@ records: st.SearchStrategy[LogRecord] = st.one_of(
         st.booleans(),
     ),
     st.builds(CacheLoss, times, uints, uints),
+    st.builds(CacheSaved, times, uints, uints, uints, uints),
+    st.builds(CacheRestored, times, uints, uints, uints, uints),
     st.builds(EpochEnd, times, uints),
 )
 

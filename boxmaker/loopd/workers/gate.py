@@ -11,6 +11,11 @@ and waits for `gate_left`, so a request that follows at once finds the line as i
 The main process runs one GateServer per worker: its thread holds each `gate_ask` in SlotGate
 until the worker releases it or goes away (`close`).
 
+With `[cache] slot_save` on, the GateServer calls its `SlotCache` (loopd/cache/keeper.py) once
+the slot is held and before it grants it (the saves and restores due), and once the worker has
+released it, before letting it go. A grant then carries `cache`, the notes
+the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
+
 When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
 share the slot with: a PipeGate then lets its worker through at once, so the turn in flight can
 finish and be logged.
@@ -24,6 +29,7 @@ import threading
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any, Protocol
 
 from boxmaker.loopd.llama.errors import Busy
 from boxmaker.loopd.llama.gate import Left, SlotGate
@@ -35,6 +41,15 @@ from .pipes import PipeClosed
 from .wire import gate_fields, gate_frame
 
 Send = Callable[[bytes], None]
+OnCache = Callable[[list[Any]], None]
+
+
+class SlotCache(Protocol):
+    """The main process's save/restore keeper, as the gate needs it (cache.keeper.CacheKeeper)."""
+
+    def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]: ...
+
+    def after_release(self, slot: int, session: str | None) -> None: ...
 
 
 class PipeGate:
@@ -49,6 +64,7 @@ class PipeGate:
         self._answers: deque[Frame] = deque()
         self._ask = 0
         self._gone = False
+        self.on_cache: OnCache | None = None  # the grant's cache notes, for the session's log
 
     def deliver(self, frame: Frame) -> None:
         """A gate frame from the main process (called by the worker's stdin reader)."""
@@ -96,6 +112,9 @@ class PipeGate:
         try:
             while (answer := self._next_answer(ask)) is not None:
                 if answer.kind == "gate_grant":
+                    notes = answer.body.get("cache")
+                    if isinstance(notes, list) and notes and self.on_cache is not None:
+                        self.on_cache(notes)
                     break
                 if answer.kind == "gate_busy":
                     asked = False  # nothing was queued: nothing to release
@@ -123,9 +142,17 @@ class _Ask:
 class GateServer:
     """The main process's side of one worker's PipeGate: its asks, held in the shared SlotGate."""
 
-    def __init__(self, gate: SlotGate, send: Send) -> None:
+    def __init__(
+        self,
+        gate: SlotGate,
+        send: Send,
+        cache: SlotCache | None = None,
+        session: Callable[[], str | None] = lambda: None,
+    ) -> None:
         self._gate = gate
         self._send = send
+        self._cache = cache
+        self._session = session
         self._lock = threading.Lock()
         self._asks: dict[int, _Ask] = {}
         self._closed = False
@@ -171,6 +198,13 @@ class GateServer:
         with contextlib.suppress(PipeClosed):  # the worker is gone; its reader closes this
             self._send(data)
 
+    def _grant(self, ask: int, slot: int) -> None:
+        if self._cache is None:
+            self._reply(gate_frame("gate_grant", ask))
+            return
+        notes = self._cache.before_grant(slot, self._session())
+        self._reply(gate_frame("gate_grant", ask, **({"cache": notes} if notes else {})))
+
     def _serve(self) -> None:
         while (item := self._pending.get()) is not None:
             self._hold(*item)
@@ -184,8 +218,10 @@ class GateServer:
         try:
             with self._gate.hold(slot, queued, leave=entry.released.is_set):
                 if not entry.released.is_set():
-                    self._reply(gate_frame("gate_grant", ask))
+                    self._grant(ask, slot)
                     entry.released.wait()
+                    if self._cache is not None:
+                        self._cache.after_release(slot, self._session())
         except Busy as exc:
             answer = gate_frame("gate_busy", ask, message=str(exc))
         except Left:

@@ -40,7 +40,7 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.proto import ErrorCode, Turn, WireError, channel_frame
 from boxmaker.proto.frame import Frame, encode_frame
 
-from .gate import GateServer
+from .gate import GateServer, SlotCache
 from .pipes import FrameWriter, PipeClosed, read_frames
 from .wire import (
     FINAL_KINDS,
@@ -104,7 +104,7 @@ class WorkerProcess:
                 os.close(down_r)
                 os.close(up_w)
         self.writer = FrameWriter(down_w)
-        self.gate = GateServer(gate, self.writer.send)
+        self.gate = GateServer(gate, self.writer.send, pool.cache, lambda: self.session)
         self.state = State.BUSY if session is not None else State.IDLE
         self.since = time.monotonic()  # when it entered its state
         self.turn: TurnSink | None = None
@@ -181,10 +181,17 @@ class WorkerProcess:
 class Pool:
     """The workers of one loopd, by session."""
 
-    def __init__(self, config_path: Path, config: ChannelConfig, gate: SlotGate) -> None:
+    def __init__(
+        self,
+        config_path: Path,
+        config: ChannelConfig,
+        gate: SlotGate,
+        cache: SlotCache | None = None,
+    ) -> None:
         self.config_path = config_path.resolve()
         self.config = config
         self.gate = gate
+        self.cache = cache  # the slot save/restore keeper, with [cache] slot_save on
         self.lock = threading.Lock()
         self.changed = threading.Condition(self.lock)
         self.workers: dict[str, WorkerProcess] = {}

@@ -13,7 +13,8 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 | `gate_ask`     | worker | false | `{ask, slot}`: wants the slot (PipeGate.hold)       |
 | `gate_release` | worker | false | `{ask}`: gives the slot up, or leaves the line      |
 | `gate_queued`  | main   | false | `{ask, ahead}`: waiting, with `ahead` before it     |
-| `gate_grant`   | main   | false | `{ask}`: holds the slot now                         |
+| `gate_grant`   | main   | false | `{ask, cache?}`: holds the slot now; `cache`: the   |
+|                |        |       | saves/restores the session's log is owed (issue 14) |
 | `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
 | `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
 | `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |

@@ -29,16 +29,21 @@ import threading
 from collections.abc import Sequence
 from pathlib import Path
 
+from boxmaker.loopd.cache.policy import Note
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session.errors import SessionError, SessionExists
 from boxmaker.loopd.session.store import SessionLog
-from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.tools.port import FakeTools, utc_now
 from boxmaker.loopd.turn.command import error_for, open_session
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     BodyError,
+    CacheRestored,
+    CacheRestoredEvent,
+    CacheSaved,
+    CacheSavedEvent,
     ErrorCode,
     SessionIdError,
     Turn,
@@ -66,6 +71,7 @@ class Worker:
         self.session = session
         self.out = out
         self.gate = PipeGate(out.send)
+        self.gate.on_cache = self.on_cache
         self.client = Client(config.inference, gate=self.gate)
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
@@ -135,6 +141,29 @@ class Worker:
 
     def on_event(self, event: TurnEvent) -> None:
         self.send(channel_frame(event))
+
+    def on_cache(self, notes: list[object]) -> None:
+        """The saves and restores loopd did for this session (a grant's `cache`): each one a
+        record in the log (this worker is its one writer) and an event on the channel. Called
+        in the request's thread, before the request goes out."""
+        for obj in notes:
+            try:
+                note = Note.from_json(obj)
+            except ValueError as exc:
+                _say(f"a bad cache note from loopd: {exc}")
+                continue
+            io = note.io
+            if note.kind == "saved":
+                record: CacheSaved | CacheRestored = CacheSaved(
+                    utc_now(), note.slot, io.tokens, io.size, io.elapsed_us
+                )
+                event: TurnEvent = CacheSavedEvent(io.tokens, io.elapsed_us)
+            else:
+                record = CacheRestored(utc_now(), note.slot, io.tokens, io.size, io.elapsed_us)
+                event = CacheRestoredEvent(io.tokens, io.elapsed_us)
+            if self.log is not None and not self.log.closed:
+                self.log.append(record)
+            self.on_event(event)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

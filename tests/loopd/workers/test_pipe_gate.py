@@ -121,3 +121,48 @@ def test_after_the_parent_is_gone_a_hold_goes_through_at_once() -> None:
     side.threads[0].join(5.0)
     os.close(side.fds[0])
     os.close(side.fds[1])
+
+
+class RecordingCache:
+    """A SlotCache that owes every session one note, and records what the gate told it."""
+
+    def __init__(self) -> None:
+        self.calls: list[tuple[str, int, str | None]] = []
+
+    def before_grant(self, slot: int, session: str | None) -> list[dict[str, object]]:
+        self.calls.append(("before", slot, session))
+        return [{"kind": "restored", "slot": slot, "tokens": 7, "size": 70, "elapsed_us": 9}]
+
+    def after_release(self, slot: int, session: str | None) -> None:
+        self.calls.append(("after", slot, session))
+
+
+def test_the_grant_carries_the_cache_notes_and_the_release_reaches_the_cache() -> None:
+    """Issue 14: the keeper acts with the slot held, before the grant and after the release."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    up, down = FrameWriter(up_w), FrameWriter(down_w)
+    cache = RecordingCache()
+    pipe_gate = PipeGate(up.send)
+    got: list[list[object]] = []
+    pipe_gate.on_cache = got.append
+    server = GateServer(SlotGate(4), down.send, cache, lambda: "s1")
+    threads = [
+        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
+        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    try:
+        with pipe_gate.hold(1, lambda _e: None):
+            assert got == [[{"kind": "restored", "slot": 1, "tokens": 7, "size": 70,
+                             "elapsed_us": 9}]]  # fmt: skip
+            assert cache.calls == [("before", 1, "s1")]
+        assert cache.calls == [("before", 1, "s1"), ("after", 1, "s1")]
+    finally:
+        up.close()
+        down.close()
+        for t in threads:
+            t.join(5.0)
+        for fd in (up_r, down_r):
+            os.close(fd)

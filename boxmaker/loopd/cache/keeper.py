@@ -1,0 +1,333 @@
+"""The shell around the save/restore policy, in loopd's main process (issue 14).
+
+The main process grants the slots (one SlotGate, a GateServer per worker), so it is the one that
+knows which session is about to use a slot and which used it last. The GateServer calls
+`before_grant(slot, session)` once the slot is held for a worker, before it sends `gate_grant`:
+the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and restores this
+session's as it says, and returns the notes this session's log is owed, which go to the worker in
+the grant frame; the worker, the log's one writer, appends them as CacheSaved / CacheRestored
+records and sends their events. `after_release(slot, session)` notes that the holder's cache
+grew past its file (no call to the server). Both run while the caller holds the slot, so no
+request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
+has shown in /slots (the server might now run another model, template or context size).
+
+A thread saves a slot whose holder has left it unsaved for `idle_save_ms` (holding the slot in the
+gate while it does); `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
+the self-test a slot that holds no session when there is one, and saves the holder first when
+there is not. Every failure of these calls is one warning line, never a failed turn: the request
+then runs as it would without the feature. The policy's state is kept in the state file after
+every change, so a restarted loopd knows what each slot holds and what is saved.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from boxmaker.loopd.config import Config
+from boxmaker.loopd.llama.errors import HttpStatus, InferError
+from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.llama.info import Props
+from boxmaker.proto import sha256_hex
+
+from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, session_of
+from .server import NOT_SUPPORTED, SlotFiles
+
+STATE_FILE = "slot-cache.json"
+Warn = Callable[[str], None]
+
+
+def _ignore(_event: object) -> None:
+    pass
+
+
+class CacheKeeper:
+    def __init__(
+        self,
+        config: Config,
+        gate: SlotGate,
+        ident: str,
+        warn: Warn,
+        props: Callable[[], Props],
+        files: SlotFiles | None = None,
+    ) -> None:
+        self.cache = config.cache
+        self.model = config.inference.model
+        self._props = props
+        self.slots = config.inference.slots
+        self.gate = gate
+        self.warn = warn
+        self.files = files if files is not None else SlotFiles(config.inference)
+        self.state_path = self.cache.state or config.paths.home / STATE_FILE
+        self.policy = self._load(ident)
+        # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
+        # /slots shows a restart, so the next save or restore asks /props again first.
+        self._verified = True
+        self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
+        self._lock = threading.Lock()
+        self._last_used: dict[int, float] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def _server_identity(self) -> str | None:
+        """The identity of the server answering now (None: no answer)."""
+        try:
+            props = self._props()
+        except InferError as exc:
+            self.warn(f"cache: GET /props failed ({exc.describe()})")
+            return None
+        return server_identity(self.model, props)
+
+    def _same_server(self) -> bool:
+        """Before any save or restore: the server still runs what the files were made under (a
+        restarted server may run another model, template or context size). Asked once after
+        each restart /slots shows."""
+        if self._verified:
+            return True
+        found = self._server_identity()
+        self._verified = found == self.policy.ident
+        if found is not None and found != self.policy.ident:
+            self.warn(
+                f"cache: the server's model, template or context size changed (identity {found}, "
+                f"loopd's files are {self.policy.ident}); no save or restore until loopd restarts"
+            )
+        return found == self.policy.ident
+
+    # ---- the state file ----
+    def _load(self, ident: str) -> Policy:
+        try:
+            data = self.state_path.read_bytes()
+        except FileNotFoundError:
+            return Policy(ident, self.cache.min_tokens)
+        except OSError as exc:
+            self.warn(f"cache: cannot read {self.state_path} ({exc}); starting with no saves")
+            return Policy(ident, self.cache.min_tokens)
+        try:
+            return Policy.from_json(data, ident, self.cache.min_tokens)
+        except ValueError as exc:
+            self.warn(f"cache: {self.state_path} is unreadable ({exc}); starting with no saves")
+            return Policy(ident, self.cache.min_tokens)
+
+    def _persist(self) -> None:
+        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        try:
+            self.state_path.parent.mkdir(parents=True, exist_ok=True)
+            tmp.write_bytes(self.policy.to_json())
+            os.replace(tmp, self.state_path)
+        except OSError as exc:
+            self.warn(f"cache: cannot write {self.state_path} ({exc})")
+
+    # ---- the server ----
+    def probe(self) -> tuple[bool, str]:
+        """Whether the server saves slots: a save of a slot (an empty one if there is one).
+
+        Returns (on, the self-test's line).
+        """
+        try:
+            marks = self._first_marks = self.files.marks()
+            slot = next(
+                (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
+            )
+            io = self.files.save(slot, self.policy.name("probe"))
+        except HttpStatus as exc:
+            if exc.status == NOT_SUPPORTED:
+                return False, "the server was not started with --slot-save-path; the feature is off"
+            return False, f"the server refused a slot save ({exc}); the feature is off"
+        except InferError as exc:
+            return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
+        return True, (
+            f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
+            f"{SAVE_PREFIX}{self.policy.ident}-<session>.bin"
+        )
+
+    def _marks(self) -> dict[int, Mark]:
+        try:
+            marks = self.files.marks()
+        except InferError as exc:
+            self.warn(f"cache: GET /slots failed ({exc.describe()})")
+            return {}
+        if self.policy.restarted(marks):
+            self._verified = False
+        return marks
+
+    def _act(self, action: Action, slot: int, mark: Mark) -> None:
+        """Carries out one action; a failure is a warning."""
+        try:
+            if isinstance(action, Save):
+                io = self.files.save(slot, action.filename)
+                self.policy.saved(action, io)
+                self._prune()
+            else:
+                io = self.files.restore(slot, action.filename)
+                self.policy.restored(action, io, mark)  # a restore leaves id_task as it was
+        except InferError as exc:
+            verb = "save" if isinstance(action, Save) else "restore"
+            self.warn(f"cache: {verb} of {action.session} on slot {slot} failed ({exc})")
+            if isinstance(action, Restore):
+                self.policy.restore_failed(action)
+
+    # ---- around each grant ----
+    def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+        """Called with the slot held for `session`: the saves and restores due, then the notes
+        the session's log is owed (JSON, for the grant frame). Never raises: a bug here must not
+        leave a worker waiting for its grant."""
+        try:
+            return self._before_grant(slot, session)
+        except Exception as exc:  # the grant goes out whatever happened here
+            self.warn(f"cache: slot {slot} for {session}: {exc!r}; granted without it")
+            return []
+
+    def _before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+        with self._lock:
+            mark = self._marks().get(slot)
+            actions = self.policy.before(slot, session, mark)
+            if actions and mark is not None and self._same_server():
+                for action in actions:
+                    self._act(action, slot, mark)
+            self.policy.granted(slot, session, mark)
+            notes = self.policy.take_notes(session) if session is not None else []
+            self._persist()
+        return [note.to_json() for note in notes]
+
+    def after_release(self, slot: int, session: str | None) -> None:
+        """Called with the slot still held, once `session`'s request is over (no call to the
+        server: the next grant's /slots tells what became of the slot)."""
+        with self._lock:
+            self.policy.released(slot, session)
+            self._last_used[slot] = time.monotonic()
+            self._persist()
+        self._wake.set()
+
+    @contextlib.contextmanager
+    def around_selftest(self) -> Iterator[int]:
+        """The slot the self-test should use (one no session holds, if any), its holder's cache
+        saved first when it must use a held one (then restored at the session's next request)."""
+        with self._lock:
+            marks, self._first_marks = self._first_marks or self._marks(), None
+            free = [s for s in self.slots if self.policy.holder(s, marks.get(s)) is None]
+            slot = free[0] if free else self.slots[0]
+            mark = marks.get(slot)
+            actions = self.policy.before(slot, None, mark)
+            if actions and mark is not None and self._same_server():
+                for action in actions:
+                    self._act(action, slot, mark)
+            self.policy.granted(slot, None, mark)
+            self._persist()
+        yield slot
+
+    # ---- idle saves and the drain ----
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._idle_loop, name="slot-cache", daemon=True)
+        self._thread.start()
+
+    def _due(self, now: float) -> tuple[list[int], float | None]:
+        """The slots whose unsaved holder has been idle for idle_save_ms, and the seconds until
+        the next one will be (None: none is waiting)."""
+        idle_s = self.cache.idle_save_ms / 1000
+        due: list[int] = []
+        next_at: float | None = None
+        with self._lock:
+            for slot, used in self._last_used.items():
+                held = self.policy.held.get(slot)
+                if held is None or held.saved:
+                    continue
+                at = used + idle_s
+                if at <= now:
+                    due.append(slot)
+                else:
+                    next_at = at if next_at is None else min(next_at, at)
+        return due, None if next_at is None else next_at - now
+
+    def _idle_loop(self) -> None:
+        while not self._stop.is_set():
+            due, wait = self._due(time.monotonic())
+            for slot in due:
+                self._save_idle(slot)
+            if due:
+                continue
+            self._wake.wait(wait)
+            self._wake.clear()
+
+    def _save_idle(self, slot: int) -> None:
+        with self.gate.hold(slot, _ignore), self._lock:
+            mark = self._marks().get(slot)
+            save = self.policy.idle_save(slot, mark)
+            if save is not None and mark is not None and self._same_server():
+                self._act(save, slot, mark)
+            elif (held := self.policy.held.get(slot)) is not None:
+                held.saved = True  # too short to save, or no longer the slot's: not due again
+            self._last_used[slot] = time.monotonic()  # a failed save is tried again later
+            self._persist()
+
+    def drain(self) -> int:
+        """Saves every slot whose holder's cache is not saved (loopd is stopping)."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(self.files.config.control_timeout_ms / 1000)
+        saved = 0
+        with self._lock:
+            marks = self._marks()  # the workers have stopped: nothing moves the slots now
+        for slot in self.slots:
+            with self.gate.hold(slot, _ignore), self._lock:
+                mark = marks.get(slot)
+                save = self.policy.idle_save(slot, mark)
+                if save is not None and mark is not None and self._same_server():
+                    self._act(save, slot, mark)
+                    saved += 1
+                self._persist()
+        return saved
+
+    # ---- the save folder's bound ----
+    def _prune(self) -> None:
+        """With [cache] folder set: removes the oldest save files past max_bytes."""
+        folder = self.cache.folder
+        if folder is None:
+            return
+        try:
+            files = [(p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("bx-*.bin")]
+        except OSError as exc:
+            self.warn(f"cache: cannot list {folder} ({exc})")
+            return
+        total = sum(size for _, size, _ in files)
+        for _, size, path in sorted(files):
+            if total <= self.cache.max_bytes:
+                break
+            try:
+                path.unlink()
+            except OSError as exc:
+                self.warn(f"cache: cannot remove {path} ({exc})")
+                continue
+            total -= size
+            if (session := session_of(self.policy.ident, path.name)) is not None:
+                self.policy.forget(session)
+
+
+def server_identity(model: str, props: Props) -> str:
+    """The identity save files are named with, for the server whose /props this is."""
+    return identity(model, sha256_hex(props.chat_template.encode("utf-8")), props.n_ctx)
+
+
+def open_keeper(
+    config: Config,
+    gate: SlotGate,
+    props: Callable[[], Props],
+    say: Callable[[str], None],
+    warn: Warn,
+) -> CacheKeeper | None:
+    """The keeper for `loopd serve`, when the server saves slots; one self-test line either way
+    (`ok` or `off`, never a failure: without it loopd runs as it would with slot_save off)."""
+    try:
+        found = props()
+    except InferError as exc:
+        say(f"selftest off     slot_save: no answer from /props ({exc.describe()})")
+        return None
+    keeper = CacheKeeper(config, gate, server_identity(config.inference.model, found), warn, props)
+    on, line = keeper.probe()
+    say(f"selftest {'ok      ' if on else 'off     '}slot_save: {line}")
+    return keeper if on else None

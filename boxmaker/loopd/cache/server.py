@@ -1,0 +1,73 @@
+"""What the save/restore policy asks llama-server: /slots marks, and slot save, restore, erase.
+
+    POST /slots/<id>?action=save     {"filename"}  -> n_saved, n_written, timings.save_ms
+    POST /slots/<id>?action=restore  {"filename"}  -> n_restored, n_read, timings.restore_ms
+
+The files live in the server's `--slot-save-path` folder; a server started without it answers
+HTTP 501. A router routes by `?model=` and the body's "model": both carry the configured id.
+Each call is one short exchange on infer.sock (llama.transport), within control_timeout_ms.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+
+import orjson
+
+from boxmaker.loopd.config import InferenceConfig
+from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, BadResponse, HttpStatus
+from boxmaker.loopd.llama.http import target
+from boxmaker.loopd.llama.info import slots_target
+from boxmaker.loopd.llama.transport import short_exchange
+
+from .policy import Mark, SlotIO, parse_io, parse_marks
+
+# The status of a server started without --slot-save-path.
+NOT_SUPPORTED = 501
+
+
+class SlotFiles:
+    def __init__(self, config: InferenceConfig, clock: Callable[[], float] = time.monotonic):
+        self.config = config
+        self._clock = clock
+
+    def marks(self) -> dict[int, Mark]:
+        """GET /slots: each slot's mark.
+
+        Raises:
+            InferError: no answer, an HTTP error, or an answer of the wrong shape.
+        """
+        body = self._call("GET", slots_target(self.config.model), None)
+        try:
+            return parse_marks(body)
+        except ValueError as exc:
+            raise BadResponse(str(exc)) from None
+
+    def save(self, slot: int, filename: str) -> SlotIO:
+        """Saves the slot's cache to `filename` in the server's save folder.
+
+        Raises:
+            InferError: HttpStatus 501 when the server has no --slot-save-path.
+        """
+        return self._action(slot, "save", filename)
+
+    def restore(self, slot: int, filename: str) -> SlotIO:
+        """Loads `filename` into the slot (HttpStatus 400 when it is missing or does not fit)."""
+        return self._action(slot, "restore", filename)
+
+    def _action(self, slot: int, action: str, filename: str) -> SlotIO:
+        path = target(f"/slots/{slot}", action=action, model=self.config.model)
+        body = orjson.dumps({"filename": filename, "model": self.config.model})
+        answer = self._call("POST", path, body)
+        try:
+            return parse_io(answer, "save" if action == "save" else "restore")
+        except ValueError as exc:
+            raise BadResponse(str(exc)) from None
+
+    def _call(self, method: str, path: str, body: bytes | None) -> bytes:
+        resp = short_exchange(self.config, method, path, body, self._clock)
+        if resp.status != 200:
+            text = resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
+            raise HttpStatus(resp.status, text)
+        return resp.body

@@ -1,0 +1,229 @@
+"""loopd/cache/keeper.py against a scripted llama-server on a real Unix socket (issue 14).
+
+`FakeSlots` plays /slots, /props and the slot save/restore actions as llama-server does (measured
+on the real one: id_task moves with completions only; a missing file answers 400; no
+--slot-save-path answers 501), and writes each save file into a folder, so the keeper's bound on
+the folder can be seen at work.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper, server_identity
+from boxmaker.loopd.config import Config, parse_config
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.gate import SlotGate
+from tests.loopd.conftest import short_tmpdir
+from tests.support.fakeserver import FakeServer
+from tests.support.procs import wait_for
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, json_reply
+from tests.support.toml import toml_dumps
+
+MODEL = "m"
+TEMPLATE = "{{ t }}"
+
+
+class FakeSlots:
+    def __init__(self, folder: Path, slots: int = 2) -> None:
+        self.folder = folder
+        self.lock = threading.Lock()
+        self.task: list[int | None] = [None] * slots
+        self.tokens = [0] * slots
+        self.files: dict[str, int] = {}
+        self.next_task = 0
+        self.n_ctx = 2048
+        self.save_path = True
+        self.actions: list[tuple[str, int, str]] = []
+
+    def run(self, slot: int, tokens: int) -> None:
+        """A completion on `slot` that leaves `tokens` in its cache."""
+        with self.lock:
+            self.task[slot], self.next_task = self.next_task, self.next_task + 1
+            self.tokens[slot] = tokens
+
+    def restart(self, n_ctx: int = 2048) -> None:
+        with self.lock:
+            self.task, self.tokens = [None] * len(self.task), [0] * len(self.tokens)
+            self.next_task, self.n_ctx = 0, n_ctx
+
+    def slots(self, _request: Recorded) -> Reply:
+        with self.lock:
+            return json_reply(200, [
+                {"id": i, "is_processing": False, "n_prompt_tokens": n}
+                | ({} if t is None else {"id_task": t})
+                for i, (t, n) in enumerate(zip(self.task, self.tokens, strict=True))
+            ])  # fmt: skip
+
+    def props(self, _request: Recorded) -> Reply:
+        return json_reply(200, {"chat_template": TEMPLATE, "total_slots": len(self.task),
+                                "default_generation_settings": {"n_ctx": self.n_ctx}})  # fmt: skip
+
+    def action(self, request: Recorded) -> Reply:
+        slot, what, name = int(request.path.rsplit("/", 1)[1]), request.query["action"], ""
+        if not self.save_path:
+            return json_reply(501, {"error": {"code": 501, "message": "not supported"}})
+        name = request.json["filename"]
+        with self.lock:
+            self.actions.append((what, slot, name))
+            if what == "save":
+                n = self.files[name] = self.tokens[slot]
+                path = self.folder / name
+                path.write_bytes(b"x" * n)
+                os.utime(path, (len(self.actions), len(self.actions)))  # mtime: the save's order
+                return json_reply(200, {"n_saved": n, "n_written": n, "timings": {"save_ms": 1.5}})
+            if name not in self.files:
+                return json_reply(400, {"error": {"code": 400, "message": "Unable to restore"}})
+            n = self.tokens[slot] = self.files[name]
+            return json_reply(200, {"n_restored": n, "n_read": n, "timings": {"restore_ms": 0.5}})
+
+
+@pytest.fixture
+def rig() -> Iterator[tuple[FakeServer, FakeSlots, Path]]:
+    folder = short_tmpdir("bk-")
+    (folder / "slots").mkdir()
+    fake_slots = FakeSlots(folder / "slots")
+    with FakeServer(folder / "infer.sock") as server:
+        server.on("GET", "/slots", fake_slots.slots)
+        server.on("GET", "/props", fake_slots.props)
+        for slot in (0, 1):
+            server.on("POST", f"/slots/{slot}", fake_slots.action)
+        yield server, fake_slots, folder
+
+
+def config(folder: Path, **cache: Any) -> Config:
+    table = {
+        "inference": {"socket": str(folder / "infer.sock"), "model": MODEL, "slots": [0, 1],
+                      "control_timeout_ms": 2000},
+        "expect": {"chat_template_sha256": "0" * 64, "n_ctx": 2048, "total_slots": 2},
+        "paths": {"home": str(folder / "home")},
+        "cache": {"slot_save": True, "min_tokens": 10, "idle_save_ms": 60_000,
+                  "folder": str(folder / "slots")} | cache,
+    }  # fmt: skip
+    return parse_config(toml_dumps(table), "t.toml", folder, {})
+
+
+def keeper(folder: Path, warned: list[str], **cache: Any) -> CacheKeeper:
+    cfg = config(folder, **cache)
+    said: list[str] = []
+    made = open_keeper(cfg, SlotGate(8), Client(cfg.inference).props, said.append, warned.append)
+    assert made is not None, said
+    assert said[0].startswith("selftest ok      slot_save: a save of slot 0 (0 tokens)"), said
+    return made
+
+
+def test_sessions_taking_turns_on_a_slot_are_saved_and_restored(rig: Any) -> None:
+    _, fs, folder = rig
+    warned: list[str] = []
+    k = keeper(folder, warned)
+    assert k.before_grant(0, "a") == []
+    fs.run(0, 300)
+    k.after_release(0, "a")
+    assert k.before_grant(0, "b") == []  # a saved first: a's note waits for a's next grant
+    fs.run(0, 200)
+    k.after_release(0, "b")
+    notes = k.before_grant(0, "a")
+    assert [(n["kind"], n["tokens"]) for n in notes] == [("saved", 300), ("restored", 300)]
+    assert [a[0] for a in fs.actions[1:]] == ["save", "save", "restore"]
+    assert fs.tokens[0] == 300
+    fs.run(0, 350)
+    k.after_release(0, "a")
+    assert k.before_grant(0, "a") == []  # still a's: nothing asked but /slots
+    assert len(fs.actions) == 4
+    assert warned == []
+
+
+def test_a_restarted_server_of_another_context_size_gets_no_file(rig: Any) -> None:
+    _, fs, folder = rig
+    warned: list[str] = []
+    k = keeper(folder, warned)
+    k.before_grant(0, "a")
+    fs.run(0, 300)
+    k.after_release(0, "a")
+    assert k.drain() == 1
+    fs.restart(n_ctx=1024)
+    assert k.before_grant(0, "a") == [{"kind": "saved", "slot": 0, "tokens": 300, "size": 300,
+                                       "elapsed_us": 1500}]  # fmt: skip
+    assert [a[0] for a in fs.actions] == ["save", "save"]  # the probe's and the drain's
+    assert "context size changed" in warned[0]
+
+
+def test_the_same_server_restarted_gets_its_file_back(rig: Any) -> None:
+    _, fs, folder = rig
+    k = keeper(folder, [])
+    k.before_grant(0, "a")
+    fs.run(0, 300)
+    k.after_release(0, "a")
+    k.drain()
+    fs.restart()
+    assert [n["kind"] for n in k.before_grant(0, "a")] == ["saved", "restored"]
+
+
+def test_an_idle_slot_is_saved_and_the_state_outlives_the_keeper(rig: Any) -> None:
+    _, fs, folder = rig
+    k = keeper(folder, [], idle_save_ms=50)
+    k.start()
+    k.before_grant(1, "a")
+    fs.run(1, 120)
+    k.after_release(1, "a")
+    wait_for(lambda: ("save", 1, k.policy.name("a")) in fs.actions, "the idle save of slot 1")
+    k.drain()
+    again = keeper(folder, [])
+    assert again.policy.saves == {"a": 120}
+    fs.restart()
+    assert [n["kind"] for n in again.before_grant(1, "a")] == ["saved", "restored"]
+
+
+def test_the_save_folder_is_kept_under_max_bytes(rig: Any) -> None:
+    _, fs, folder = rig
+    k = keeper(folder, [], max_bytes=500)
+    for session, tokens in (("a", 300), ("b", 250), ("c", 100)):
+        k.before_grant(0, session)
+        fs.run(0, tokens)
+        k.after_release(0, session)
+    k.drain()  # a, b and c saved in turn: a is the oldest and goes
+    assert sorted(p.name.rsplit("-", 1)[1] for p in (folder / "slots").glob("bx-*")) == [
+        "b.bin",
+        "c.bin",
+    ]
+    assert set(k.policy.saves) == {"b", "c"}
+
+
+def test_a_server_without_slot_save_path_turns_the_feature_off(rig: Any) -> None:
+    _, fs, folder = rig
+    fs.save_path = False
+    cfg = config(folder)
+    said: list[str] = []
+    made = open_keeper(cfg, SlotGate(8), Client(cfg.inference).props, said.append, said.append)
+    assert made is None
+    assert said == [
+        "selftest off     slot_save: the server was not started with --slot-save-path; "
+        "the feature is off"
+    ]
+
+
+def test_the_identity_is_the_servers(rig: Any) -> None:
+    _, _, folder = rig
+    k = keeper(folder, [])
+    props = Client(config(folder).inference).props()
+    assert k.policy.ident == server_identity(MODEL, props)
+
+
+def test_a_failure_in_the_keeper_still_grants_the_slot(rig: Any) -> None:
+    _, _, folder = rig
+    warned: list[str] = []
+    k = keeper(folder, warned)
+
+    def broken(*_args: object) -> list[object]:
+        raise RuntimeError("a bug")
+
+    k.policy.before = broken  # type: ignore[method-assign,assignment]
+    assert k.before_grant(0, "a") == []
+    assert warned == ["cache: slot 0 for a: RuntimeError('a bug'); granted without it"]
