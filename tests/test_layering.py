@@ -30,6 +30,7 @@ ROOT = Path(boxmaker.__file__).resolve().parent
 PROTO = "boxmaker.proto"
 FAST = "boxmaker._fast"
 CLI = "boxmaker._cli"
+TOML = "boxmaker._toml"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
 KINDS = "boxmaker.loopd._kinds"
@@ -54,6 +55,7 @@ RULES: dict[str, frozenset[str]] = {
     "boxmaker": frozenset(),  # __init__: __version__ only; a new package needs its own row
     PROTO: frozenset(),  # shared by every process: the ground floor, stdlib and orjson only
     CLI: frozenset(),  # Environment and ExitStatus, shared by the CLIs
+    TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
@@ -97,7 +99,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{CACHE}.policy": frozenset({PROTO}),
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
-    VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
+    VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
     f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
 }

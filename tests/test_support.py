@@ -6,8 +6,8 @@ from pathlib import Path
 
 import pytest
 
+from boxmaker._toml import toml_dumps
 from tests.support.procs import wait_for
-from tests.support.toml import toml_dumps
 
 
 def test_wait_for_returns_the_first_truthy_value() -> None:

@@ -10,7 +10,6 @@ rewritten: loopd reaches inferproxy through a Tee (tee.py) that keeps every requ
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import shutil
 import socket
@@ -19,10 +18,11 @@ import sys
 import tempfile
 import time
 import tomllib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.verify.tee import Tee
 
@@ -62,30 +62,6 @@ def healthy(host: str, port: int) -> bool:
         return conn.getresponse().status == 200
     except OSError:
         return False
-
-
-def toml_value(value: object) -> str:
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, int | float):
-        return repr(value)
-    if isinstance(value, str | Path):
-        return json.dumps(str(value))  # a JSON string is a TOML basic string
-    if isinstance(value, list | tuple):
-        return "[" + ", ".join(toml_value(v) for v in value) + "]"
-    if isinstance(value, dict):
-        inner = ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items())
-        return "{ " + inner + " }"
-    raise TypeError(f"no TOML form for {value!r}")
-
-
-def toml_dumps(table: Mapping[str, Any]) -> str:
-    """Each top-level table a [section] of `key = value` lines, deeper tables inline."""
-    lines: list[str] = []
-    for section, keys in table.items():
-        lines.append(f"[{section}]")
-        lines += [f"{json.dumps(k)} = {toml_value(v)}" for k, v in keys.items()]
-    return "\n".join(lines) + "\n"
 
 
 class Stack:

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import InferenceConfig, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
@@ -23,7 +24,6 @@ from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import UserMessage
 from tests.support.fakeserver import FakeServer, Outcome
 from tests.support.replies import End, Reply, json_reply
-from tests.support.toml import toml_dumps
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
 MODEL = "test-model"

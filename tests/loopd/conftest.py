@@ -23,13 +23,13 @@ from typing import Any
 
 import pytest
 
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.verify.tee import Tee
 from tests.support.fakeserver import FakeServer
 from tests.support.llama import LlamaServer, Mode, ensure_built
 from tests.support.procs import Daemon, python_module, wait_for_socket
-from tests.support.toml import toml_dumps
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"

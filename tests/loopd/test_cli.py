@@ -24,11 +24,11 @@ from typing import Any
 import pytest
 
 from boxmaker._cli import ExitStatus
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.cli import main
 from tests.loopd.conftest import Stack, local_profile, short_tmpdir
 from tests.support.cli import Result, run_cli
 from tests.support.procs import python_module
-from tests.support.toml import toml_dumps
 
 RUN_BOUND = 120.0  # seconds for one command; each takes a few when healthy
 EVENT_TYPES = {

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper, server_identity
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
@@ -25,7 +26,6 @@ from tests.support.fakeserver import FakeServer
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply
-from tests.support.toml import toml_dumps
 
 MODEL = "m"
 TEMPLATE = "{{ t }}"

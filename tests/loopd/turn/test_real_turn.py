@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 
+from boxmaker._toml import toml_dumps
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import CacheLoss, Usage, User
@@ -24,7 +25,6 @@ from boxmaker.verify.tee import Tee
 from tests.loopd.conftest import Stack
 from tests.loopd.turn.conversations import check_requests
 from tests.support.procs import python_module
-from tests.support.toml import toml_dumps
 
 RUN_BOUND_S = 180.0  # one turn of the tiny model; a few seconds when the machine is idle
 MAX_TOKENS = 24

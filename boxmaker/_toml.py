@@ -1,7 +1,8 @@
-"""The one TOML writer for test configs: dicts of plain values to TOML text.
+"""The one TOML writer: dicts of plain values to TOML text (for the configs that `make
+verify-device` and the tests write; tomllib reads TOML but does not write it).
 
-tomllib reads TOML but does not write it; the configs tests write are small tables of strings,
-paths, numbers, booleans and lists, which this covers. Anything else is a TypeError.
+Top-level dicts become [sections] (recursively, as [a.b]); deeper values are written inline.
+Strings, paths, numbers, booleans, lists and dicts are covered; anything else is a TypeError.
 """
 
 import json
@@ -10,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 
-def _toml_value(value: object) -> str:
+def toml_value(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, int | float):
@@ -18,15 +19,17 @@ def _toml_value(value: object) -> str:
     if isinstance(value, str | Path):
         return json.dumps(str(value))  # a JSON string is a TOML basic string
     if isinstance(value, list | tuple):
-        return "[" + ", ".join(_toml_value(v) for v in value) + "]"
+        return "[" + ", ".join(toml_value(v) for v in value) + "]"
     if isinstance(value, dict):
-        return "{ " + ", ".join(f"{k} = {_toml_value(v)}" for k, v in value.items()) + " }"
+        inner = ", ".join(f"{json.dumps(k)} = {toml_value(v)}" for k, v in value.items())
+        return "{ " + inner + " }"
     raise TypeError(f"no TOML form for {value!r}")
 
 
 def toml_dumps(table: Mapping[str, Any], where: str = "") -> str:
-    """Top-level dicts become [sections] (recursively); deeper values are written inline."""
-    lines = [f"{k} = {_toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)]
+    lines = [
+        f"{json.dumps(k)} = {toml_value(v)}" for k, v in table.items() if not isinstance(v, dict)
+    ]
     for key, value in table.items():
         if isinstance(value, dict):
             name = f"{where}.{key}" if where else key
