@@ -99,8 +99,8 @@ def _utf8(text: str) -> bytes:
 def _get(obj: dict[str, Any], key: str, kind: type, path: str) -> Any:
     """obj[key] if it is a `kind` (a bool is not an int); None when absent or null."""
     value = obj.get(key)
-    if value is None:
-        return None
+    if value is None or type(value) is kind:  # the common case, first: orjson's exact types
+        return value
     if not isinstance(value, kind) or (isinstance(value, bool) and kind is not bool):
         raise BadResponse(f"stream chunk: {path}.{key} has the wrong type: {value!r:.80}")
     return value
