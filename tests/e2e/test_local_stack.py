@@ -15,13 +15,11 @@ checkout's run/ folder.
 import os
 import re
 import shutil
-import socket
 import stat
 import subprocess
 import sys
 import tempfile
 import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -31,6 +29,7 @@ from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.loopd.session.check import check_session
 from boxmaker.proto import CacheLoss, Usage, User
 from boxmaker.proto.log import LogRecord
+from boxmaker.verify.stack import free_port, healthy
 from tests.support.llama import ensure_built
 from tests.support.procs import wait_for, wait_for_socket
 
@@ -42,13 +41,6 @@ PROGRAMS = ("inferproxy", "llama-server", "loopd")
 BOUND = 60.0  # seconds for llama-server to load the model on a loaded 2-core machine
 # loopd retries its self-test while llama-server loads (startretries), then passes it.
 LOOPD_BOUND = 3 * BOUND
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port: int = s.getsockname()[1]
-        return port
 
 
 def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -68,14 +60,6 @@ def write_config(run: Path) -> Path:
     path = run / "loopd.toml"
     path.write_text(f'{text}\n[baseline]\nsystem = "{REPO / "conf" / "system.md"}"\n')
     return path
-
-
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
 
 
 class Stack:
@@ -121,7 +105,7 @@ def stack() -> Iterator[Stack]:
         assert sorted(p.name for p in (run / "supervisord.d").iterdir()) == ["llama-server.conf"]
         assert stat.S_IMODE((run / "home").stat().st_mode) == 0o700
         assert f"BOXMAKER_SOCKET={run / 'loop.sock'}" in (run / "run.env").read_text()
-        assert healthy(port)
+        assert healthy("127.0.0.1", port)
         wait_for_socket(str(run / "loop.sock"), timeout=LOOPD_BOUND)
         yield Stack(run, env, port)
     except BaseException:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from boxmaker.verify.stack import free_port
 from tests.support import llama, rawhttp
 from tests.support.llama import (
     DEFAULT_TEMPLATE,
@@ -221,7 +222,7 @@ def test_a_port_taken_before_the_server_binds_is_retried(monkeypatch: pytest.Mon
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
-        ports = [taken.getsockname()[1], llama.free_port()]
+        ports = [taken.getsockname()[1], free_port()]
         monkeypatch.setattr(llama, "free_port", lambda: ports.pop(0))
         with LlamaServer(slots=1) as srv:
             assert srv.call("GET", "/health").status == 200

@@ -10,7 +10,6 @@ real-server tests share, since it is killed.
 from __future__ import annotations
 
 import subprocess
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,6 +20,7 @@ from boxmaker.loopd.session.store import SessionStore, verify_session
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import Assistant, ContentEvent, RetryingEvent, TurnDone, TurnEvent, Usage, User
+from boxmaker.verify.stack import healthy
 from tests.loopd.conftest import Stack
 from tests.loopd.turn.support import new_session
 from tests.support.procs import wait_for
@@ -59,14 +59,6 @@ def stack() -> Iterator[Stack]:
         own.stop()
 
 
-def healthy(port: int) -> bool:
-    try:
-        with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 def test_llama_server_killed_mid_stream_and_restarted(stack: Stack) -> None:
     config = stack.config(inference={"max_tokens": 200} | RETRY)
     client = Client(config.inference)
@@ -98,7 +90,7 @@ def test_llama_server_killed_mid_stream_and_restarted(stack: Stack) -> None:
             assert [type(r) for r in added] == [User, Assistant, Usage], added
             assert isinstance(added[1], Assistant)
             assert added[1].content == outcome.content
-            assert healthy(port)
+            assert healthy("127.0.0.1", port)
 
             second = run_turn(
                 log, "Thanks.", client=client, port=FakeTools(), config=config.loop,
@@ -110,4 +102,6 @@ def test_llama_server_killed_mid_stream_and_restarted(stack: Stack) -> None:
             assert len(reopened.records) == before + 6
     finally:
         again.stop()
-        wait_for(lambda: not healthy(port), "the restarted server to go", READY_BOUND_S)
+        wait_for(
+            lambda: not healthy("127.0.0.1", port), "the restarted server to go", READY_BOUND_S
+        )

@@ -22,7 +22,6 @@ import contextlib
 import os
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -31,6 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Literal
 
+from boxmaker.verify.stack import free_port
 from tests.support import rawhttp
 
 REPO = Path(__file__).resolve().parents[2]
@@ -162,13 +162,6 @@ def describe_exit(code: int) -> str:
     if -code == signal.SIGILL:
         return f"died of {name}: the binary uses an instruction this CPU cannot run"
     return f"died of {name}"
-
-
-def free_port() -> int:
-    """A port that was free a moment ago (the server's failure to bind is retried)."""
-    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 class LlamaServer:

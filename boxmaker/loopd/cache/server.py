@@ -16,10 +16,10 @@ from collections.abc import Callable
 import orjson
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, BadResponse, HttpStatus
+from boxmaker.loopd.llama.errors import BadResponse
 from boxmaker.loopd.llama.http import target
 from boxmaker.loopd.llama.info import slots_target
-from boxmaker.loopd.llama.transport import short_exchange
+from boxmaker.loopd.llama.transport import short_call
 
 from .policy import Mark, SlotIO, parse_io, parse_marks
 
@@ -66,8 +66,4 @@ class SlotFiles:
             raise BadResponse(str(exc)) from None
 
     def _call(self, method: str, path: str, body: bytes | None) -> bytes:
-        resp = short_exchange(self.config, method, path, body, self._clock)
-        if resp.status != 200:
-            text = resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
-            raise HttpStatus(resp.status, text)
-        return resp.body
+        return short_call(self.config, method, path, body, self._clock).body

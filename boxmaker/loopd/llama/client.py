@@ -22,7 +22,7 @@ from typing import Any
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.chat import run_chat
-from boxmaker.loopd.llama.errors import HTTP_BODY_CAP_BYTES, HttpStatus, InferError
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import Gate, SlotGate
 from boxmaker.loopd.llama.info import (
     TOKENIZE_PATH,
@@ -37,7 +37,7 @@ from boxmaker.loopd.llama.info import (
 )
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.retry import RetryPolicy, Rng
-from boxmaker.loopd.llama.transport import Clock, Response, short_exchange
+from boxmaker.loopd.llama.transport import Clock, Response, short_call
 from boxmaker.loopd.llama.types import ChatRequest, Completion, OnEvent
 from boxmaker.proto import RetryingEvent
 
@@ -134,8 +134,4 @@ class Client:
         return parse_tokenize(self._call("POST", TOKENIZE_PATH, body).body)
 
     def _call(self, method: str, target: str, body: bytes | None) -> Response:
-        resp = short_exchange(self.config, method, target, body, self._clock)
-        if resp.status != 200:
-            text = resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace")
-            raise HttpStatus(resp.status, text)
-        return resp
+        return short_call(self.config, method, target, body, self._clock)

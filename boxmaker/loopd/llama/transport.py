@@ -21,7 +21,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
+from boxmaker.loopd.llama.errors import (
+    HTTP_BODY_CAP_BYTES,
+    BadResponse,
+    ConnectFailed,
+    HttpStatus,
+    Stalled,
+)
 from boxmaker.loopd.llama.http import (
     DEFAULT_MAX_INTERIM_HEADS,
     HeadParser,
@@ -137,6 +143,17 @@ def short_exchange(
         max_interim_heads=config.max_interim_heads,
         clock=clock,
     )
+
+
+def short_call(
+    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
+) -> Response:
+    """`short_exchange` that wants a 200: any other status is HttpStatus, its body cut to
+    HTTP_BODY_CAP_BYTES (the info calls, the slot files)."""
+    resp = short_exchange(config, method, target, body, clock)
+    if resp.status != 200:
+        raise HttpStatus(resp.status, resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace"))
+    return resp
 
 
 def exchange(
