@@ -29,14 +29,14 @@ from typing import Any
 from boxmaker.loopd.config import load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.loopd.workers.wire import PIPE_KINDS
 from boxmaker.proto import ContentEvent, TurnDone, channel_frame
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.store import SessionStore
 from tests.loopd.serve_support import ServeEnv, connect, read_frames, serve_env, turn, turn_bytes
 from tests.loopd.turn.support import completion_events, say
 from tests.support.procs import wait_for

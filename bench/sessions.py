@@ -24,11 +24,6 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.check import check_session
-from boxmaker.loopd.session.files import read_fd
-from boxmaker.loopd.session.replay import request_messages
-from boxmaker.loopd.session.store import BASELINE_NAME, SessionStore
 from boxmaker.proto import (
     Assistant,
     ResultClass,
@@ -43,6 +38,11 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.log_fast import verify_records
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.check import check_session
+from boxmaker.session.files import read_fd
+from boxmaker.session.replay import request_messages
+from boxmaker.session.store import BASELINE_NAME, SessionStore
 
 T0 = "2026-11-30T03:48:37.123Z"
 BASELINE = Baseline(

@@ -36,7 +36,7 @@ CONFIG = "boxmaker.loopd.config"
 KINDS = "boxmaker.loopd._kinds"
 WALKER = "boxmaker.loopd._walker"
 LLAMA = "boxmaker.loopd.llama"
-SESSION = "boxmaker.loopd.session"
+SESSION = "boxmaker.session"
 TURN = "boxmaker.loopd.turn"
 TOOLS = "boxmaker.loopd.tools"
 SELFTEST = "boxmaker.loopd.selftest"
@@ -85,7 +85,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{LLAMA}.client": frozenset({PROTO, CONFIG})
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
-    SESSION: frozenset({PROTO, CONFIG}),
+    SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
     TOOLS: frozenset({PROTO}),
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
@@ -405,7 +405,7 @@ def _fake(name: str, suffix: str = ".py") -> Module:
         (f"{PROTO}.frame", "import requests", ["requests"]),
         (f"{FAST}._sse_py", "from boxmaker.proto import ProtocolError", [PROTO]),
         (f"{DAEMON}.listen", "from boxmaker._fast import splice", [f"{FAST}.splice"]),
-        (f"{TOOLS}.port", "from boxmaker.loopd.session.store import S", [f"{SESSION}.store"]),
+        (f"{TOOLS}.port", "from boxmaker.session.store import S", [f"{SESSION}.store"]),
         (f"{SESSION}.store", "from boxmaker.loopd.turn.loop import T", [f"{TURN}.loop"]),
         ("boxmaker.bxctl.cli", "from boxmaker.loopd.llama import client", [f"{LLAMA}.client"]),
         ("boxmaker.bxctl.cli", "import boxmaker.inferproxy.proxy", ["boxmaker.inferproxy.proxy"]),
@@ -426,7 +426,7 @@ def test_the_table_catches_an_upward_import(name: str, source: str, found: list[
         (f"{PROTO}.frame", "from .errors import FrameError\nimport orjson"),
         (f"{SESSION}.store", "from boxmaker.proto import Frame\nfrom .files import lock"),
         (f"{TURN}.loop", "from boxmaker.loopd.llama.types import Completion"),
-        ("boxmaker.bxctl.cli", "from boxmaker.loopd.session.store import SessionStore"),
+        ("boxmaker.bxctl.cli", "from boxmaker.session.store import SessionStore"),
         ("boxmaker.loopd.cli", "from boxmaker.loopd.selftest import iter_selftest"),
     ],
 )

@@ -1,6 +1,6 @@
 """`bxctl repair <session> [--home <path>]`: cuts a torn last line off a session's log.
 
-The operator's explicit way out of a torn tail (`loopd.session.repair`): only a final line
+The operator's explicit way out of a torn tail (`session.repair`): only a final line
 without its newline is cut, the original is kept as `0.jsonl.torn-<UTC time>` beside it, and a
 session open in loopd or a worker is refused. Any other fault is refused and left as it is.
 Exit 0 when the log was repaired or had nothing to repair; 1 when refused, busy or missing; 2 for
@@ -13,9 +13,9 @@ import argparse
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker.loopd.session.errors import RepairRefused, SessionBusy, SessionError
-from boxmaker.loopd.session.repair import repair_session
 from boxmaker.proto import SessionIdError
+from boxmaker.session.errors import RepairRefused, SessionBusy, SessionError
+from boxmaker.session.repair import repair_session
 
 from .verify import DEFAULT_HOME, HOME_ENV, home_from
 

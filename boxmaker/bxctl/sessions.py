@@ -1,6 +1,6 @@
 """`bxctl sessions [--home <path>] [--json]`: every session under the home, newest first.
 
-Each session is checked as `bxctl verify` checks one (`loopd.session.store.verify_session`):
+Each session is checked as `bxctl verify` checks one (`session.store.verify_session`):
 read-only, no lock taken, nothing written, so it runs beside a running loopd. A line gives the id,
 the record count, the last activity (the last record's time) and whether the log verifies. For a
 log that does not verify, the count is of its complete lines and the last activity is the last
@@ -22,9 +22,9 @@ from pathlib import Path
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker.loopd.session.store import LOG_NAME, SESSIONS_DIR, verify_session
 from boxmaker.proto import is_session_id
 from boxmaker.proto.rfc3339 import format_time, is_time
+from boxmaker.session.store import LOG_NAME, SESSIONS_DIR, verify_session
 
 from .verify import DEFAULT_HOME, HOME_ENV, home_from
 

@@ -1,6 +1,6 @@
 """`bxctl verify <session> [--home <path>] [--json]`: checks a session's log from disk.
 
-Read-only and lock-free (`loopd.session.store.verify_session`): it works with no daemon running
+Read-only and lock-free (`session.store.verify_session`): it works with no daemon running
 and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else /var/lib/boxmaker.
 """
 
@@ -13,8 +13,8 @@ from pathlib import Path
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker.loopd.session.store import verify_session
 from boxmaker.proto import SessionIdError
+from boxmaker.session.store import verify_session
 
 HELP = "check a session's log and baseline file from disk, and print what was found"
 HOME_ENV = "BOXMAKER_HOME"

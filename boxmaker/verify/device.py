@@ -23,10 +23,10 @@ import orjson
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.session.baseline import Baseline, budget_text
-from boxmaker.loopd.session.check import check_session
 from boxmaker.proto import User
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.baseline import Baseline, budget_text
+from boxmaker.session.check import check_session
 from boxmaker.verify import checks
 from boxmaker.verify.checks import Check, Status
 from boxmaker.verify.stack import Stack, StackError, wait_for

@@ -14,19 +14,19 @@ import pytest
 
 from boxmaker._cli import ExitStatus
 from boxmaker.bxctl.cli import main
-from boxmaker.loopd.session.store import (
+from boxmaker.proto import User, verify_log
+from boxmaker.session.store import (
     BASELINE_NAME,
     LogCorrupt,
     SessionStore,
     verify_session,
 )
-from boxmaker.proto import User, verify_log
-from tests.loopd.session.cases import CONVERSATION, make_session, t
+from tests.session.cases import CONVERSATION, make_session, t
 from tests.support.cli import Result, run_cli
 from tests.support.procs import Daemon, python_module
 
 LAST = len(CONVERSATION) + 1  # the last line's number
-WRITER = [sys.executable, str(Path(__file__).parents[1] / "loopd/session/writer.py")]
+WRITER = [sys.executable, str(Path(__file__).parents[1] / "session/writer.py")]
 ONLY_TORN = "repair only cuts a torn last line"
 
 

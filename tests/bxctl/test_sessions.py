@@ -1,4 +1,4 @@
-"""bxctl sessions over real session logs made by loopd.session.store (good, tampered, torn)."""
+"""bxctl sessions over real session logs made by session.store (good, tampered, torn)."""
 
 import os
 from pathlib import Path
@@ -8,7 +8,7 @@ import pytest
 
 from boxmaker._cli import ExitStatus
 from boxmaker.bxctl.cli import main
-from tests.loopd.session.cases import CONVERSATION, make_session, t
+from tests.session.cases import CONVERSATION, make_session, t
 from tests.support.cli import run_cli
 
 

@@ -11,7 +11,7 @@ import pytest
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.bxctl.cli import main
-from tests.loopd.session.cases import CONVERSATION, T0, make_session, t
+from tests.session.cases import CONVERSATION, T0, make_session, t
 
 
 @dataclass
@@ -137,8 +137,8 @@ def test_bxctl_imports_no_daemon_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = done.stdout.split()
-    allowed = ("boxmaker.proto", "boxmaker._cli", "boxmaker.loopd.session", "boxmaker.bxctl")
-    parents = {"boxmaker", "boxmaker.loopd"}  # package __init__s on the way to loopd.session
+    allowed = ("boxmaker.proto", "boxmaker._cli", "boxmaker.session", "boxmaker.bxctl")
+    parents = {"boxmaker"}
     outside = [m for m in loaded if m not in parents and not m.startswith(allowed)]
     assert outside == []
-    assert "boxmaker.loopd.session.store" in loaded
+    assert "boxmaker.session.store" in loaded

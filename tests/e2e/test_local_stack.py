@@ -26,9 +26,9 @@ from pathlib import Path
 import pytest
 
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.loopd.session.check import check_session
 from boxmaker.proto import CacheLoss, Usage, User
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.check import check_session
 from boxmaker.verify.stack import free_port, healthy
 from tests.support.llama import ensure_built
 from tests.support.procs import wait_for, wait_for_socket

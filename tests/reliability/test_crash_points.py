@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boxmaker.loopd.session.crashpoint import POINTS
 from boxmaker.proto import ContentEvent, TurnDone
+from boxmaker.session.crashpoint import POINTS
 from tests.loopd.serve_support import ServeEnv, TurnClient, serve_env, turn
 from tests.loopd.turn.support import calls, say
 from tests.support.crash_rig import (

@@ -1,7 +1,7 @@
 """Crash-at-every-point tests' shared pieces (tests/reliability): loopd serve with a crash plan,
 a chat reply that stalls mid-stream, and the three things every crash case asserts.
 
-The crash plan is boxmaker/loopd/session/crashpoint.py's file form: loopd is started once with
+The crash plan is boxmaker/session/crashpoint.py's file form: loopd is started once with
 BOXMAKER_CRASH_AT=<folder>/crash.plan (its workers inherit it), and `arm("append_after_write:3")`
 writes the plan; the worker that reaches that point SIGKILLs itself and renames the plan to
 `crash.plan.fired`, so the next worker of the session runs clean. Counts are per worker process,
@@ -24,9 +24,9 @@ from pathlib import Path
 from typing import Any
 
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.session.crashpoint import ENV
-from boxmaker.loopd.session.store import verify_session
 from boxmaker.proto import ChannelBody, ToolResultEvent, TurnDone, WireError
+from boxmaker.session.crashpoint import ENV
+from boxmaker.session.store import verify_session
 from tests.loopd.serve_support import START_LINE, ServeEnv, children, config_text, turn
 from tests.support.procs import Daemon, python_module
 from tests.support.recorded import Recorded

@@ -25,14 +25,6 @@ import orjson
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.session.baseline import assemble_baseline, check_budget
-from boxmaker.loopd.session.errors import (
-    NoSuchSession,
-    SessionBusy,
-    SessionError,
-    SessionExists,
-)
-from boxmaker.loopd.session.store import SessionLog, SessionStore
 from boxmaker.loopd.tools.port import FakeTools, utc_now
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.runner import run_turn
@@ -44,6 +36,14 @@ from boxmaker.proto import (
     WireError,
     event_to_json,
 )
+from boxmaker.session.baseline import assemble_baseline, check_budget
+from boxmaker.session.errors import (
+    NoSuchSession,
+    SessionBusy,
+    SessionError,
+    SessionExists,
+)
+from boxmaker.session.store import SessionLog, SessionStore
 
 # The store's refusals, as the channel's codes.
 _CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (

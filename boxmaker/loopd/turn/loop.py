@@ -37,8 +37,6 @@ from dataclasses import dataclass
 
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.types import ChatRequest, Completion
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.replay import request_messages
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
 from boxmaker.loopd.turn.records import (
@@ -65,6 +63,8 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.replay import request_messages
 
 # The status llama-server answers when the prompt does not fit the slot's context.
 CONTEXT_FULL_STATUS = 400

@@ -31,7 +31,6 @@ from typing import Protocol
 from boxmaker.loopd.config import LoopConfig
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
-from boxmaker.loopd.session.baseline import Baseline
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, default_registry
 from boxmaker.loopd.turn.limits import LoopLimits
@@ -47,6 +46,7 @@ from boxmaker.loopd.turn.loop import (
 )
 from boxmaker.proto import EVENT_TYPES, ToolRequest, ToolResponse, TurnDone, TurnEvent, WireError
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.baseline import Baseline
 
 _TURN_EVENTS = tuple(EVENT_TYPES.values())
 

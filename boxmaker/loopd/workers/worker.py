@@ -33,8 +33,6 @@ from boxmaker.loopd.cache.policy import Note
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.session.errors import SessionError, SessionExists
-from boxmaker.loopd.session.store import SessionLog
 from boxmaker.loopd.tools.port import FakeTools, utc_now
 from boxmaker.loopd.turn.command import error_for, open_session
 from boxmaker.loopd.turn.runner import run_turn
@@ -52,6 +50,8 @@ from boxmaker.proto import (
     channel_frame,
 )
 from boxmaker.proto.frame import Frame
+from boxmaker.session.errors import SessionError, SessionExists
+from boxmaker.session.store import SessionLog
 
 from .gate import PipeGate
 from .pipes import FrameWriter, PipeClosed, read_frames

@@ -14,11 +14,11 @@ import pytest
 
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.session.store import SessionLog
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import TurnDone, TurnEvent, WireError
+from boxmaker.session.store import SessionLog
 from tests.loopd.turn.support import (
     RecordingPort,
     Said,

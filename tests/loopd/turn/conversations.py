@@ -28,8 +28,6 @@ from hypothesis import strategies as st
 
 from boxmaker.loopd.llama.errors import HttpStatus
 from boxmaker.loopd.llama.types import Completion, FinishReason
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.replay import request_messages
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL, FIND_TOOL, default_registry
 from boxmaker.loopd.turn.limits import TRUNCATED_MARK, LoopLimits
@@ -47,6 +45,8 @@ from boxmaker.proto import (
     format_time,
 )
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.replay import request_messages
 from tests.loopd.turn.support import START, Said, Ticker, baseline
 
 NOON = "2026-11-30T12:00:00.000Z"

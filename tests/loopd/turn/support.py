@@ -31,8 +31,6 @@ import orjson
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.store import SessionLog, SessionStore
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.proto import (
     AssistantMessage,
@@ -41,6 +39,8 @@ from boxmaker.proto import (
     ToolResponse,
     format_time,
 )
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.store import SessionLog, SessionStore
 from tests.support.fakeserver import FakeServer
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply

@@ -14,8 +14,8 @@ import orjson
 import pytest
 
 from boxmaker.loopd.cli import main
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import ToolResult
+from boxmaker.session.store import SessionStore
 from tests.loopd.turn.conftest import Env
 from tests.loopd.turn.support import SYSTEM, calls, config_text, new_session, say
 from tests.support.procs import python_module

@@ -20,11 +20,11 @@ import orjson
 from hypothesis import HealthCheck, event, given, note, settings
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import ErrorCode, ToolResult, WireError
+from boxmaker.session.store import SessionStore
 from tests.loopd.turn.conversations import (
     NOON,
     Conversation,

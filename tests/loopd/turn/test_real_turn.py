@@ -19,8 +19,8 @@ import orjson
 
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import CacheLoss, Usage, User
+from boxmaker.session.store import SessionStore
 from boxmaker.verify.tee import Tee
 from tests.loopd.conftest import Stack
 from tests.loopd.turn.conversations import check_requests

@@ -10,7 +10,6 @@ from __future__ import annotations
 import orjson
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     FIND_TOOL,
@@ -35,6 +34,7 @@ from boxmaker.proto import (
     Usage,
     User,
 )
+from boxmaker.session.store import SessionStore
 from tests.loopd.turn.conftest import NOON, Env, Turns, echo_via_call_tool
 from tests.loopd.turn.support import (
     Said,

@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.session.store import SessionLog
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.limits import TRUNCATED_MARK
 from boxmaker.loopd.turn.runner import run_turn
@@ -27,6 +26,7 @@ from boxmaker.proto import (
     Usage,
     WireError,
 )
+from boxmaker.session.store import SessionLog
 from tests.loopd.turn.conftest import Env, Turns, echo_via_call_tool
 from tests.loopd.turn.support import (
     Said,

@@ -8,17 +8,6 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.store import (
-    BASELINE_NAME,
-    LOG_NAME,
-    NoSuchSession,
-    SessionBusy,
-    SessionError,
-    SessionExists,
-    SessionStore,
-    verify_session,
-)
 from boxmaker.proto import (
     GENESIS_PREV,
     EncodeError,
@@ -27,6 +16,17 @@ from boxmaker.proto import (
     User,
     decode_line,
     verify_log,
+)
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.store import (
+    BASELINE_NAME,
+    LOG_NAME,
+    NoSuchSession,
+    SessionBusy,
+    SessionError,
+    SessionExists,
+    SessionStore,
+    verify_session,
 )
 from tests.support.procs import Daemon
 

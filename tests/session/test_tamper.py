@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.session.store import BASELINE_NAME, LogCorrupt, SessionStore, verify_session
 from boxmaker.proto import SessionStart, User, decode_line, encode_line, next_prev, sha256_hex
+from boxmaker.session.store import BASELINE_NAME, LogCorrupt, SessionStore, verify_session
 
 from .cases import BASELINE, CONVERSATION, T0, make_session, t
 

@@ -2,8 +2,6 @@
 
 from pathlib import Path
 
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import (
     Assistant,
     CacheLoss,
@@ -15,6 +13,8 @@ from boxmaker.proto import (
     User,
 )
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.store import SessionStore
 
 T0 = "2026-11-30T03:48:37.123Z"
 

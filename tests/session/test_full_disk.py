@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.session.store import AppendFailed, SessionError, SessionStore, verify_session
 from boxmaker.proto import User, verify_log
+from boxmaker.session.store import AppendFailed, SessionError, SessionStore, verify_session
 from tests.support.smalldisk import fill, free, small_disk
 
 from .cases import BASELINE, T0, t

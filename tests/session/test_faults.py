@@ -16,7 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.session.store import (
+from boxmaker.proto import User, verify_log
+from boxmaker.session.store import (
     AppendFailed,
     LogCorrupt,
     SessionBusy,
@@ -25,7 +26,6 @@ from boxmaker.loopd.session.store import (
     SessionStore,
     verify_session,
 )
-from boxmaker.proto import User, verify_log
 
 from .cases import CONVERSATION, make_session, t
 

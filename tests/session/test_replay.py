@@ -20,8 +20,6 @@ from hypothesis import strategies as st
 
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.types import ChatRequest
-from boxmaker.loopd.session.replay import message, messages, request_messages
-from boxmaker.loopd.session.store import SessionStore
 from boxmaker.proto import (
     Assistant,
     AssistantMessage,
@@ -39,6 +37,8 @@ from boxmaker.proto import (
     UserMessage,
 )
 from boxmaker.proto.log import LogRecord
+from boxmaker.session.replay import message, messages, request_messages
+from boxmaker.session.store import SessionStore
 from tests.loopd.client_support import make_config
 from tests.proto.test_log import records as any_record
 

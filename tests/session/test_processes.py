@@ -1,4 +1,4 @@
-"""One writer per session across real processes (tests/loopd/session/writer.py is the other one).
+"""One writer per session across real processes (tests/session/writer.py is the other one).
 
 The lock is the kernel's: a second process gets SessionBusy at once and writes nothing; the lock
 dies with its holder; writers racing open/append/close never interleave; creators racing on one
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.session.store import SessionBusy, SessionStore, verify_session
 from boxmaker.proto import User, verify_log
+from boxmaker.session.store import SessionBusy, SessionStore, verify_session
 from tests.support.procs import Daemon
 
 from .cases import CONVERSATION, make_session

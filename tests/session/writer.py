@@ -19,15 +19,15 @@ import signal
 import sys
 from pathlib import Path
 
-from boxmaker.loopd.session.baseline import Baseline
-from boxmaker.loopd.session.store import (
+from boxmaker.proto import User
+from boxmaker.session.baseline import Baseline
+from boxmaker.session.store import (
     NoSuchSession,
     SessionBusy,
     SessionError,
     SessionExists,
     SessionStore,
 )
-from boxmaker.proto import User
 
 T = "2026-11-30T03:48:37.123Z"
 
