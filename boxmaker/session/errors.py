@@ -43,3 +43,10 @@ class AppendFailed(SessionError):
 
 class RepairRefused(SessionError):
     """`bxctl repair` found a fault it does not cut: only a torn last line is ever repaired."""
+
+
+class NotARegularFile(SessionError):
+    """A file under the home is a link, a FIFO, a device, a folder or over its size bound.
+
+    Nothing is read from it: the message names the path, what it is, and what to do.
+    """

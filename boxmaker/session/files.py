@@ -5,10 +5,11 @@ from __future__ import annotations
 import errno
 import fcntl
 import os
+import stat
 from pathlib import Path
 from typing import Protocol
 
-from .errors import SessionError
+from .errors import NotARegularFile, SessionError
 
 DIR_MODE = 0o700
 FILE_MODE = 0o600
@@ -94,3 +95,71 @@ def try_lock(fd: int) -> bool:
     except BlockingIOError:
         return False
     return True
+
+
+def _kind(mode: int) -> str:
+    if stat.S_ISDIR(mode):
+        return "a folder"
+    if stat.S_ISFIFO(mode):
+        return "a FIFO"
+    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
+        return "a device"
+    if stat.S_ISSOCK(mode):
+        return "a socket"
+    return "not a regular file"
+
+
+def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+    """Opens `path` as a regular file without following a final symlink or blocking on a FIFO.
+
+    Raises FileNotFoundError when it is missing, NotARegularFile when it is a link, a FIFO, a
+    device or a folder (O_NONBLOCK means a FIFO with no writer cannot hang the open).
+    """
+    try:
+        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        if e.errno == errno.ELOOP:
+            raise NotARegularFile(
+                f"{path}: is a symbolic link; files under the home are never followed out of it "
+                "(replace the link with the file itself)"
+            ) from e
+        if e.errno == errno.EISDIR:
+            raise NotARegularFile(f"{path}: is a folder, not a file (move it away)") from e
+        if isinstance(e, FileNotFoundError):
+            raise
+        raise SessionError(f"{path}: cannot open: {errno_name(e)}") from e
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise NotARegularFile(f"{path}: is {_kind(mode)}, not a regular file (move it away)")
+    os.set_blocking(fd, True)
+    return fd
+
+
+def read_bounded(fd: int, limit: int, name: str) -> bytes:
+    """The whole file behind `fd`, refused with NotARegularFile once it passes `limit` bytes."""
+    if os.fstat(fd).st_size > limit:
+        raise NotARegularFile(f"{name}: is over its bound of {limit:,} bytes; nothing was read")
+    chunks: list[bytes] = []
+    total = 0
+    while True:
+        chunk = os.read(fd, min(_READ_BYTES, limit + 1 - total))
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        total += len(chunk)
+        if total > limit:  # it grew while read
+            raise NotARegularFile(f"{name}: is over its bound of {limit:,} bytes; nothing was read")
+
+
+def read_regular(path: Path, limit: int) -> bytes | None:
+    """A home file's bytes: None when missing; NotARegularFile for a link, special file or one
+    over `limit` bytes. The one way loopd, brokerd and bxctl read a file under the home."""
+    try:
+        fd = open_regular(path)
+    except FileNotFoundError:
+        return None
+    try:
+        return read_bounded(fd, limit, str(path))
+    finally:
+        os.close(fd)
