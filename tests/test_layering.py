@@ -30,6 +30,7 @@ ROOT = Path(boxmaker.__file__).resolve().parent
 PROTO = "boxmaker.proto"
 FAST = "boxmaker._fast"
 CLI = "boxmaker._cli"
+DEFAULTS = "boxmaker._defaults"
 TOML = "boxmaker._toml"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
@@ -54,7 +55,8 @@ def _llama(*names: str) -> frozenset[str]:
 RULES: dict[str, frozenset[str]] = {
     "boxmaker": frozenset(),  # __init__: __version__ only; a new package needs its own row
     PROTO: frozenset(),  # shared by every process: the ground floor, stdlib and orjson only
-    CLI: frozenset(),  # Environment and ExitStatus, shared by the CLIs
+    CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
+    DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
@@ -65,7 +67,7 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS, CACHE}),
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
-    CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON}),
+    CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON, DEFAULTS}),
     SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records"}),
     # llama: one row per module, because the direction inside it matters.
     LLAMA: frozenset(),  # __init__
@@ -97,7 +99,7 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
     f"{CACHE}.policy": frozenset({PROTO}),
-    "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
+    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules

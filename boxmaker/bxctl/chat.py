@@ -24,7 +24,6 @@ or a malformed frame is one line on stderr and exit 1; a bad --session id is exi
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Callable
 from pathlib import Path
 from typing import TextIO
@@ -32,13 +31,12 @@ from typing import TextIO
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus, isatty
+from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
 from boxmaker.proto import ChannelBody, Turn, TurnDone
 from boxmaker.proto.frame import Frame
 from boxmaker.proto.wire import WireError
 
 from .client import (
-    DEFAULT_SOCKET,
-    SOCKET_ENV,
     ChatError,
     ChatSession,
     bad_session_id,
@@ -105,7 +103,7 @@ class _TextView:
             Stream.EVENTS: events,
             Stream.ERRORS: env.stderr,
         }
-        dim = use_color(isatty(events), os.environ)
+        dim = use_color(isatty(events), env.environ)
         self._renderer = Renderer(dim=dim, split=say, stream_content=not say)
 
     def write(self, pieces: list[Piece]) -> None:
@@ -153,7 +151,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.USAGE
     new = args.session is None
     chat = ChatSession(
-        path=socket_from(args.socket, os.environ),
+        path=socket_from(args.socket, env.environ),
         session=new_session_id() if new else args.session,
         resume=not new,
         thinking=args.thinking,

@@ -29,17 +29,15 @@ listed in COMMANDS.
 from __future__ import annotations
 
 import argparse
-import os
-import sys
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-from boxmaker._cli import Environment, ExitStatus
+from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded
 
 from . import chat, repair, sessions, verify
 
 if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+    pass
 
 PROG = "bxctl"
 
@@ -54,44 +52,11 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] 
 }
 
 
-class _Exit(Exception):
-    def __init__(self, status: int) -> None:
-        self.status = status
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse, writing to the Environment's streams and raising instead of exiting."""
-
-    env: Environment  # set on the per-call subclass made by _parser_class
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        # argparse sends help to sys.stdout and usage errors to sys.stderr.
-        if message:
-            (self.env.stdout if file is sys.stdout else self.env.stderr).write(message)
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            self.env.stderr.write(message)
-        raise _Exit(status)
-
-
-def _parser_class(env: Environment) -> type[_Parser]:
-    # A class per call, so the subparsers argparse makes write to the same streams.
-    class EnvParser(_Parser):
-        pass
-
-    EnvParser.env = env
-    return EnvParser
-
-
 def build_parser(env: Environment) -> argparse.ArgumentParser:
-    cls = _parser_class(env)
-    parser = cls(prog=PROG, description="Boxmaker's command line.")
-    commands = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=cls
-    )
+    parser = Parser(prog=PROG, description="Boxmaker's command line.", env=env)
+    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (help_text, add_arguments, run) in COMMANDS.items():
-        sub = commands.add_parser(name, help=help_text, description=help_text)
+        sub = commands.add_parser(name, help=help_text, description=help_text, env=env)
         add_arguments(sub)
         sub.set_defaults(run=run)
     return parser
@@ -102,24 +67,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     env = env or Environment()
     try:
         args = build_parser(env).parse_args(argv)
-    except _Exit as e:
+    except ParserExit as e:
         return ExitStatus.OK if e.status == 0 else ExitStatus.USAGE
     run: Run = args.run
-    try:
-        return run(args, env)
-    except KeyboardInterrupt:
-        return ExitStatus.INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (`bxctl chat --json | head -1`): nothing more can be said to it.
-        # Point stdout at /dev/null so the interpreter's own flush at exit cannot fail again.
-        _silence_stdout()
-        return ExitStatus.ERROR
-
-
-def _silence_stdout() -> None:
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    except (OSError, ValueError):  # stdout is not a real file (a test's StringIO)
-        pass
+    return guarded(env, lambda: run(args, env))

@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
+from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
 from boxmaker.proto import (
     BodyError,
     ChannelBody,
@@ -38,8 +39,6 @@ from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder
 from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
 from boxmaker.proto.wire import ErrorCode, WireError
 
-SOCKET_ENV = "BOXMAKER_SOCKET"
-DEFAULT_SOCKET = Path("/run/loop/loop.sock")  # `[channel] socket`'s default
 RECV_BYTES = 65536
 
 START_HINT = (

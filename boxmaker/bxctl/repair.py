@@ -13,11 +13,12 @@ import argparse
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
+from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.errors import RepairRefused, SessionBusy, SessionError
 from boxmaker.session.repair import repair_session
 
-from .verify import DEFAULT_HOME, HOME_ENV, home_from
+from .verify import home_from
 
 HELP = "cut a torn last line (a record never acknowledged) off a session's log, keeping a copy"
 

@@ -22,11 +22,12 @@ from pathlib import Path
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
+from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import is_session_id
 from boxmaker.proto.rfc3339 import format_time, is_time
 from boxmaker.session.store import LOG_NAME, SESSIONS_DIR, verify_session
 
-from .verify import DEFAULT_HOME, HOME_ENV, home_from
+from .verify import home_from
 
 HELP = "list the sessions on disk: records, last activity, and whether each log verifies"
 

@@ -8,17 +8,15 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
-import orjson
-
-from boxmaker._cli import Environment, ExitStatus
+from boxmaker._cli import Environment, ExitStatus, print_json_line
+from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.store import verify_session
 
 HELP = "check a session's log and baseline file from disk, and print what was found"
-HOME_ENV = "BOXMAKER_HOME"
-DEFAULT_HOME = Path("/var/lib/boxmaker")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -31,15 +29,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--json", action="store_true", help="print the finding as one JSON line")
 
 
-def home_from(arg: Path | None) -> Path:
+def home_from(arg: Path | None, environ: Mapping[str, str] | None = None) -> Path:
+    """`--home`, else $BOXMAKER_HOME when set and not empty, else /var/lib/boxmaker."""
     if arg is not None:
         return arg
-    env = os.environ.get(HOME_ENV)
+    env = (os.environ if environ is None else environ).get(HOME_ENV)
     return Path(env) if env else DEFAULT_HOME
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home)
+    home = home_from(args.home, env.environ)
     try:
         found = verify_session(home, args.session)
     except SessionIdError as e:
@@ -56,7 +55,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             "last_activity": found.last_activity,
             "error": found.error,
         }
-        env.stdout.write(orjson.dumps(obj).decode() + "\n")
+        print_json_line(env.stdout, obj)
     else:
         env.stdout.write(found.line() + "\n")
     return ExitStatus.OK if found.ok else ExitStatus.ERROR

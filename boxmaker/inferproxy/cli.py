@@ -5,10 +5,9 @@ The limit flags exist so tests and benchmarks can set them; their defaults are t
 """
 
 import argparse
-import sys
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING
 
-from boxmaker._cli import Environment, ExitStatus
+from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit
 from boxmaker._daemon import SetupError
 from boxmaker._daemon.log import DaemonLog
 
@@ -22,7 +21,7 @@ from .proxy import (
 )
 
 if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+    pass
 
 
 def parse_upstream(text: str) -> tuple[str, int]:
@@ -61,30 +60,6 @@ def _positive_float(text: str) -> float:
     return value
 
 
-class _ParserExit(Exception):
-    def __init__(self, status: int) -> None:
-        self.status = status
-
-
-class _Parser(argparse.ArgumentParser):
-    """argparse writing to the Environment's streams, and raising instead of calling sys.exit."""
-
-    def __init__(self, env: Environment, prog: str, description: str) -> None:
-        super().__init__(prog=prog, description=description)
-        self.env = env
-
-    def _print_message(self, message: str, file: "SupportsWrite[str] | None" = None) -> None:
-        stream = self.env.stderr if file is sys.stderr else self.env.stdout
-        stream.write(message)
-        stream.flush()
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            self.env.stderr.write(message)
-            self.env.stderr.flush()
-        raise _ParserExit(status)
-
-
 # The longest timeout a flag takes: a week is past any wait that means something, and keeps every
 # timeout inside what poll(2) and the socket calls can be given.
 MAX_TIMEOUT_SECONDS = 7 * 24 * 3600
@@ -100,8 +75,8 @@ def _seconds(text: str) -> float:
 
 
 def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
-    parser = _Parser(
-        env or Environment(),
+    parser = Parser(
+        env=env or Environment(),
         prog="inferproxy",
         description="Forward a Unix socket to one TCP upstream, bytes only.",
     )
@@ -159,7 +134,7 @@ def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitS
     env = env or Environment()
     try:
         args = build_parser(env).parse_args(argv)
-    except _ParserExit as exc:
+    except ParserExit as exc:
         return ExitStatus(exc.status)
     try:
         host, port = parse_upstream(args.upstream)

@@ -30,16 +30,11 @@ exits 130. No traceback reaches the user for any of these.
 from __future__ import annotations
 
 import argparse
-import io
-import os
-import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING
 
-import orjson
-
-from boxmaker._cli import Environment, ExitStatus
+from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded, print_json_line
 from boxmaker.loopd import serve
 from boxmaker.loopd.cache.keeper import open_keeper
 from boxmaker.loopd.config import Config, ConfigError, load_config
@@ -58,18 +53,13 @@ from boxmaker.proto import (
 )
 
 if TYPE_CHECKING:
-    from _typeshed import SupportsWrite
+    pass
 
 PROG = "loopd"
 
 
 class UsageError(Exception):
     """An argument that parsed but is unusable, e.g. a --messages file that is not messages."""
-
-
-def _print_json(out: IO[str], obj: dict[str, Any]) -> None:
-    out.write(orjson.dumps(obj).decode() + "\n")
-    out.flush()  # a watcher sees each event as it happens
 
 
 def _error(env: Environment, command: str, message: str) -> None:
@@ -152,15 +142,15 @@ def cmd_complete(config: Config, args: argparse.Namespace, env: Environment) -> 
     out = env.stdout
 
     def on_event(event: ChatEvent) -> None:
-        _print_json(out, event_to_json(event))
+        print_json_line(out, event_to_json(event))
 
     try:
         completion = Client(config.inference).chat_with_retry(req, on_event)
     except InferError as err:
-        _print_json(out, {"type": "error", **err.to_json()})
+        print_json_line(out, {"type": "error", **err.to_json()})
         _error(env, "complete", err.describe())
         return ExitStatus.ERROR
-    _print_json(out, completion_to_json(completion))
+    print_json_line(out, completion_to_json(completion))
     return ExitStatus.OK
 
 
@@ -192,36 +182,9 @@ def cmd_serve(config: Config, args: argparse.Namespace, env: Environment) -> Exi
 Command = Callable[[Config, argparse.Namespace, Environment], ExitStatus]
 
 
-class _ParserExit(Exception):
-    """argparse finished (help shown, or a usage error written): main returns `status`."""
-
-    def __init__(self, status: int) -> None:
-        super().__init__(status)
-        self.status = status
-
-
-class _Parser(argparse.ArgumentParser):
-    """An ArgumentParser that writes to the Environment's streams and returns instead of exiting
-    (httpie's parser does the same)."""
-
-    def __init__(self, *args: Any, env: Environment, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.env = env
-
-    def _print_message(self, message: str, file: SupportsWrite[str] | None = None) -> None:
-        if message:
-            # argparse passes sys.stdout for --help and sys.stderr (or None) for errors.
-            (self.env.stdout if file is sys.stdout else self.env.stderr).write(message)
-
-    def exit(self, status: int = 0, message: str | None = None) -> NoReturn:
-        if message:
-            self._print_message(message, sys.stderr)
-        raise _ParserExit(status)
-
-
 def build_parser(env: Environment | None = None) -> argparse.ArgumentParser:
     env = env if env is not None else Environment()
-    parser = _Parser(
+    parser = Parser(
         prog=PROG,
         description="Boxmaker's agent daemon: its inference path and start-up checks.",
         env=env,
@@ -295,35 +258,20 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     env = env if env is not None else Environment()
     try:
         args = build_parser(env).parse_args(argv)
-    except _ParserExit as done:
+    except ParserExit as done:
         return ExitStatus(done.status)
     try:
         config = load_config(args.config)
     except ConfigError as exc:
         _error(env, args.command, str(exc))
         return ExitStatus.ERROR
-    try:
-        status: ExitStatus = args.run(config, args, env)
+
+    def run() -> ExitStatus:
+        try:
+            status: ExitStatus = args.run(config, args, env)
+        except UsageError as exc:
+            _error(env, args.command, str(exc))
+            return ExitStatus.USAGE
         return status
-    except UsageError as exc:
-        _error(env, args.command, str(exc))
-        return ExitStatus.USAGE
-    except KeyboardInterrupt:
-        _error(env, args.command, "interrupted")
-        return ExitStatus.INTERRUPTED
-    except BrokenPipeError:
-        # The reader went away (`loopd complete ... | head -1`): nothing left to tell anyone.
-        _quiet(env.stdout)
-        return ExitStatus.ERROR
 
-
-def _quiet(stream: IO[str]) -> None:
-    """Points a stream whose reader left at /dev/null. Python would report the broken pipe again
-    when it flushes stdout at exit (the recipe in the `signal` module's documentation)."""
-    try:
-        fd = stream.fileno()
-    except (OSError, ValueError, io.UnsupportedOperation):
-        return  # a stream without a descriptor (a test's) has nothing to flush at exit
-    devnull = os.open(os.devnull, os.O_WRONLY)
-    os.dup2(devnull, fd)
-    os.close(devnull)
+    return guarded(env, run, on_interrupt=f"{PROG} {args.command}: interrupted")

@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
+from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV
 from boxmaker.loopd._kinds import (
     BOOL,
     BYTES,
@@ -197,7 +198,7 @@ class SelftestConfig:
 class ChannelConfig:
     """[channel]: where loopd listens for bxctl."""
 
-    socket: Annotated[Path, SOCKET] = Path("/run/loop/loop.sock")
+    socket: Annotated[Path, SOCKET] = DEFAULT_SOCKET
     # On SIGTERM, turns in flight may finish within this; then they are cut.
     drain_ms: Annotated[int, MS] = 10_000
     # A session worker with no turn for this long exits; the next turn starts one from the log.
@@ -216,7 +217,7 @@ class ChannelConfig:
 class PathsConfig:
     """[paths]: where sessions live."""
 
-    home: Annotated[Path, PATH, Env("BOXMAKER_HOME")] = Path("/var/lib/boxmaker")
+    home: Annotated[Path, PATH, Env(HOME_ENV)] = DEFAULT_HOME
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

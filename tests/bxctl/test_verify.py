@@ -137,7 +137,13 @@ def test_bxctl_imports_no_daemon_code() -> None:
     )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     loaded = done.stdout.split()
-    allowed = ("boxmaker.proto", "boxmaker._cli", "boxmaker.session", "boxmaker.bxctl")
+    allowed = (
+        "boxmaker.proto",
+        "boxmaker._cli",
+        "boxmaker._defaults",
+        "boxmaker.session",
+        "boxmaker.bxctl",
+    )
     parents = {"boxmaker"}
     outside = [m for m in loaded if m not in parents and not m.startswith(allowed)]
     assert outside == []
