@@ -44,6 +44,7 @@ CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
 CACHE = "boxmaker.loopd.cache"
+BROKERD = "boxmaker.brokerd"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -97,6 +98,17 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
     f"{CACHE}.policy": frozenset({PROTO}),
+    # brokerd (issue 22): the only process with authority. Its cores (config, grants, policy,
+    # tools.spec) sit below its shells; it never imports loopd, and loopd never imports it.
+    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
+    | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths")})
+    | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
+    f"{BROKERD}.config": frozenset(),  # [core]
+    f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
+    f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
+    f"{BROKERD}.policy": frozenset({PROTO, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
+    f"{BROKERD}.tools": frozenset({PROTO, f"{BROKERD}.paths"}),  # files.py, note.py: shells
+    f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
@@ -132,6 +144,10 @@ R1_CORES = [
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
     f"{CACHE}.policy",
+    f"{BROKERD}.grants",
+    f"{BROKERD}.config",
+    f"{BROKERD}.policy",
+    f"{BROKERD}.tools.spec",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.
