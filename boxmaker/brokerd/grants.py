@@ -11,9 +11,11 @@ A grants file is TOML, a list of rules:
 tool's name and its PARSED arguments, never on a string: a path is split into components and
 matched component by component, so "docs" covers "docs/a.md" but not "docs-old/a.md".
 
-The decision is the strictest of the rules that cover the call (deny > ask > allow), so the order
-of rules never matters. No rule for the tool: deny ("no grant"). Rules for the tool, none covering
-this path: deny. Writing memory/core.md (`note` with file "core") is never better than ask.
+The order of rules never matters: a covering `deny` always wins; otherwise the most specific
+covering rule decides (the longest path prefix; on a tie the stricter, ask over allow), so the
+exact-path `allow` an "always" answer adds beats a broader `ask`. No rule for the tool: deny ("no
+grant"). Rules for the tool, none covering this path: deny. Writing memory/core.md (`note` with
+file "core") is never better than ask, so "always" adds nothing there.
 """
 
 from __future__ import annotations
@@ -53,18 +55,19 @@ class BadPath(Exception):
 
 
 @dataclass(frozen=True, slots=True)
-class Rule:
+class Rule:  # hashable: decision() keys a dict by rule
     tool: str
     mode: Mode
     paths: tuple[tuple[str, ...], ...] = ()  # component tuples; () = the whole workspace
     files: tuple[str, ...] = ()
 
-    def covers(self, tool: str, target: tuple[str, ...] | str) -> bool:
+    def covers(self, tool: str, target: tuple[str, ...] | str) -> int:
+        """How many components of the longest prefix that covers `target`; -1 for none."""
         if tool != self.tool:
-            return False
+            return -1
         if isinstance(target, str):
-            return target in self.files
-        return any(target[: len(p)] == p for p in self.paths)
+            return 0 if target in self.files else -1
+        return max((len(p) for p in self.paths if target[: len(p)] == p), default=-1)
 
     def to_toml(self) -> str:
         lines = ["[[grant]]", f'tool = "{self.tool}"', f'mode = "{self.mode}"']
@@ -174,20 +177,27 @@ def decision(rules: Sequence[Rule], tool: str, target: tuple[str, ...] | str) ->
     """allow, ask or deny for `tool` on `target` (from `target_of`), with the reason."""
     if not any(r.tool == tool for r in rules):
         return Decision(Mode.DENY, f"no grant for {tool}: the owner has not granted this tool")
-    covering = [r for r in rules if r.covers(tool, target)]
+    depth = {r: r.covers(tool, target) for r in rules}
+    covering = [r for r, d in depth.items() if d >= 0]
     shown = "/".join(target) or "." if isinstance(target, tuple) else target
     if not covering:
         return Decision(Mode.DENY, f"no grant for {tool} covers {shown}")
-    mode = max((r.mode for r in covering), key=_STRICTNESS.__getitem__)
+    if any(r.mode is Mode.DENY for r in covering):
+        mode = Mode.DENY  # a deny is never overridden
+    else:  # the most specific rule (longest prefix) decides; on a tie, the stricter
+        deepest = max(depth[r] for r in covering)
+        modes = (r.mode for r in covering if depth[r] == deepest)
+        mode = max(modes, key=_STRICTNESS.__getitem__)
     if tool == "note" and target == "core" and mode is Mode.ALLOW:
         return Decision(Mode.ASK, "memory/core.md goes into every baseline: the owner approves")
     return Decision(mode, f"grant: {tool} {mode} on {shown}")
 
 
-def always_rule(tool: str, target: tuple[str, ...] | str) -> Rule:
-    """The rule an "always" answer adds: this tool, this exact path (or note file), allow."""
+def always_rule(tool: str, target: tuple[str, ...] | str) -> Rule | None:
+    """The rule an "always" answer adds: this tool, this exact path (or note file), allow.
+    None for memory/core.md, which is asked about every time."""
     if isinstance(target, str):
-        return Rule(tool, Mode.ALLOW, files=(target,))
+        return None if target == "core" else Rule(tool, Mode.ALLOW, files=(target,))
     return Rule(tool, Mode.ALLOW, paths=(target,))
 
 

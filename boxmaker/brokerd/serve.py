@@ -25,7 +25,6 @@ from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
-from boxmaker.brokerd.paths import HAVE_OPENAT2
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.errors import FrameError
 
@@ -159,7 +158,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
             f"loopd uid {loopd_uid}",
             f"owner uid {owner_uid}",
             f"workspace {config.workspace}",
-            "openat2" if HAVE_OPENAT2 else "O_NOFOLLOW walk (no openat2)",
+            "openat2" if broker.ws.openat2 else "O_NOFOLLOW walk (no openat2)",
         )
         try:
             with selectors.DefaultSelector() as sel:

@@ -51,6 +51,7 @@ class Rig:
     grants_text: str = ALL_ALLOW
     broker: dict[str, Any] = field(default_factory=dict)
     daemon: Daemon | None = None
+    openat2: bool = True
 
     @property
     def workspace(self) -> Path:
@@ -90,8 +91,12 @@ class Rig:
             **self.broker,
         }
         (self.base / "brokerd.toml").write_text(toml_dumps({"broker": table}))
+        env = dict(os.environ)
+        if not self.openat2:
+            env["BOXMAKER_BROKERD_NO_OPENAT2"] = "1"
         self.daemon = Daemon(
-            python_module("boxmaker.brokerd", "serve", "--config", str(self.base / "brokerd.toml"))
+            python_module("boxmaker.brokerd", "serve", "--config", str(self.base / "brokerd.toml")),
+            env=env,
         )
         self.daemon.wait_for_line("listening on")
         return self.daemon
