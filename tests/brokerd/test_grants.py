@@ -107,7 +107,7 @@ def test_note_files_constraint() -> None:
         "a\x7fb",
         "x" * 256,
         "a/" * 2100,
-    ],  # fmt: skip
+    ],
 )
 def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
     with pytest.raises(BadPath):
