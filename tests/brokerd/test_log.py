@@ -6,6 +6,7 @@ from __future__ import annotations
 import signal
 
 import orjson
+import pytest
 
 from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.policy import GENESIS_PREV, LogError, encode_line, replay, verify_chain
@@ -62,12 +63,8 @@ def test_a_decision_rewritten_with_the_chain_recomputed_fails_the_replay(rig: Ri
     denied["mode"] = "allow"
     forged = rechain(records)
     verify_chain(forged)  # the chain holds...
-    try:
+    with pytest.raises(LogError, match="replay decides deny"):  # ...the replay does not
         replay(forged)
-    except LogError as exc:
-        assert "replay decides deny" in str(exc)  # ...the replay does not
-    else:
-        raise AssertionError("a forged decision replayed")
 
 
 def test_an_approval_forged_into_the_log_fails_the_replay(rig: Rig) -> None:
@@ -79,12 +76,8 @@ def test_an_approval_forged_into_the_log_fails_the_replay(rig: Rig) -> None:
         b'"answer":"no","mode":"deny"', b'"answer":"no","mode":"allow"'
     )
     for data in (rechain(records), out_of_chain):
-        try:
+        with pytest.raises(LogError, match="line"):
             replay(data)
-        except LogError as exc:
-            assert "line" in str(exc)
-        else:
-            raise AssertionError("a forged approval replayed")
     rig.log.write_bytes(out_of_chain)
     out = run_cli(main, ["verify", "--log", str(rig.log)])
     assert out.status == 1
