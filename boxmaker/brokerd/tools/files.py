@@ -7,6 +7,7 @@ contents are `untrusted`: they may hold text written to steer the model.
 
 from __future__ import annotations
 
+import codecs
 import difflib
 from typing import Any
 
@@ -14,6 +15,7 @@ from boxmaker.brokerd.paths import PathRefused, Workspace, list_entries, read_wi
 from boxmaker.proto import ResultClass, ToolResponse
 
 MAX_DIFF_LINES = 80
+WINDOW_NOTE_BYTES = 96  # room for the "[cut: bytes a..b of n shown; ...]" line
 
 
 def response(content: str, cap: int, *, untrusted: bool = False, more: str = "") -> ToolResponse:
@@ -36,16 +38,18 @@ class FileTools:
 
     def read_file(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
         offset = args.get("offset", 0)
-        limit = min(args.get("limit", self.cap), self.cap)
+        # The window leaves room under the cap for the line that says where to go on.
+        limit = min(args.get("limit", self.cap), self.cap - WINDOW_NOTE_BYTES)
         data, size = read_window(self.ws, parts, offset, limit, self.max_file)
-        text = data.decode("utf-8", "replace")
-        end = offset + len(data)
+        # A character cut at the window's end is left for the next window, not mangled.
+        decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        text = decoder.decode(data, final=offset + len(data) >= size)
+        end = offset + len(data) - len(decoder.getstate()[0])
         if end < size:
             text += f"\n[cut: bytes {offset}..{end} of {size} shown; call again with offset={end}]"
         resp = response(text, self.cap, untrusted=True)
-        return ToolResponse(
-            resp.content, resp.class_, untrusted=True, truncated=end < size or resp.truncated
-        )
+        cut = end < size or resp.truncated
+        return ToolResponse(resp.content, resp.class_, untrusted=True, truncated=cut)
 
     def list_dir(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
         names = list_entries(self.ws, parts)

@@ -1,0 +1,59 @@
+"""brokerd's config: strict, bounded, paths from the config's folder."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmaker.brokerd.cli import main
+from boxmaker.brokerd.config import ConfigError, parse_config
+from tests.support.cli import run_cli
+
+GOOD = b"""[broker]
+socket = "run/broker.sock"
+owner_socket = "run/owner.sock"
+workspace = "ws"
+grants = "grants.toml"
+home = "home"
+log = "state/decisions.jsonl"
+"""
+
+
+def test_paths_are_taken_from_the_configs_folder() -> None:
+    config = parse_config(GOOD, "/etc/boxmaker")
+    assert config.socket == "/etc/boxmaker/run/broker.sock"
+    assert config.approval_timeout_ms == 120_000
+    assert config.loopd_uid is None
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (b"approval_timeout_ms = 0\n", "approval_timeout_ms: expected a whole number 1 to"),
+        (b"approval_timeout_ms = true\n", "approval_timeout_ms"),
+        (b"result_cap_bytes = 10\n", "result_cap_bytes"),
+        (b"loopd_uid = -1\n", "loopd_uid"),
+        (b"timeout = 3\n", "unknown key(s) timeout"),
+        (b"[loop]\n", "unknown table(s) loop"),
+        (b'owner_socket = "run/broker.sock"\n', "two different paths"),
+    ],
+)
+def test_bad_values_are_refused_with_the_key(extra: bytes, message: str) -> None:
+    text = GOOD.replace(b'owner_socket = "run/owner.sock"\n', b"") if b"owner_socket" in extra \
+        else GOOD  # fmt: skip
+    with pytest.raises(ConfigError) as info:
+        parse_config(text + extra, "/x")
+    assert message in str(info.value)
+
+
+def test_a_missing_key_and_a_long_socket_path() -> None:
+    with pytest.raises(ConfigError, match="missing key"):
+        parse_config(b'[broker]\nsocket = "a"\n', "/x")
+    with pytest.raises(ConfigError, match="at most 107"):
+        parse_config(GOOD, "/" + "d" * 120)
+
+
+def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "b.toml").write_bytes(GOOD + b"bogus = 1\n")
+    out = run_cli(main, ["serve", "--config", tmp_path / "b.toml"])
+    assert out.status == 2
+    assert "unknown key(s) bogus" in out.stderr

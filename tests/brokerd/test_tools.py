@@ -1,0 +1,109 @@
+"""The tools through a real brokerd: what each answers, the cap, the windows, atomic writes."""
+
+from __future__ import annotations
+
+import os
+
+from tests.brokerd.rig import Rig
+
+
+def test_read_file_windows_and_the_cap(rig: Rig) -> None:
+    rig.broker = {"result_cap_bytes": 1024}
+    rig.workspace.mkdir()
+    (rig.workspace / "long.txt").write_text("".join(f"{i:04d}\n" for i in range(1000)))  # 5000 B
+    rig.start()
+    first = rig.call("read_file", {"path": "long.txt"})
+    assert first["truncated"] is True
+    assert first["untrusted"] is True  # a file may hold text written to steer the model
+    assert len(first["content"].encode()) <= 1024
+    assert first["content"].endswith("call again with offset=928]")
+    window = rig.call("read_file", {"path": "long.txt", "offset": 4990, "limit": 100})
+    assert window["content"] == "0998\n0999\n"
+    assert window["truncated"] is False
+    past = rig.call("read_file", {"path": "long.txt", "offset": 9000})
+    assert past["content"] == ""
+
+
+def test_a_cut_never_splits_a_character(rig: Rig) -> None:
+    rig.broker = {"result_cap_bytes": 257}  # a window of 161 bytes: half a character at its end
+    rig.workspace.mkdir()
+    (rig.workspace / "wide.txt").write_text("é" * 1000)
+    rig.start()
+    body = rig.call("list_dir", {"path": "."})
+    assert body["content"] == "wide.txt"
+    content = rig.call("read_file", {"path": "wide.txt"})["content"]
+    assert "\ufffd" not in content
+    assert content.endswith("call again with offset=160]")  # the half is left for the next
+
+
+def test_write_then_edit_then_read(rig: Rig) -> None:
+    rig.start()
+    assert rig.call("write_file", {"path": "f.txt", "content": "a b a"})["content"] == (
+        "wrote f.txt: 5 bytes"
+    )
+    twice = rig.call("edit_file", {"path": "f.txt", "old": "a", "new": "c"})["content"]
+    assert twice == "error: f.txt: old text found 2 times; it must occur exactly once " \
+        "(give more context)"  # fmt: skip
+    none = rig.call("edit_file", {"path": "f.txt", "old": "z", "new": "c"})["content"]
+    assert "found 0 times" in none
+    assert rig.call("edit_file", {"path": "f.txt", "old": "b", "new": "B"})["content"] == (
+        "edited f.txt: now 5 bytes"
+    )
+    assert rig.call("read_file", {"path": "f.txt"})["content"] == "a B a"
+    missing = rig.call("edit_file", {"path": "nope.txt", "old": "a", "new": "b"})["content"]
+    assert "no such file" in missing
+
+
+def test_a_write_is_atomic_and_keeps_the_mode(rig: Rig) -> None:
+    rig.workspace.mkdir()
+    target = rig.workspace / "f.txt"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    before = target.stat().st_ino
+    rig.start()
+    rig.call("write_file", {"path": "f.txt", "content": "new"})
+    assert target.read_text() == "new"
+    assert target.stat().st_ino != before  # a new file renamed over, never written in place
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in rig.workspace.iterdir()] == ["f.txt"]  # no temp file left
+
+
+def test_oversize_content_is_refused(rig: Rig) -> None:
+    rig.broker = {"max_write_bytes": 10}
+    rig.start()
+    body = rig.call("write_file", {"path": "f.txt", "content": "x" * 11})
+    assert "over [broker] max_write_bytes" in body["content"]
+    assert not (rig.workspace / "f.txt").exists()
+
+
+def test_notes_append(rig: Rig) -> None:
+    rig.start()
+    rig.call("note", {"text": "one"})
+    rig.call("note", {"text": "two\n"})
+    assert (rig.home / "memory" / "notes.md").read_text() == "one\ntwo\n"
+
+
+def test_an_ungranted_tool_is_denied_and_not_listed(rig: Rig) -> None:
+    rig.grants_text = '[[grant]]\ntool = "read_file"\nmode = "allow"\n' \
+        '[[grant]]\ntool = "write_file"\nmode = "deny"\n'  # fmt: skip
+    rig.start()
+    body = rig.call("list_dir", {"path": "."})
+    assert body["content"] == (
+        "error: denied: no grant for list_dir: the owner has not granted this tool"
+    )
+    conn = rig.loopd()
+    with conn.sock:
+        conn.send("list", {}, True)
+        tools = conn.recv()
+    assert tools is not None
+    assert [t["name"] for t in tools.body["tools"]] == ["read_file"]  # write_file is deny
+
+
+def test_a_bad_frame_gets_an_error(rig: Rig) -> None:
+    rig.start()
+    conn = rig.loopd()
+    with conn.sock:
+        conn.send("call", {"tool": "read_file"}, True)
+        got = conn.recv()
+    assert got is not None
+    assert got.kind == "error"
