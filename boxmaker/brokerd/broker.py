@@ -16,13 +16,13 @@ from typing import Any
 from boxmaker.brokerd.approvals import Approvals, Held
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.grants import Mode, Rule, always_rule, parse_grants
-from boxmaker.brokerd.log import DecisionLog
+from boxmaker.brokerd.log import DecisionLog, now
 from boxmaker.brokerd.paths import PathRefused, Workspace
 from boxmaker.brokerd.policy import APPROVING, decide, request_fields, rule_json
 from boxmaker.brokerd.tools.files import FileTools, error
 from boxmaker.brokerd.tools.note import append_note, note_summary
-from boxmaker.brokerd.tools.spec import SCHEMAS
-from boxmaker.proto import ToolResponse, ToolSchema
+from boxmaker.brokerd.tools.spec import CLOCK, SCHEMAS
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 Notify = Callable[[Held], None]
 
@@ -49,11 +49,12 @@ class Broker:
         self.ws.close()
 
     def tools(self) -> list[ToolSchema]:
-        """The tools granted something other than deny somewhere (find_tool lists only these)."""
+        """clock, and the tools granted something other than deny somewhere (find_tool lists
+        only these)."""
         return [
             s
             for name, s in SCHEMAS.items()
-            if any(r.tool == name and r.mode is not Mode.DENY for r in self.rules)
+            if name == CLOCK or any(r.tool == name and r.mode is not Mode.DENY for r in self.rules)
         ]
 
     def call(self, tool: str, arguments: str, notify: Notify) -> ToolResponse:
@@ -125,7 +126,9 @@ class Broker:
         self, call_id: str, tool: str, args: dict[str, Any], target: tuple[str, ...] | str
     ) -> ToolResponse:
         try:
-            if tool == "note":
+            if tool == CLOCK:
+                resp = ToolResponse(now(), ResultClass.PUBLIC, untrusted=False, truncated=False)
+            elif tool == "note":
                 size = len(args["text"].encode("utf-8", "surrogatepass"))
                 if size > self.config.max_write_bytes:
                     raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")

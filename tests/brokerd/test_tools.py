@@ -96,7 +96,7 @@ def test_an_ungranted_tool_is_denied_and_not_listed(rig: Rig) -> None:
         conn.send("list", {}, True)
         tools = conn.recv()
     assert tools is not None
-    assert [t["name"] for t in tools.body["tools"]] == ["read_file"]  # write_file is deny
+    assert [t["name"] for t in tools.body["tools"]] == ["clock", "read_file"]  # no write_file
 
 
 def test_a_bad_frame_gets_an_error(rig: Rig) -> None:

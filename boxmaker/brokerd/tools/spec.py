@@ -13,7 +13,16 @@ from boxmaker.proto import ToolSchema
 
 _PATH = {"type": "string", "description": "A path inside the workspace."}
 
+# `clock` reads nothing and reaches nothing: it needs no grant, and it is a core tool in every
+# session's tools array (loopd's registry), so it is never listed for find_tool.
+CLOCK = "clock"
+
 SCHEMAS: dict[str, ToolSchema] = {
+    CLOCK: ToolSchema(
+        CLOCK,
+        "Returns the current date and time in UTC, as RFC 3339 text.",
+        {"type": "object", "properties": {}, "required": []},
+    ),
     "read_file": ToolSchema(
         "read_file",
         "Reads a text file in the workspace. offset and limit (bytes) read a part of a long file.",
@@ -67,6 +76,7 @@ SCHEMAS: dict[str, ToolSchema] = {
 }
 
 _TYPES: dict[str, dict[str, type]] = {
+    CLOCK: {},
     "read_file": {"path": str, "offset": int, "limit": int},
     "list_dir": {"path": str},
     "write_file": {"path": str, "content": str},
