@@ -87,7 +87,7 @@ RULES: dict[str, frozenset[str]] = {
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
-    TOOLS: frozenset({PROTO}),
+    TOOLS: frozenset({PROTO, CONFIG}),  # port.py reads [tools] (issue 22)
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
     CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),

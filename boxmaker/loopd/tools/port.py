@@ -22,6 +22,7 @@ from typing import Any, Protocol
 
 import orjson
 
+from boxmaker.loopd.config import ToolsConfig
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
 from boxmaker.proto.broker import BROKER_KINDS
@@ -157,3 +158,13 @@ def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
     core = [t for t in tools if t.name == CLOCK_SCHEMA.name]
     rest = [RegisteredTool(t, core=False) for t in tools if t.name != CLOCK_SCHEMA.name]
     return Registry([RegisteredTool(core[0] if core else CLOCK_SCHEMA, core=True), *rest])
+
+
+def tool_port(config: ToolsConfig, on_approval: OnApproval) -> dict[str, Any]:
+    """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
+    when [tools] broker_socket is set (brokerd down: clock alone, and its call says why), else
+    FakeTools and M2b's registry."""
+    if config.broker_socket is None:
+        return {"port": FakeTools(), "registry": None}
+    port = BrokerPort(str(config.broker_socket), config.broker_timeout_ms / 1000, on_approval)
+    return {"port": port, "registry": broker_registry(port.tools() or ())}
