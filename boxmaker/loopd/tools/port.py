@@ -160,11 +160,21 @@ def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
     return Registry([RegisteredTool(core[0] if core else CLOCK_SCHEMA, core=True), *rest])
 
 
+# The tools brokerd granted at the last turn that could ask, per socket: with brokerd down, the
+# model still sees them, and each call answers that the tools are unavailable (not "no such
+# tool", which would send it looking elsewhere).
+_last_tools: dict[str, tuple[ToolSchema, ...]] = {}
+
+
 def tool_port(config: ToolsConfig, on_approval: OnApproval) -> dict[str, Any]:
     """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
-    when [tools] broker_socket is set (brokerd down: clock alone, and its call says why), else
-    FakeTools and M2b's registry."""
+    when [tools] broker_socket is set, else FakeTools and M2b's registry."""
     if config.broker_socket is None:
         return {"port": FakeTools(), "registry": None}
-    port = BrokerPort(str(config.broker_socket), config.broker_timeout_ms / 1000, on_approval)
-    return {"port": port, "registry": broker_registry(port.tools() or ())}
+    path = str(config.broker_socket)
+    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval)
+    tools = port.tools()
+    if tools is None:
+        tools = _last_tools.get(path, (CLOCK_SCHEMA,))
+    _last_tools[path] = tools
+    return {"port": port, "registry": broker_registry(tools)}
