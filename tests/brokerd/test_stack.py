@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from boxmaker.bxctl.cli import main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
 from tests.brokerd.rig import Rig, remove, short_base
 from tests.loopd.serve_support import (
@@ -22,6 +23,7 @@ from tests.loopd.serve_support import (
     serve_env,
 )
 from tests.loopd.turn.support import calls, say
+from tests.support.cli import run_cli
 from tests.support.procs import Daemon, python_module, wait_for
 
 GRANTS = """
@@ -123,3 +125,35 @@ def test_find_write_with_approval_read_then_brokerd_down(stack: tuple[ServeEnv, 
     wait_for(lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the second turn's end")
     last = tool_results(env, "s1")[-1]
     assert "tools are unavailable" in last
+
+
+@pytest.mark.parametrize(
+    ("typed", "written", "said"),
+    [
+        ("yes\n", True, "[approval: yes: approved]"),
+        ("\n", False, "[approval: empty: denied]"),  # no default: an empty line says no
+        ("", False, "no answer (end of input): denied"),  # EOF at the question
+        ("sure\n", False, "[approval: no: denied]"),  # not a yes
+    ],
+    ids=["yes", "empty", "eof", "other"],
+)
+def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
+    stack: tuple[ServeEnv, Rig], typed: str, written: bool, said: str
+) -> None:
+    env, rig = stack
+    rig.start()
+    start_loopd(env, rig)
+    write = {"name": "write_file", "arguments": {"path": "a.txt", "content": "hello"}}
+    env.model.load([calls(("call_tool", write), prefix="w"), say("done")])
+    out = run_cli(
+        main,
+        ["chat", "--socket", env.socket, "--owner-socket", rig.owner_socket, "--session", "s2"],
+        stdin="write a.txt\n" + typed,
+    )
+    assert out.status == 0, out.stderr
+    assert "write a.txt: 5 bytes (a new file)" in out.stderr
+    assert 'paths = ["a.txt"]' in out.stderr  # what "always" would add, shown first
+    assert said in out.stderr
+    assert (rig.workspace / "a.txt").exists() is written
+    result = tool_results(env, "s2")[-1]
+    assert result == "wrote a.txt: 5 bytes" if written else result.startswith("error: denied")
