@@ -57,3 +57,18 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path) -> None:  # typ
     out = run_cli(main, ["serve", "--config", tmp_path / "b.toml"])
     assert out.status == 2
     assert "unknown key(s) bogus" in out.stderr
+
+
+def test_the_examples_parse() -> None:
+    from pathlib import Path
+
+    from boxmaker.brokerd.grants import Mode, decision, parse_grants
+
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    config = parse_config((conf / "brokerd.toml.example").read_bytes(), str(conf))
+    assert config.approval_timeout_ms == 120_000
+    rules = parse_grants((conf / "grants.toml.example").read_bytes())
+    assert decision(rules, "read_file", ("secrets", "k")).mode is Mode.DENY
+    assert decision(rules, "write_file", ("notes", "a")).mode is Mode.ALLOW
+    assert decision(rules, "write_file", ("src", "a")).mode is Mode.ASK
+    assert decision(rules, "note", "core").mode is Mode.ASK
