@@ -1,5 +1,5 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]` (all by
-default; slotcache starts the real llama-server)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]`
+(all by default; slotcache starts the real llama-server)."""
 
 import importlib
 import sys
