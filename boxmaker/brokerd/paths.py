@@ -94,6 +94,7 @@ _WHY = {
     errno.EACCES: "permission denied",
     errno.ENAMETOOLONG: "the name is too long",
     errno.EISDIR: "it is a folder",
+    errno.EAGAIN: "a rename raced the lookup of a '..' (refused; try again)",
 }
 
 
