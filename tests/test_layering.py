@@ -100,7 +100,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{CACHE}.policy": frozenset({PROTO}),
     # brokerd (issue 22): the only process with authority. Its cores (config, grants, policy,
     # tools.spec) sit below its shells; it never imports loopd, and loopd never imports it.
-    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
+    BROKERD: frozenset({PROTO, CLI, DAEMON})
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths")})
     | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.config": frozenset(),  # [core]

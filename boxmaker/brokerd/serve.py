@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import socket
 import threading
@@ -29,6 +30,7 @@ from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.errors import FrameError
 
 PROG = "brokerd"
+WATCH_S = 0.25  # how often a held call looks at whether loopd is still there
 
 
 def _bind(path: str, uid: int, setting: str) -> UnixListener:
@@ -68,6 +70,9 @@ class Server:
                     elif frame.kind == "call" and _strings(frame.body, "tool", "arguments"):
 
                         def notify(held: Held) -> None:
+                            threading.Thread(
+                                target=self._watch, args=(sock, held), daemon=True
+                            ).start()
                             conn.send(
                                 "approval_needed",
                                 {"id": held.id, "tool": held.tool, "summary": held.summary},
@@ -84,6 +89,20 @@ class Server:
             except (FrameError, OSError) as exc:
                 with contextlib.suppress(OSError):
                     conn.error(str(exc))
+
+    def _watch(self, sock: socket.socket, held: Held) -> None:
+        """While a call waits for the owner: loopd closing its end (it gave up, or died) denies
+        the call, so nothing runs for a caller that is gone."""
+        while not held.done.is_set():
+            try:
+                readable, _, _ = select.select([sock], [], [], WATCH_S)
+                if readable and sock.recv(1, socket.MSG_PEEK) == b"":
+                    self.broker.approvals.deny(held.id, "cancelled: loopd closed the call")
+                    return
+            except (OSError, ValueError):  # closed meanwhile: the call is over
+                return
+            if readable:
+                return  # bytes mid-call: a protocol error, dealt with after the call
 
     def serve_owner(self, sock: socket.socket) -> None:
         conn = Conn(sock, OWNER_KINDS)

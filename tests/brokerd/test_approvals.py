@@ -10,6 +10,7 @@ import orjson
 
 from boxmaker.proto.frame import Frame
 from tests.brokerd.rig import BOUND_S, Rig
+from tests.support.procs import wait_for
 
 ASK_WRITES = """
 [[grant]]
@@ -214,3 +215,29 @@ def test_pending_lists_the_held_calls(rig: Rig) -> None:
     assert [c["id"] for c in got.body["calls"]] == [call_id]
     owner_says(rig, call_id, "no")
     call.result()
+
+
+def test_a_call_loopd_gave_up_on_is_denied_and_cannot_be_approved(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    conn = rig.loopd()
+    conn.send("call", {"tool": "write_file", "arguments": '{"path":"a.txt","content":"x"}'}, True)
+    needed = conn.recv()
+    assert needed is not None
+    call_id = needed.body["id"]
+    call_hash = owner_peek(rig, call_id)
+    conn.sock.close()  # loopd's tool_timeout_ms passed, or its worker died
+
+    def gone() -> bool:
+        conn = rig.owner()
+        with conn.sock:
+            conn.send("pending", {}, True)
+            got = conn.recv()
+        assert got is not None
+        return call_id not in [c["id"] for c in got.body["calls"]]
+
+    wait_for(gone, "the held call to be dropped")
+    assert owner_answers(rig, call_id, "yes", call_hash).kind == "error"
+    assert not (rig.workspace / "a.txt").exists()
+    rig.stop()
+    assert b'"answer":"cancelled: loopd closed the call","mode":"deny"' in rig.log.read_bytes()
