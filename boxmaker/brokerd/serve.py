@@ -26,6 +26,8 @@ from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
+from boxmaker.brokerd.grants import GrantsError
+from boxmaker.brokerd.policy import LogError
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.errors import FrameError
 
@@ -151,7 +153,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
     try:
         broker = Broker(config)
-    except (OSError, ValueError, Exception) as exc:  # grants, workspace, log: say which, exit
+    except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1
         log.warn(f"serve: cannot start: {exc}")
         return ExitStatus.ERROR
     server = Server(broker, log)

@@ -72,3 +72,26 @@ def test_the_examples_parse() -> None:
     assert decision(rules, "write_file", ("notes", "a")).mode is Mode.ALLOW
     assert decision(rules, "write_file", ("src", "a")).mode is Mode.ASK
     assert decision(rules, "note", "core").mode is Mode.ASK
+
+
+@pytest.mark.parametrize(
+    ("breakage", "says"),
+    [("grants", "grant 1: mode must be"), ("workspace", "No such file"), ("log", "line 1")],
+)
+def test_serve_refuses_to_start_on_bad_grants_workspace_or_log(
+    tmp_path, breakage: str, says: str
+) -> None:  # type: ignore[no-untyped-def]
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "grants.toml").write_text('[[grant]]\ntool = "read_file"\nmode = "allow"\n')
+    (tmp_path / "state").mkdir()
+    if breakage == "grants":
+        (tmp_path / "grants.toml").write_text('[[grant]]\ntool = "read_file"\nmode = "yes"\n')
+    elif breakage == "workspace":
+        (tmp_path / "ws").rmdir()
+    else:
+        (tmp_path / "state" / "decisions.jsonl").write_text('{"type":"start"}\n')
+    config = GOOD.replace(b'"run/', b'"/tmp/bk-cfg-' + tmp_path.name[-6:].encode() + b"/")
+    (tmp_path / "b.toml").write_bytes(config)
+    out = run_cli(main, ["serve", "--config", tmp_path / "b.toml"])
+    assert out.status == 1
+    assert says in out.stderr
