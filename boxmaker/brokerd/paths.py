@@ -197,10 +197,34 @@ def existing_mode(ws: Workspace, parts: tuple[str, ...]) -> int | None:
         os.close(fd)
 
 
+def missing_folders(ws: Workspace, folder: tuple[str, ...]) -> int:
+    """How many trailing components of `folder` do not exist (0: it is there)."""
+    for have in range(len(folder), -1, -1):
+        try:
+            os.close(ws.open(folder[:have], os.O_PATH | os.O_DIRECTORY))
+            return len(folder) - have
+        except PathRefused as exc:
+            if not str(exc).endswith(_WHY[errno.ENOENT]):
+                raise
+    return len(folder)
+
+
+def make_folders(ws: Workspace, folder: tuple[str, ...]) -> None:
+    """Creates the missing folders of `folder`, each with mkdirat in its parent's descriptor
+    (resolved beneath like every open), so a race can only make a folder inside."""
+    for at in range(len(folder) - missing_folders(ws, folder), len(folder)):
+        # FileExistsError: made meanwhile; the next open checks what it is.
+        parent_open = ws.opened(folder[:at], os.O_PATH | os.O_DIRECTORY)
+        with parent_open as parent, contextlib.suppress(FileExistsError):
+            os.mkdir(folder[at], 0o755, dir_fd=parent)
+
+
 def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
-    """Replaces (or creates) the file: a temp file in the same folder, fsync, renameat, fsync of
-    the folder. A reader sees the old file or the new one, never a part."""
+    """Replaces (or creates) the file, and its missing folders: a temp file in the same folder,
+    fsync, renameat, fsync of the folder. A reader sees the old file or the new one, never a
+    part."""
     folder, name = _split(parts)
+    make_folders(ws, folder)
     mode = existing_mode(ws, parts)
     with ws.opened(folder, os.O_RDONLY | os.O_DIRECTORY) as dfd:
         tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"

@@ -107,3 +107,14 @@ def test_a_bad_frame_gets_an_error(rig: Rig) -> None:
         got = conn.recv()
     assert got is not None
     assert got.kind == "error"
+
+
+def test_a_write_makes_its_missing_folders_beneath_the_workspace(rig: Rig) -> None:
+    rig.start()
+    body = rig.call("write_file", {"path": "a/b/c.txt", "content": "deep"})
+    assert body["content"] == "wrote a/b/c.txt: 4 bytes"
+    assert (rig.workspace / "a" / "b" / "c.txt").read_text() == "deep"
+    (rig.workspace / "a" / "out").symlink_to("/tmp")
+    refused = rig.call("write_file", {"path": "a/out/new/x.txt", "content": "x"})["content"]
+    assert refused.startswith("error: ")
+    assert not os.path.exists("/tmp/new/x.txt")

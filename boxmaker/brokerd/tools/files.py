@@ -11,7 +11,14 @@ import codecs
 import difflib
 from typing import Any
 
-from boxmaker.brokerd.paths import PathRefused, Workspace, list_entries, read_window, write_atomic
+from boxmaker.brokerd.paths import (
+    PathRefused,
+    Workspace,
+    list_entries,
+    missing_folders,
+    read_window,
+    write_atomic,
+)
 from boxmaker.proto import ResultClass, ToolResponse
 
 MAX_DIFF_LINES = 80
@@ -105,6 +112,8 @@ class FileTools:
             size = len(args["content"].encode("utf-8", "surrogatepass"))
             old = self._old(parts)
             was = "a new file" if old is None else f"replaces {len(old)} bytes"
+            if new_folders := missing_folders(self.ws, parts[:-1]):
+                was += f", and {new_folders} new folder(s)"
             return f"write {shown}: {size} bytes ({was})"
         if tool == "edit_file":
             try:
