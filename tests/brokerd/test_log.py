@@ -104,3 +104,21 @@ def test_kill_9_mid_call_then_restart(rig: Rig) -> None:
     assert [r["type"] for r in records].count("start") == 2
     assert replay(rig.log.read_bytes()) == 2
     assert orjson.loads(rig.log.read_bytes().splitlines()[0])["type"] == "start"
+
+
+def test_the_log_has_one_writer_and_a_torn_last_line_is_cut(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from boxmaker.brokerd.log import DecisionLog
+
+    path = str(tmp_path / "d.jsonl")
+    log = DecisionLog(path)
+    log.append("start", grants="", workspace="/w")
+    with pytest.raises(LogError, match="another brokerd holds this log"):
+        DecisionLog(path)
+    log.close()
+    whole = (tmp_path / "d.jsonl").read_bytes()
+    (tmp_path / "d.jsonl").write_bytes(whole + b'{"type":"request","seq":1,')  # killed mid-write
+    again = DecisionLog(path)
+    again.append("start", grants="", workspace="/w")
+    again.close()
+    records, _ = verify_chain((tmp_path / "d.jsonl").read_bytes())
+    assert [r["seq"] for r in records] == [0, 1]
