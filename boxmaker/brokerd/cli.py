@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from collections.abc import Sequence
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
@@ -11,7 +12,7 @@ from boxmaker.brokerd.config import ConfigError, parse_config
 from boxmaker.brokerd.policy import LogError, replay
 
 
-def main(argv: list[str] | None = None, env: Environment | None = None) -> ExitStatus:
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> ExitStatus:
     env = env or Environment()
     parser = argparse.ArgumentParser(prog="brokerd")
     sub = parser.add_subparsers(dest="command", required=True)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from boxmaker.brokerd.cli import main
@@ -52,7 +54,7 @@ def test_a_missing_key_and_a_long_socket_path() -> None:
         parse_config(GOOD, "/" + "d" * 120)
 
 
-def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_bytes(GOOD + b"bogus = 1\n")
     out = run_cli(main, ["serve", "--config", tmp_path / "b.toml"])
     assert out.status == 2
@@ -60,8 +62,6 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path) -> None:  # typ
 
 
 def test_the_examples_parse() -> None:
-    from pathlib import Path
-
     from boxmaker.brokerd.grants import Mode, decision, parse_grants
 
     conf = Path(__file__).resolve().parents[2] / "conf"
@@ -79,8 +79,8 @@ def test_the_examples_parse() -> None:
     [("grants", "grant 1: mode must be"), ("workspace", "No such file"), ("log", "line 1")],
 )
 def test_serve_refuses_to_start_on_bad_grants_workspace_or_log(
-    tmp_path, breakage: str, says: str
-) -> None:  # type: ignore[no-untyped-def]
+    tmp_path: Path, breakage: str, says: str
+) -> None:
     (tmp_path / "ws").mkdir()
     (tmp_path / "grants.toml").write_text('[[grant]]\ntool = "read_file"\nmode = "allow"\n')
     (tmp_path / "state").mkdir()

@@ -8,6 +8,7 @@ from boxmaker.brokerd.grants import (
     BadPath,
     GrantsError,
     Mode,
+    Rule,
     always_rule,
     call_hash,
     decision,
@@ -48,7 +49,7 @@ mode = "allow"
 """
 
 
-def rules():  # type: ignore[no-untyped-def]
+def rules() -> tuple[Rule, ...]:
     return parse_grants(GRANTS)
 
 
@@ -147,7 +148,9 @@ def test_always_adds_this_tool_and_this_path_only() -> None:
 
 
 def test_always_never_overrides_a_deny_nor_covers_core_md() -> None:
-    rs = (*rules(), always_rule("read_file", ("secret", "k")))
+    rule = always_rule("read_file", ("secret", "k"))
+    assert rule is not None
+    rs = (*rules(), rule)
     assert decision(rs, "read_file", ("secret", "k")).mode is Mode.DENY
     assert always_rule("note", "core") is None
 

@@ -4,6 +4,7 @@ every decision again; a kill -9 mid-call leaves a log that verifies and a broker
 from __future__ import annotations
 
 import signal
+from pathlib import Path
 
 import orjson
 import pytest
@@ -106,7 +107,7 @@ def test_kill_9_mid_call_then_restart(rig: Rig) -> None:
     assert orjson.loads(rig.log.read_bytes().splitlines()[0])["type"] == "start"
 
 
-def test_the_log_has_one_writer_and_a_torn_last_line_is_cut(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_the_log_has_one_writer_and_a_torn_last_line_is_cut(tmp_path: Path) -> None:
     from boxmaker.brokerd.log import DecisionLog
 
     path = str(tmp_path / "d.jsonl")
