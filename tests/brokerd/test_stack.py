@@ -144,7 +144,15 @@ def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
     rig.start()
     start_loopd(env, rig)
     write = {"name": "write_file", "arguments": {"path": "a.txt", "content": "hello"}}
-    env.model.load([calls(("call_tool", write), prefix="w"), say("done")])
+    read = {"name": "read_file", "arguments": {"path": "a.txt"}}
+    env.model.load(
+        [
+            calls(("find_tool", {"query": "file"})),
+            calls(("call_tool", write), prefix="w"),
+            calls(("call_tool", read), prefix="r"),
+            say("done"),
+        ]
+    )
     out = run_cli(
         main,
         ["chat", "--socket", env.socket, "--owner-socket", rig.owner_socket, "--session", "s2"],
@@ -155,5 +163,10 @@ def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
     assert 'paths = ["a.txt"]' in out.stderr  # what "always" would add, shown first
     assert said in out.stderr
     assert (rig.workspace / "a.txt").exists() is written
-    result = tool_results(env, "s2")[-1]
-    assert result == "wrote a.txt: 5 bytes" if written else result.startswith("error: denied")
+    found, wrote, got = tool_results(env, "s2")
+    assert '"write_file"' in found
+    if written:
+        assert (wrote, got) == ("wrote a.txt: 5 bytes", "hello")
+    else:
+        assert wrote.startswith("error: denied: the owner did not approve")
+        assert got == "error: a.txt: no such file or folder"
