@@ -115,7 +115,8 @@ class Broker:
             text = self.grants_text + b"\n# added by brokerd: the owner answered always\n"
             text += rule.to_toml().encode()
             tmp = f"{self.config.grants}.{secrets.token_hex(4)}.tmp"
-            with open(tmp, "wb") as f:
+            mode = os.stat(self.config.grants).st_mode & 0o777  # the owner's, kept
+            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
                 f.write(text)
                 f.flush()
                 os.fsync(f.fileno())
@@ -139,6 +140,8 @@ class Broker:
             resp = error(str(exc))
         except OSError as exc:
             resp = error(f"{tool}: {exc.strerror or exc}")
+        except Exception as exc:  # a bug here must not end the turn: errors are data
+            resp = error(f"{tool}: brokerd failed: {type(exc).__name__}: {exc}")
         self.log.append(
             "result",
             id=call_id,

@@ -171,8 +171,16 @@ def list_entries(ws: Workspace, parts: tuple[str, ...]) -> list[str]:
                 st = os.stat(name, dir_fd=fd, follow_symlinks=False)
             except OSError:
                 continue  # removed meanwhile
-            out.append(name + "/" if stat.S_ISDIR(st.st_mode) else name)
+            shown = _printable(name)
+            out.append(shown + "/" if stat.S_ISDIR(st.st_mode) else shown)
         return out
+
+
+def _printable(name: str) -> str:
+    """A name as one line of valid UTF-8: bytes that are not UTF-8 become U+FFFD, and control
+    characters (a newline in a name) their escape, so no name can forge a line of the listing."""
+    text = name.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in text)
 
 
 def _split(parts: tuple[str, ...]) -> tuple[tuple[str, ...], str]:

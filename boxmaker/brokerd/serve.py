@@ -195,6 +195,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
         finally:
             tools.close()
             owner.close()
+            broker.close()
             log.say("stopped")
     return ExitStatus.OK
 

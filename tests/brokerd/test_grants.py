@@ -177,4 +177,6 @@ def test_decide_refuses_bad_arguments_as_data() -> None:
     assert d.mode is Mode.DENY
     assert "no tool named" in d.reason
     d = decide(rules(), "read_file", '{"path": "a", "offset": -1}', WS).decision
-    assert "0 or more" in d.reason
+    assert "offset must be 0 to" in d.reason
+    d = decide(rules(), "read_file", '{"path": "a", "offset": 4611686018427387905}', WS).decision
+    assert "offset must be 0 to" in d.reason

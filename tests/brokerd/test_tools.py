@@ -118,3 +118,34 @@ def test_a_write_makes_its_missing_folders_beneath_the_workspace(rig: Rig) -> No
     refused = rig.call("write_file", {"path": "a/out/new/x.txt", "content": "x"})["content"]
     assert refused.startswith("error: ")
     assert not os.path.exists("/tmp/new/x.txt")
+
+
+def test_odd_names_and_bytes_come_back_as_valid_text(rig: Rig) -> None:
+    rig.workspace.mkdir()
+    os.mkdir(os.path.join(os.fsencode(rig.workspace), b"bad\xffname"))
+    (rig.workspace / "two\nlines").write_text("x")
+    (rig.workspace / "latin1.txt").write_bytes(b"caf\xe9 old\n")
+    rig.broker = {}
+    rig.grants_text = rig.grants_text + '\n[[grant]]\ntool = "edit_file"\nmode = "ask"\n'
+    rig.start()
+    listing = rig.call("list_dir", {"path": "."})["content"]
+    assert listing.splitlines() == ["bad\ufffdname/", "latin1.txt", "two\\nlines"]
+    conn = rig.loopd()
+    with conn.sock:
+        args = '{"path":"latin1.txt","old":"old","new":"new"}'
+        conn.send("call", {"tool": "edit_file", "arguments": args}, True)
+        needed = conn.recv()
+        assert needed is not None
+        assert "-caf\ufffd old" in needed.body["summary"]  # the diff is shown, bytes replaced
+        owner = rig.owner()
+        with owner.sock:
+            owner.send("claim", {"id": needed.body["id"]}, True)
+            claimed = owner.recv()
+            assert claimed is not None
+            answer = {"id": needed.body["id"], "hash": claimed.body["hash"], "answer": "yes"}
+            owner.send("answer", answer, True)
+            assert owner.recv() is not None
+        result = conn.recv()
+    assert result is not None
+    assert result.body["content"] == "edited latin1.txt: now 9 bytes"
+    assert (rig.workspace / "latin1.txt").read_bytes() == b"caf\xe9 new\n"  # other bytes kept

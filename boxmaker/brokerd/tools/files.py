@@ -120,6 +120,7 @@ class FileTools:
                 before, after = self._edited(parts, args)
             except PathRefused as exc:
                 return f"edit {shown} (will fail: {exc})"
+            before, after = _readable(before), _readable(after)  # for the owner's eyes only
             diff = list(
                 difflib.unified_diff(
                     before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
@@ -129,3 +130,8 @@ class FileTools:
                 diff = [*diff[:MAX_DIFF_LINES], f"... ({len(diff) - MAX_DIFF_LINES} more lines)"]
             return f"edit {shown}:\n" + "\n".join(diff)
         return f"{tool} {shown}"
+
+
+def _readable(text: str) -> str:
+    """Text read with surrogateescape (to write its bytes back unchanged), made valid UTF-8."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")

@@ -11,6 +11,7 @@ import orjson
 
 from boxmaker.proto import ToolSchema
 
+MAX_OFFSET = 1 << 62  # offsets and limits: far past any file, inside pread's off_t
 _PATH = {"type": "string", "description": "A path inside the workspace."}
 
 # `clock` reads nothing and reaches nothing: it needs no grant, and it is a core tool in every
@@ -105,8 +106,8 @@ def parse_arguments(tool: str, text: str) -> dict[str, Any] | str:
         want = types[name]
         if type(value) is not want:
             return f"{tool}: {name} must be a {'string' if want is str else 'whole number'}"
-        if isinstance(value, int) and value < 0:
-            return f"{tool}: {name} must be 0 or more"
+        if isinstance(value, int) and not 0 <= value <= MAX_OFFSET:
+            return f"{tool}: {name} must be 0 to {MAX_OFFSET}"
     if tool == "note" and args.get("file", "notes") not in ("notes", "core"):
         return 'note: file must be "notes" or "core"'
     return args
