@@ -8,7 +8,7 @@ from typing import Any
 
 import orjson
 
-from boxmaker.proto.frame import Frame
+from boxmaker.proto.frame import Frame, encode_frame
 from tests.brokerd.rig import BOUND_S, Rig
 from tests.support.procs import wait_for
 
@@ -241,3 +241,24 @@ def test_a_call_loopd_gave_up_on_is_denied_and_cannot_be_approved(rig: Rig) -> N
     assert not (rig.workspace / "a.txt").exists()
     rig.stop()
     assert b'"answer":"cancelled: loopd closed the call","mode":"deny"' in rig.log.read_bytes()
+
+
+def test_loopd_cannot_answer_on_broker_sock_nor_guess_a_hash(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    call_id = call.wait_needed()["id"]
+    forger = rig.loopd()  # loopd's socket takes no answers: the kind is not one of its kinds
+    with forger.sock:
+        body = {"id": call_id, "hash": "0" * 64, "answer": "yes"}
+        forger.sock.sendall(encode_frame("answer", body, True, {"answer"}))
+        got = forger.recv()
+    assert got is not None
+    assert got.kind == "error"
+    assert "answer" in got.body["message"]
+    guessed = owner_answers(rig, call_id, "yes", "f" * 64)
+    assert guessed.kind == "error"
+    assert "hash does not match" in guessed.body["message"]
+    assert owner_answers(rig, call_id, "no", owner_peek(rig, call_id)).kind == "answered"
+    assert call.result() == "error: denied: the owner did not approve (no)"
+    assert not (rig.workspace / "a.txt").exists()
