@@ -9,6 +9,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 from boxmaker.brokerd.policy import replay
@@ -90,3 +91,25 @@ def test_brokerd_port_says_the_tools_are_unavailable_when_it_is_down(rig: Rig) -
     port = BrokerPort(rig.socket, 1.0, lambda *_: None)
     answer = port.call(ToolRequest(1, "read_file", '{"path": "a"}'))
     assert answer.content.startswith("error: the tools are unavailable: brokerd is not running")
+
+
+def test_brokerd_killed_mid_call_is_a_result_for_loopd(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    daemon = rig.start()
+    held = threading.Event()
+    port = BrokerPort(rig.socket, 10.0, lambda *_: held.set())
+    answers: list[ToolResponse] = []
+    caller = threading.Thread(
+        target=lambda: answers.append(
+            port.call(ToolRequest(1, "write_file", '{"path": "a.txt", "content": "x"}'))
+        )
+    )
+    caller.start()
+    assert held.wait(BOUND)  # brokerd holds the call for the owner
+    daemon.send_signal(signal.SIGKILL)
+    caller.join(BOUND)
+    assert answers[0].content.startswith(
+        "error: the tools are unavailable: brokerd failed mid-call"
+    )
+    rig.daemon = None
+    daemon.wait()
