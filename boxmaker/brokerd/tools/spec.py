@@ -22,7 +22,7 @@ SCHEMAS: dict[str, ToolSchema] = {
     CLOCK: ToolSchema(
         CLOCK,
         "Returns the current date and time in UTC, as RFC 3339 text.",
-        {"type": "object", "properties": {}, "required": []},
+        {"type": "object", "properties": {}},
     ),
     "read_file": ToolSchema(
         "read_file",
@@ -99,7 +99,7 @@ def parse_arguments(tool: str, text: str) -> dict[str, Any] | str:
     types = _TYPES[tool]
     if unknown := sorted(args.keys() - types.keys()):
         return f"{tool}: unknown argument(s) {', '.join(unknown)}"
-    for name in SCHEMAS[tool].parameters["required"]:
+    for name in SCHEMAS[tool].parameters.get("required", ()):
         if name not in args:
             return f"{tool}: missing argument {name}"
     for name, value in args.items():

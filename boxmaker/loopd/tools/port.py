@@ -155,9 +155,9 @@ class BrokerPort:
 
 def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
     """`clock` (core) and the tools brokerd grants, reached through call_tool."""
-    core = [t for t in tools if t.name == CLOCK_SCHEMA.name]
+    # clock keeps loopd's own schema: it is in every baseline's tools array, fixed for the epoch.
     rest = [RegisteredTool(t, core=False) for t in tools if t.name != CLOCK_SCHEMA.name]
-    return Registry([RegisteredTool(core[0] if core else CLOCK_SCHEMA, core=True), *rest])
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), *rest])
 
 
 # The tools brokerd granted at the last turn that could ask, per socket: with brokerd down, the
