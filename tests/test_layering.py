@@ -100,13 +100,13 @@ RULES: dict[str, frozenset[str]] = {
     f"{CACHE}.policy": frozenset({PROTO}),
     # brokerd (issue 22): the only process with authority. Its cores (config, grants, policy,
     # tools.spec) sit below its shells; it never imports loopd, and loopd never imports it.
-    BROKERD: frozenset({PROTO, CLI, DAEMON})
+    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths")})
     | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.config": frozenset(),  # [core]
     f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
     f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
-    f"{BROKERD}.policy": frozenset({PROTO, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
+    f"{BROKERD}.policy": frozenset({PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.tools": frozenset({PROTO, f"{BROKERD}.paths"}),  # files.py, note.py: shells
     f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
@@ -136,6 +136,7 @@ R1_CORES = [
     *sorted(_llama("errors", "types", "http", "sse", "request", "assemble", "info", "retry")),
     f"{LLAMA}.waits",
     f"{SESSION}.replay",
+    f"{SESSION}.chain",
     f"{TURN}.loop",
     f"{TURN}.limits",
     f"{TURN}.records",

@@ -1,7 +1,7 @@
 """brokerd's decision log: one line per request, decision, approval, added grant and result,
-each written with one write() and fsync'd before brokerd acts on it. The chain format and the
-replay are in policy.py; the file is opened once, flock'd (one brokerd per log), checked whole,
-and continued.
+each written with one write() and fsync'd before brokerd acts on it. The chain is
+session.chain's, the replay policy.py's. The file is opened once, flock'd (one brokerd per
+log), checked whole, and continued.
 """
 
 from __future__ import annotations
@@ -12,8 +12,9 @@ import threading
 from datetime import UTC, datetime
 from typing import Any
 
-from boxmaker.brokerd.policy import GENESIS_PREV, LogError, encode_line, verify_chain
+from boxmaker.brokerd.policy import LogError
 from boxmaker.proto.hash import sha256_hex
+from boxmaker.session.chain import ChainError, encode_line, verify_chain
 
 
 def now() -> str:
@@ -37,7 +38,11 @@ class DecisionLog:
         if tail < len(data):  # a torn last line (killed mid-write): never fsync'd, never acted on
             os.ftruncate(self.fd, tail)
             data = data[:tail]
-        records, self.prev = verify_chain(data)
+        try:
+            records, self.prev = verify_chain(data)
+        except ChainError as exc:
+            os.close(self.fd)
+            raise LogError(f"{path}: {exc}") from None
         self.seq = len(records)
         self._lock = threading.Lock()
         self.path = path
@@ -54,4 +59,4 @@ class DecisionLog:
         os.close(self.fd)
 
 
-__all__ = ["GENESIS_PREV", "DecisionLog", "LogError"]
+__all__ = ["DecisionLog", "LogError"]

@@ -3,9 +3,9 @@
 `decide` is the only path from a request to allow/ask/deny: brokerd runs it live, `replay` runs it
 again over the log, so a replay reproduces every decision or names the first line that differs.
 
-The log (`log.py` writes it) is a file of JSON lines chained like a session log: each line's
-`prev` is the hex SHA-256 of the line before (64 zeros for the first), `seq` counts from 0. The
-records: `start` (the grants file's text), `request`, `decision`, `approval`, `grant` (a rule an
+The log (`log.py` writes it) is a file of JSON lines chained like a session log
+(`session.chain`: each line's `prev` is the hex SHA-256 of the line before). The records:
+`start` (the grants file's text), `request`, `decision`, `approval`, `grant` (a rule an
 "always" added), `result`.
 """
 
@@ -13,8 +13,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
-
-import orjson
 
 from boxmaker.brokerd.grants import (
     BadPath,
@@ -28,9 +26,8 @@ from boxmaker.brokerd.grants import (
     target_of,
 )
 from boxmaker.brokerd.tools.spec import CLOCK, parse_arguments
-from boxmaker.proto.hash import sha256_hex
+from boxmaker.session.chain import ChainError, verify_chain
 
-GENESIS_PREV = "0" * 64
 APPROVING = ("yes", "always")
 
 
@@ -76,42 +73,17 @@ def rule_from_json(obj: dict[str, Any]) -> Rule:
     return Rule(obj["tool"], Mode(obj["mode"]), paths=paths, files=tuple(obj["files"]))
 
 
-def encode_line(kind: str, seq: int, prev: str, fields: dict[str, Any]) -> bytes:
-    return orjson.dumps(
-        {"type": kind, "seq": seq, "prev": prev, **fields}, option=orjson.OPT_APPEND_NEWLINE
-    )
-
-
 class LogError(Exception):
-    """The log fails its chain or a replayed decision differs; "line N: ..." says where."""
-
-
-def verify_chain(data: bytes) -> tuple[list[dict[str, Any]], str]:
-    """The records, and the `prev` of the next line. Raises LogError at the first bad line."""
-    records: list[dict[str, Any]] = []
-    prev = GENESIS_PREV
-    for n, line in enumerate(data.splitlines(keepends=True), 1):
-        if not line.endswith(b"\n"):
-            raise LogError(f"line {n}: incomplete (a torn write?)")
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            raise LogError(f"line {n}: not JSON") from None
-        if not isinstance(obj, dict) or obj.get("seq") != n - 1 or obj.get("prev") != prev:
-            raise LogError(f"line {n}: seq or prev breaks the chain (edited, cut or reordered)")
-        kind = obj.get("type")
-        fields = {k: v for k, v in obj.items() if k not in ("type", "seq", "prev")}
-        if encode_line(str(kind), n - 1, prev, fields) != line:
-            raise LogError(f"line {n}: not written the way brokerd writes lines")
-        records.append(obj)
-        prev = sha256_hex(line)
-    return records, prev
+    """A replayed decision differs from the logged one, or the chain breaks; "line N: ..."."""
 
 
 def replay(data: bytes) -> int:
     """Checks the chain, then decides every request again and compares. Returns the number of
     decisions reproduced. Raises LogError at the first line that differs."""
-    records, _ = verify_chain(data)
+    try:
+        records, _ = verify_chain(data)
+    except ChainError as exc:
+        raise LogError(str(exc)) from None
     rules: tuple[Rule, ...] = ()
     workspace = ""
     hashes: dict[str, str] = {}  # request id -> its hash

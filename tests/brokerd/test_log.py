@@ -10,8 +10,10 @@ import orjson
 import pytest
 
 from boxmaker.brokerd.cli import main
-from boxmaker.brokerd.policy import GENESIS_PREV, LogError, encode_line, replay, verify_chain
+from boxmaker.brokerd.policy import LogError, replay
+from boxmaker.bxctl.cli import main as bxctl
 from boxmaker.proto.hash import sha256_hex
+from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
 from tests.brokerd.rig import Rig
 from tests.brokerd.test_approvals import ASK_WRITES, Call, owner_says
 from tests.support.cli import run_cli
@@ -44,6 +46,12 @@ def test_a_busy_log_verifies_and_replays(rig: Rig) -> None:
     out = run_cli(main, ["verify", "--log", str(rig.log)])
     assert out.status == 0
     assert "11 decision(s) replay the same" in out.stdout
+    chained = run_cli(bxctl, ["verify-broker", rig.log])
+    assert chained.status == 0
+    assert (
+        "ok: 25 lines chained (3 approval, 8 decision, 1 grant, 8 request, 4 result, 1 start)"
+        in (chained.stdout)
+    )
 
 
 def rechain(lines: list[dict[str, object]]) -> bytes:
@@ -83,6 +91,9 @@ def test_an_approval_forged_into_the_log_fails_the_replay(rig: Rig) -> None:
     out = run_cli(main, ["verify", "--log", str(rig.log)])
     assert out.status == 1
     assert "breaks the chain" in out.stderr
+    chained = run_cli(bxctl, ["verify-broker", rig.log])
+    assert chained.status == 1
+    assert "REFUSED: line" in chained.stdout
 
 
 def test_kill_9_mid_call_then_restart(rig: Rig) -> None:
