@@ -82,6 +82,13 @@ def test_yes_runs_exactly_that_call(rig: Rig) -> None:
     assert owner_says(rig, needed["id"], "yes").kind == "answered"
     assert call.result() == "wrote a.txt: 5 bytes"
     assert (rig.workspace / "a.txt").read_text() == "hello"
+    again = Call(rig, "write_file", {"path": "a.txt", "content": "hello"})  # the very same call
+    second = again.wait_needed()  # a yes is for one call: it asks again
+    assert second["id"] != needed["id"]
+    refused = owner_answers(rig, needed["id"], "yes", owner_peek(rig, second["id"]))
+    assert refused.kind == "error"  # the old id, even with the new call's hash, approves nothing
+    owner_says(rig, second["id"], "no")
+    assert again.result().startswith("error: denied")
 
 
 def test_an_answer_with_another_calls_hash_approves_nothing(rig: Rig) -> None:
