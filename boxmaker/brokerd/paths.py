@@ -1,12 +1,14 @@
 """Opening paths beneath the workspace with the kernel's help, and atomic writes.
 
 Every open starts from a descriptor of the workspace folder and goes through `openat2(2)` with
-RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS: the kernel refuses `..` above the start, an absolute
-path, a symlink that leads out (to /etc), and /proc/self/root-style magic links, at every step of
-the resolution, atomically. Python has no os.openat2, so it is called by number through ctypes
-(437 on x86_64 and aarch64). Where openat2 is missing (Linux < 5.6), the fallback walks one
-component at a time with O_NOFOLLOW from the workspace's descriptor, refusing every symlink.
-docs/decisions/brokerd.md says why both hold against a concurrent rename.
+RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS: the kernel refuses `..` above the
+start, an absolute path, every symlink (one to /etc, and one inside that would lead from a
+granted folder to a denied one: grants are decided on the path as written), and
+/proc/self/root-style magic links, at every step of the resolution, atomically. Python has no
+os.openat2, so it is called by number through ctypes (437 on x86_64 and aarch64). Where openat2
+is missing (Linux < 5.6), the fallback walks one component at a time with O_NOFOLLOW from the
+workspace's descriptor, refusing every symlink too. docs/decisions/brokerd.md says why both
+hold against a concurrent rename.
 
 What the resolution cannot see, the open file's fstat does: only regular files are read or
 replaced (a FIFO or a device is refused; opens use O_NONBLOCK so a FIFO never blocks), and a file
@@ -27,7 +29,12 @@ from collections.abc import Iterator
 
 SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 RESOLVE_NO_MAGICLINKS = 0x02
+RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
+# Grants are decided on the path as written, so the path opened must be that path: no symlink is
+# followed, even one that stays inside (it could lead from a granted folder to a denied one).
+# BENEATH and NO_MAGICLINKS stay as a second wall.
+RESOLVE = RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS
 
 
 class PathRefused(Exception):
@@ -43,7 +50,7 @@ _libc.syscall.restype = ctypes.c_long
 
 
 def _openat2(dir_fd: int, path: str, flags: int) -> int:
-    how = _OpenHow(flags | os.O_CLOEXEC, 0, RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS)
+    how = _OpenHow(flags | os.O_CLOEXEC, 0, RESOLVE)
     fd = _libc.syscall(
         SYS_OPENAT2,
         ctypes.c_int(dir_fd),
@@ -88,7 +95,7 @@ def _walk(dir_fd: int, parts: tuple[str, ...], flags: int) -> int:
 
 _WHY = {
     errno.EXDEV: "it leads outside the workspace (a symlink out, or '..')",
-    errno.ELOOP: "too many symlinks (a loop?)",
+    errno.ELOOP: "a symlink; brokerd follows none (one could lead past a grant or out)",
     errno.ENOENT: "no such file or folder",
     errno.ENOTDIR: "a part of it is not a folder",
     errno.EACCES: "permission denied",
