@@ -45,6 +45,7 @@ CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
 CACHE = "boxmaker.loopd.cache"
+BROKERD = "boxmaker.brokerd"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -88,7 +89,7 @@ RULES: dict[str, frozenset[str]] = {
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
-    TOOLS: frozenset({PROTO}),
+    TOOLS: frozenset({PROTO, CONFIG}),  # port.py reads [tools] (issue 22)
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
     CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),
@@ -99,6 +100,17 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
     f"{CACHE}.policy": frozenset({PROTO}),
+    # brokerd (issue 22): the only process with authority. Its cores (config, grants, policy,
+    # tools.spec) sit below its shells; it never imports loopd, and loopd never imports it.
+    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
+    | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths")})
+    | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
+    f"{BROKERD}.config": frozenset(),  # [core]
+    f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
+    f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
+    f"{BROKERD}.policy": frozenset({PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
+    f"{BROKERD}.tools": frozenset({PROTO, f"{BROKERD}.paths"}),  # files.py, note.py: shells
+    f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
@@ -126,6 +138,7 @@ R1_CORES = [
     *sorted(_llama("errors", "types", "http", "sse", "request", "assemble", "info", "retry")),
     f"{LLAMA}.waits",
     f"{SESSION}.replay",
+    f"{SESSION}.chain",
     f"{TURN}.loop",
     f"{TURN}.limits",
     f"{TURN}.records",
@@ -134,6 +147,10 @@ R1_CORES = [
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
     f"{CACHE}.policy",
+    f"{BROKERD}.grants",
+    f"{BROKERD}.config",
+    f"{BROKERD}.policy",
+    f"{BROKERD}.tools.spec",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

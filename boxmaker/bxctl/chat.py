@@ -36,6 +36,7 @@ from boxmaker.proto import ChannelBody, Turn, TurnDone
 from boxmaker.proto.frame import Frame
 from boxmaker.proto.wire import WireError
 
+from .approve import approving
 from .client import (
     ChatError,
     ChatSession,
@@ -86,6 +87,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--json", action="store_true", help="print every frame body as one JSON line on stdout"
+    )
+    parser.add_argument(
+        "--owner-socket",
+        type=Path,
+        help="brokerd's owner.sock: answer tool approvals here (a line of stdin each)",
     )
 
 
@@ -166,10 +172,13 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     header.flush()
     try:
         check_socket(chat.path)
+        show: Callable[[Frame, ChannelBody], None] = view.show
+        if args.owner_socket is not None:  # approvals go straight to brokerd, never to loopd
+            show = approving(show, args.owner_socket, env)
         if args.say is not None:
-            final = chat.turn(args.say, view.show)
+            final = chat.turn(args.say, show)
             return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR
-        _loop(chat, env, view.show, prompt=env.stdin_isatty and not args.json)
+        _loop(chat, env, show, prompt=env.stdin_isatty and not args.json)
         return ExitStatus.OK
     except ChatError as e:
         view.cut()

@@ -22,6 +22,10 @@ in-process.
         0.jsonl.torn-<UTC time>; refuses any other fault and a session open in loopd. Exit 0 when
         repaired or nothing to repair, 1 when refused, busy or missing, 2 for a bad session id.
 
+    bxctl verify-broker <log>
+        Checks brokerd's decision log's hash chain (issue 22). Exit 0 when it holds, 1 when a
+        line breaks it or the file cannot be read.
+
 A new command is a module with `add_arguments(parser)` and `run(args, env) -> ExitStatus`,
 listed in COMMANDS.
 """
@@ -34,7 +38,7 @@ from typing import TYPE_CHECKING
 
 from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded
 
-from . import chat, repair, sessions, verify
+from . import chat, repair, sessions, verify, verify_broker
 
 if TYPE_CHECKING:
     pass
@@ -49,6 +53,7 @@ COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] 
     "sessions": (sessions.HELP, sessions.add_arguments, sessions.run),
     "verify": (verify.HELP, verify.add_arguments, verify.run),
     "repair": (repair.HELP, repair.add_arguments, repair.run),
+    "verify-broker": (verify_broker.HELP, verify_broker.add_arguments, verify_broker.run),
 }
 
 

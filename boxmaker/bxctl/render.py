@@ -33,6 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxmaker.proto import (
+    ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
@@ -98,6 +99,8 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[tool {name}: started]"
         case ToolResultEvent(name=name, class_=cls, truncated=truncated):
             return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
+        case ApprovalNeededEvent(tool=tool, summary=summary):
+            return f"[approval needed: {tool}: {summary}]"
         case ThinkingCappedEvent(tokens=tokens):
             return f"[thinking capped at {_plural(tokens, 'token', 'tokens')}]"
         case RetryingEvent(attempt=attempt, after_ms=after_ms, error=error):

@@ -236,6 +236,17 @@ class LoopConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ToolsConfig:
+    """[tools]: where tool calls go (issue 22). Without broker_socket, the in-process FakeTools
+    (clock, echo: tests only); with it, every call goes to brokerd, which holds the authority."""
+
+    broker_socket: Annotated[Path | None, SOCKET] = None
+    # The longest wait for one frame from brokerd; above brokerd's approval_timeout_ms, since a
+    # call waits there for the owner. [loop] tool_timeout_ms bounds the whole call too.
+    broker_timeout_ms: Annotated[int, MS] = 180_000
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BaselineConfig:
     """[baseline]: the system prompt file."""
 
@@ -273,6 +284,7 @@ class Config:
     channel: ChannelConfig = field(default_factory=ChannelConfig)
     paths: PathsConfig = field(default_factory=PathsConfig)
     loop: LoopConfig = field(default_factory=LoopConfig)
+    tools: ToolsConfig = field(default_factory=ToolsConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
 

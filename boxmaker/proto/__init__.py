@@ -9,6 +9,7 @@ session log's records, line form and chain), `errors` (the ProtocolError family)
 from ._codec import json_type, load_json, load_json_object
 from .channel import (
     EVENT_TYPES,
+    ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
@@ -100,6 +101,7 @@ __all__ = [
     "RECORD_TYPES",
     "SESSION_ID_RE",
     "TIME_EXAMPLE",
+    "ApprovalNeededEvent",
     "Assistant",
     "AssistantMessage",
     "BadRequest",

@@ -107,6 +107,17 @@ class ToolResultEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalNeededEvent:
+    """brokerd holds a call for the owner (issue 22). loopd only relays it: the owner answers
+    brokerd on owner.sock, with the call's hash, which `claim` gives."""
+
+    TAG: ClassVar[str] = "approval_needed"
+    id: str = field(metadata=wire(STR))
+    tool: str = field(metadata=wire(STR))
+    summary: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
 class ThinkingCappedEvent:
     TAG: ClassVar[str] = "thinking_capped"
     tokens: int = field(metadata=wire(UINT))
@@ -153,6 +164,7 @@ TurnEvent = (
     | ContentEvent
     | ToolCallStartedEvent
     | ToolResultEvent
+    | ApprovalNeededEvent
     | ThinkingCappedEvent
     | RetryingEvent
     | CacheLossEvent
@@ -170,6 +182,7 @@ EVENT_TYPES: dict[str, type[TurnEvent]] = {
         ContentEvent,
         ToolCallStartedEvent,
         ToolResultEvent,
+        ApprovalNeededEvent,
         ThinkingCappedEvent,
         RetryingEvent,
         CacheLossEvent,

@@ -14,6 +14,7 @@ from boxmaker.bxctl.render import (
 )
 from boxmaker.proto import (
     EVENT_TYPES,
+    ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
@@ -46,6 +47,10 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ToolCallStartedEvent("clock"), "[tool clock: started]"),
     (ToolResultEvent("clock", ResultClass.PUBLIC, False), "[tool clock: done, public]"),
     (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
+    (
+        ApprovalNeededEvent("9f", "note", "append 3 bytes"),
+        "[approval needed: note: append 3 bytes]",
+    ),
     (ThinkingCappedEvent(1), "[thinking capped at 1 token]"),
     (ThinkingCappedEvent(2048), "[thinking capped at 2048 tokens]"),
     (RetryingEvent(2, 250, "unavailable"), "[retrying (attempt 2) in 250 ms: unavailable]"),

@@ -90,6 +90,9 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.state", None),
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),
+    # Issue 22: brokerd.
+    ("tools.broker_socket", None),
+    ("tools.broker_timeout_ms", 180_000),
 ]
 
 

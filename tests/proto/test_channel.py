@@ -6,6 +6,7 @@ import pytest
 
 from boxmaker.proto.channel import (
     EVENT_TYPES,
+    ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
@@ -80,6 +81,10 @@ EVENTS: list[tuple[Any, bytes]] = [
         ToolResultEvent("clock", ResultClass.PUBLIC, False),
         b'{"type":"tool_result","name":"clock","class":"public","truncated":false}',
     ),
+    (
+        ApprovalNeededEvent("9f", "write_file", "write a: 5 bytes"),
+        b'{"type":"approval_needed","id":"9f","tool":"write_file","summary":"write a: 5 bytes"}',
+    ),
     (ThinkingCappedEvent(4096), b'{"type":"thinking_capped","tokens":4096}'),
     (
         RetryingEvent(1, 2000, "stream closed early"),
@@ -98,7 +103,7 @@ def test_every_event_type_of_the_brief_has_a_case() -> None:
     assert set(EVENT_TYPES) == {
         "queued", "waiting", "progress", "reasoning", "content", "tool_call_started",
         "tool_result", "thinking_capped", "retrying", "cache_loss",
-        "cache_saved", "cache_restored",
+        "cache_saved", "cache_restored", "approval_needed",
     }  # fmt: skip
 
 

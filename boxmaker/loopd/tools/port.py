@@ -1,8 +1,9 @@
-"""The tool port (M2b brief section 4) and `FakeTools`, M2b's in-process port.
+"""The tool port (M2b brief section 4): `BrokerPort` (M3, over broker.sock) and `FakeTools`.
 
-The turn loop knows only `ToolPort.call(request) -> ToolResponse`. M3 implements it over
-`broker.sock`; until then `FakeTools` answers two tools in process: `clock` (core; the current
-time as RFC 3339) and `echo` (returns its `text` argument). Both answer
+The turn loop knows only `ToolPort.call(request) -> ToolResponse`. `BrokerPort` sends every call
+to brokerd, which holds the authority; brokerd down is a result that says the tools are
+unavailable, and the turn goes on. For tests, `FakeTools` answers two tools in process: `clock`
+(core; the current time as RFC 3339) and `echo` (returns its `text` argument). Both answer
 `ToolResponse(class public, untrusted false, truncated false)`.
 
 The loop checks every call against the registry and the tool's schema before the port sees it,
@@ -14,13 +15,19 @@ parameter, so logs made in tests are repeatable.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import socket
+from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
-from typing import Protocol
+from typing import Any, Protocol
 
 import orjson
 
-from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, format_time
+from boxmaker.loopd.config import ToolsConfig
+from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
+from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
+from boxmaker.proto.broker import BROKER_KINDS
+from boxmaker.proto.errors import ProtocolError
+from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
 
 
 class ToolPort(Protocol):
@@ -62,3 +69,112 @@ class FakeTools:
                 raise ValueError('echo takes {"text": <string>}')
             return _public(args["text"])
         raise ValueError(f"FakeTools has no tool {request.tool!r} (it has {', '.join(self.TOOLS)})")
+
+
+# ---- M3: the port over broker.sock -------------------------------------------------------------
+
+OnApproval = Callable[[str, str, str], None]  # (id, tool, summary): brokerd holds the call
+BROKER_RECV_BYTES = 65536
+
+
+def unavailable(why: str) -> ToolResponse:
+    """The answer when brokerd cannot be reached: the turn goes on without tools."""
+    return ToolResponse(
+        f"error: the tools are unavailable: brokerd {why}; the turn goes on without them",
+        ResultClass.PUBLIC,
+        untrusted=False,
+        truncated=False,
+    )
+
+
+class BrokerPort:
+    """Every tool call goes to brokerd over `broker.sock`, one connection per call (so parallel
+    calls need no lock). loopd holds no authority: brokerd decides, asks the owner, runs the
+    tool. While the owner is asked, `on_approval` gets brokerd's `approval_needed` (loopd relays
+    it as an event; it cannot answer it)."""
+
+    def __init__(self, socket_path: str, timeout_s: float, on_approval: OnApproval) -> None:
+        """Args:
+        socket_path: brokerd's broker.sock.
+        timeout_s: the longest wait for one frame (above brokerd's approval_timeout_ms).
+        on_approval: called from the calling thread for each `approval_needed`.
+        """
+        self._path = socket_path
+        self._timeout_s = timeout_s
+        self._on_approval = on_approval
+
+    def _exchange(self, kind: str, body: dict[str, Any]) -> Iterator[Frame]:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(self._timeout_s)
+            sock.connect(self._path)
+            sock.sendall(encode_frame(kind, body, True, BROKER_KINDS))
+            decoder = FrameDecoder(BROKER_KINDS)
+            while True:
+                got = decoder.next_frame()
+                if got is CLOSED:
+                    raise ConnectionResetError("brokerd closed the connection mid-call")
+                if got is NEED_DATA:
+                    decoder.receive_data(sock.recv(BROKER_RECV_BYTES))
+                    continue
+                assert isinstance(got, Frame)
+                yield got
+                if got.final:
+                    return
+
+    def tools(self) -> tuple[ToolSchema, ...] | None:
+        """The tools brokerd grants (find_tool's list); None when brokerd cannot be reached."""
+        try:
+            for frame in self._exchange("list", {}):
+                if frame.kind == "tools":
+                    return tuple(ToolSchema.from_json(t) for t in frame.body["tools"])
+        except (OSError, ProtocolError, KeyError, TypeError):
+            return None
+        return None
+
+    def call(self, request: ToolRequest) -> ToolResponse:
+        body = {"tool": request.tool, "arguments": request.arguments}
+        try:
+            for frame in self._exchange("call", body):
+                if frame.kind == "approval_needed":
+                    b = frame.body
+                    self._on_approval(str(b["id"]), str(b["tool"]), str(b["summary"]))
+                elif frame.kind == "result":
+                    return ToolResponse.from_json(frame.body)
+                elif frame.kind == "error":
+                    return unavailable(f"refused the call ({frame.body.get('message')})")
+        except TimeoutError:
+            return unavailable(f"did not answer within {self._timeout_s:g} s")
+        except FileNotFoundError:
+            return unavailable(f"is not running ({self._path} does not exist)")
+        except ConnectionRefusedError:
+            return unavailable(f"is not running (nobody listens on {self._path})")
+        except (OSError, ProtocolError, KeyError) as exc:
+            return unavailable(f"failed mid-call ({exc})")
+        return unavailable("ended the call without a result")
+
+
+def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
+    """`clock` (core) and the tools brokerd grants, reached through call_tool."""
+    # clock keeps loopd's own schema: it is in every baseline's tools array, fixed for the epoch.
+    rest = [RegisteredTool(t, core=False) for t in tools if t.name != CLOCK_SCHEMA.name]
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), *rest])
+
+
+# The tools brokerd granted at the last turn that could ask, per socket: with brokerd down, the
+# model still sees them, and each call answers that the tools are unavailable (not "no such
+# tool", which would send it looking elsewhere).
+_last_tools: dict[str, tuple[ToolSchema, ...]] = {}
+
+
+def tool_port(config: ToolsConfig, on_approval: OnApproval) -> dict[str, Any]:
+    """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
+    when [tools] broker_socket is set, else FakeTools and M2b's registry."""
+    if config.broker_socket is None:
+        return {"port": FakeTools(), "registry": None}
+    path = str(config.broker_socket)
+    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval)
+    tools = port.tools()
+    if tools is None:
+        tools = _last_tools.get(path, (CLOCK_SCHEMA,))
+    _last_tools[path] = tools
+    return {"port": port, "registry": broker_registry(tools)}

@@ -33,10 +33,11 @@ from boxmaker.loopd.cache.policy import Note
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.tools.port import FakeTools, utc_now
+from boxmaker.loopd.tools.port import tool_port, utc_now
 from boxmaker.loopd.turn.command import error_for, open_session
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
+    ApprovalNeededEvent,
     BodyError,
     CacheRestored,
     CacheRestoredEvent,
@@ -123,7 +124,7 @@ class Worker:
                 self.log,
                 turn.content,
                 client=self.client,
-                port=FakeTools(),
+                **tool_port(self.config.tools, self.on_approval),
                 config=self.config.loop,
                 thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                 on_event=self.on_event,
@@ -138,6 +139,9 @@ class Worker:
             self.send(channel_frame(error_for(exc)))
             return
         self.send(channel_frame(outcome))
+
+    def on_approval(self, call_id: str, tool: str, summary: str) -> None:
+        self.on_event(ApprovalNeededEvent(call_id, tool, summary))
 
     def on_event(self, event: TurnEvent) -> None:
         self.send(channel_frame(event))

@@ -1,0 +1,5 @@
+import sys
+
+from boxmaker.brokerd.cli import main
+
+sys.exit(main())

@@ -1,0 +1,83 @@
+"""Calls held for the owner's answer, and the answers.
+
+A held call waits on its own Event for at most `approval_timeout_ms`. Only an answer from
+owner.sock that names the call's id AND carries its hash (tool + canonical arguments) can approve
+it: an approval for another call, or for the same id with other arguments, approves nothing.
+There is no default: an empty answer, a timeout, or an owner connection that closes after it
+took the call (`claim`) without answering is a denial.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+
+ANSWERS = ("yes", "no", "always")
+
+
+@dataclass
+class Held:
+    id: str
+    tool: str
+    summary: str
+    hash: str
+    always: str  # the rule "always" would add, as TOML, shown to the owner first
+    answer: str | None = None  # yes | no | always | empty | closed | timeout
+    done: threading.Event = field(default_factory=threading.Event)
+
+    def view(self) -> dict[str, str]:
+        return {
+            "id": self.id,
+            "tool": self.tool,
+            "summary": self.summary,
+            "hash": self.hash,
+            "always": self.always,
+        }
+
+
+class Approvals:
+    def __init__(self) -> None:
+        self._held: dict[str, Held] = {}
+        self._lock = threading.Lock()
+
+    def hold(self, call_id: str, tool: str, summary: str, call_hash: str, always: str) -> Held:
+        held = Held(call_id, tool, summary, call_hash, always)
+        with self._lock:
+            self._held[held.id] = held
+        return held
+
+    def wait(self, held: Held, timeout_s: float) -> str:
+        """The answer, or "timeout"; the call is no longer held afterwards."""
+        held.done.wait(timeout_s)
+        with self._lock:
+            self._held.pop(held.id, None)
+            if held.answer is None:
+                held.answer = "timeout"
+        return held.answer
+
+    def pending(self) -> list[Held]:
+        with self._lock:
+            return list(self._held.values())
+
+    def get(self, call_id: str) -> Held | None:
+        with self._lock:
+            return self._held.get(call_id)
+
+    def answer(self, call_id: str, call_hash: str, answer: str) -> str | None:
+        """None when the answer was taken, else why not (for the owner's error frame)."""
+        with self._lock:
+            held = self._held.get(call_id)
+            if held is None or held.answer is not None:
+                return f"no call {call_id!r} is waiting for an answer (timed out, or answered)"
+            if call_hash != held.hash:
+                return "the hash does not match the held call: an approval binds one exact call"
+            held.answer = answer if answer in ANSWERS else "empty"
+            held.done.set()
+        return None
+
+    def deny(self, call_id: str, why: str) -> None:
+        with self._lock:
+            held = self._held.get(call_id)
+            if held is not None and held.answer is None:
+                held.answer = why
+                held.done.set()

@@ -1,0 +1,45 @@
+"""`python -m boxmaker.brokerd serve --config <toml>` and `verify --log <path>`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from collections.abc import Sequence
+
+from boxmaker._cli import Environment, ExitStatus
+from boxmaker._daemon.log import DaemonLog
+from boxmaker.brokerd.config import ConfigError, parse_config
+from boxmaker.brokerd.policy import LogError, replay
+
+
+def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> ExitStatus:
+    env = env or Environment()
+    parser = argparse.ArgumentParser(prog="brokerd")
+    sub = parser.add_subparsers(dest="command", required=True)
+    serve = sub.add_parser("serve", help="serve broker.sock and owner.sock")
+    serve.add_argument("--config", required=True)
+    verify = sub.add_parser("verify", help="check the decision log's chain and replay it")
+    verify.add_argument("--log", required=True)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:
+        return ExitStatus.USAGE if exc.code else ExitStatus.OK
+    log = DaemonLog("brokerd", env.stdout, env.stderr)
+    if args.command == "verify":
+        try:
+            with open(args.log, "rb") as f:
+                count = replay(f.read())
+        except (OSError, LogError) as exc:
+            log.warn(f"verify: FAILED: {exc}")
+            return ExitStatus.ERROR
+        log.say(f"verify: ok: the chain holds and {count} decision(s) replay the same")
+        return ExitStatus.OK
+    try:
+        with open(args.config, "rb") as f:
+            config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
+    except (OSError, ConfigError) as exc:
+        log.warn(f"serve: {args.config}: {exc}")
+        return ExitStatus.USAGE
+    from boxmaker.brokerd.serve import run
+
+    return run(config, log)

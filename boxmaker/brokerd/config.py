@@ -1,0 +1,97 @@
+"""brokerd's config: the `[broker]` table, strict (unknown keys refused, bounds). [core]
+
+Relative paths are taken from the config file's folder. `loopd_uid` and `owner_uid` default to
+brokerd's own uid (the shell fills them in: this module does no I/O).
+"""
+
+from __future__ import annotations
+
+import posixpath
+import tomllib
+from dataclasses import dataclass
+from typing import Any
+
+MAX_MS = 86_400_000  # one day
+MAX_BYTES = 1 << 30
+MAX_SOCKET_PATH_BYTES = 107  # sun_path less its NUL
+MAX_UID = (1 << 32) - 2  # (uid_t)-1 means "no uid"
+
+
+class ConfigError(Exception):
+    """The config cannot be used; the message names the key and what it must be."""
+
+
+@dataclass(frozen=True, slots=True)
+class BrokerConfig:
+    socket: str
+    owner_socket: str
+    workspace: str
+    grants: str
+    home: str
+    log: str
+    loopd_uid: int | None = None
+    owner_uid: int | None = None
+    approval_timeout_ms: int = 120_000
+    result_cap_bytes: int = 16_384
+    max_file_bytes: int = 64 * 1024 * 1024
+    max_write_bytes: int = 4 * 1024 * 1024
+
+
+# key -> (kind, minimum, maximum); a path kind has no bounds but its own.
+_PATHS = ("socket", "owner_socket", "workspace", "grants", "home", "log")
+_INTS: dict[str, tuple[int, int]] = {
+    "loopd_uid": (0, MAX_UID),
+    "owner_uid": (0, MAX_UID),
+    "approval_timeout_ms": (1, MAX_MS),
+    "result_cap_bytes": (256, 1_000_000),  # a result must fit a 1 MiB frame with its escapes
+    "max_file_bytes": (1, MAX_BYTES),
+    "max_write_bytes": (1, 1_000_000),  # content arrives in one frame
+}
+
+
+def _path(key: str, value: Any, base: str) -> str:
+    if not isinstance(value, str) or not value or "\0" in value:
+        raise ConfigError(f"[broker] {key}: expected a non-empty path string, got {value!r}")
+    full = posixpath.normpath(posixpath.join(base, value))
+    if key in ("socket", "owner_socket") and len(full.encode()) > MAX_SOCKET_PATH_BYTES:
+        raise ConfigError(
+            f"[broker] {key}: {full} is {len(full.encode())} bytes; a Unix socket path may "
+            f"have at most {MAX_SOCKET_PATH_BYTES} (choose a shorter folder)"
+        )
+    return full
+
+
+def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
+    """The config in `data` (TOML), relative paths taken from `base_dir`.
+
+    Raises:
+        ConfigError: not TOML, a table or key brokerd does not know, a missing key, a value of
+            the wrong type or out of bounds.
+    """
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise ConfigError(f"not a TOML file: {exc}") from None
+    if extra := sorted(doc.keys() - {"broker"}):
+        raise ConfigError(f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker]")
+    table = doc.get("broker")
+    if not isinstance(table, dict):
+        raise ConfigError("missing [broker] table")
+    if unknown := sorted(table.keys() - {*_PATHS, *_INTS}):
+        known = ", ".join([*_PATHS, *_INTS])
+        raise ConfigError(f"[broker]: unknown key(s) {', '.join(unknown)} (known: {known})")
+    if missing := [k for k in _PATHS if k not in table]:
+        raise ConfigError(f"[broker]: missing key(s) {', '.join(missing)}")
+    values: dict[str, Any] = {k: _path(k, table[k], base_dir) for k in _PATHS}
+    for key, (lo, hi) in _INTS.items():
+        if key not in table:
+            continue
+        value = table[key]
+        if type(value) is not int or not lo <= value <= hi:
+            raise ConfigError(
+                f"[broker] {key}: expected a whole number {lo} to {hi}, got {value!r}"
+            )
+        values[key] = value
+    if values["socket"] == values["owner_socket"]:
+        raise ConfigError("[broker] socket and owner_socket must be two different paths")
+    return BrokerConfig(**values)

@@ -1,0 +1,210 @@
+"""The owner's grants and the decision on one call: allow, ask or deny, with a reason. [core]
+
+A grants file is TOML, a list of rules:
+
+    [[grant]]
+    tool = "write_file"     # the tool's own name: never call_tool, never a wrapper
+    mode = "ask"            # allow | ask | deny
+    paths = ["notes/"]      # file tools: path prefixes inside the workspace ("" = all of it)
+
+`note` rules take `files = ["notes"]` or `["core"]` instead of paths. Decisions are made on the
+tool's name and its PARSED arguments, never on a string: a path is split into components and
+matched component by component, so "docs" covers "docs/a.md" but not "docs-old/a.md".
+
+The order of rules never matters: a covering `deny` always wins; otherwise the most specific
+covering rule decides (the longest path prefix; on a tie the stricter, ask over allow), so the
+exact-path `allow` an "always" answer adds beats a broader `ask`. No rule for the tool: deny ("no
+grant"). Rules for the tool, none covering this path: deny. Writing memory/core.md (`note` with
+file "core") is never better than ask, so "always" adds nothing there.
+"""
+
+from __future__ import annotations
+
+import enum
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+from boxmaker.proto.hash import sha256_hex
+
+MAX_PATH_BYTES = 4095  # Linux's PATH_MAX less the NUL
+MAX_NAME_BYTES = 255  # NAME_MAX
+PATH_TOOLS = ("read_file", "list_dir", "write_file", "edit_file")
+NOTE_FILES = ("notes", "core")
+TOOLS = (*PATH_TOOLS, "note")
+
+
+class Mode(enum.StrEnum):
+    ALLOW = "allow"
+    ASK = "ask"
+    DENY = "deny"
+
+
+_STRICTNESS = {Mode.ALLOW: 0, Mode.ASK: 1, Mode.DENY: 2}
+
+
+class GrantsError(Exception):
+    """The grants file cannot be used; the message says which rule and why."""
+
+
+class BadPath(Exception):
+    """A path argument that names nothing inside the workspace; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class Rule:  # hashable: decision() keys a dict by rule
+    tool: str
+    mode: Mode
+    paths: tuple[tuple[str, ...], ...] = ()  # component tuples; () = the whole workspace
+    files: tuple[str, ...] = ()
+
+    def covers(self, tool: str, target: tuple[str, ...] | str) -> int:
+        """How many components of the longest prefix that covers `target`; -1 for none."""
+        if tool != self.tool:
+            return -1
+        if isinstance(target, str):
+            return 0 if target in self.files else -1
+        return max((len(p) for p in self.paths if target[: len(p)] == p), default=-1)
+
+    def to_toml(self) -> str:
+        lines = ["[[grant]]", f'tool = "{self.tool}"', f'mode = "{self.mode}"']
+        if self.tool == "note":
+            lines.append("files = " + orjson.dumps(list(self.files)).decode())
+        else:
+            lines.append("paths = " + orjson.dumps(["/".join(p) for p in self.paths]).decode())
+        return "\n".join(lines) + "\n"
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    mode: Mode
+    reason: str
+
+
+def split_path(path: str, workspace: str) -> tuple[str, ...]:
+    """A path argument as components relative to the workspace, checked lexically.
+
+    An absolute path is accepted only when it lies under `workspace`. `.` and empty components
+    are dropped; `..` is refused (the kernel refuses it too, beneath the workspace: this is the
+    clear message). Control characters (a newline in a name) are refused so that no name can
+    forge a line in a summary or a log.
+
+    Raises:
+        BadPath: with the reason.
+    """
+    if "\0" in path:
+        raise BadPath("the path holds a NUL byte")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in path):
+        raise BadPath(
+            "the path holds a control character (a newline?); names like that are refused"
+        )
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise BadPath(f"the path is {size} bytes; at most {MAX_PATH_BYTES}")
+    if path.startswith("/"):
+        root = workspace.rstrip("/") + "/"
+        if path != workspace.rstrip("/") and not path.startswith(root):
+            raise BadPath(f"{path} is outside the workspace {workspace}; give a path inside it")
+        path = path[len(root) :] if path.startswith(root) else ""
+    parts = tuple(p for p in path.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise BadPath("'..' is not allowed in a path: paths stay inside the workspace")
+    for p in parts:
+        if len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise BadPath(f"a name in the path is over {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+def _prefix(text: Any, where: str) -> tuple[str, ...]:
+    if not isinstance(text, str) or text.startswith("/"):
+        raise GrantsError(f"{where}: a path prefix is a relative string, got {text!r}")
+    parts = tuple(p for p in text.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise GrantsError(f"{where}: '..' in a path prefix; prefixes stay inside the workspace")
+    return parts
+
+
+def _rule(obj: Any, where: str) -> Rule:
+    if not isinstance(obj, dict):
+        raise GrantsError(f"{where}: expected a table")
+    tool, mode = obj.get("tool"), obj.get("mode")
+    if tool not in TOOLS:
+        raise GrantsError(f"{where}: tool must be one of {', '.join(TOOLS)}, got {tool!r}")
+    if mode not in tuple(Mode):
+        raise GrantsError(f"{where}: mode must be allow, ask or deny, got {mode!r}")
+    field = "files" if tool == "note" else "paths"
+    if unknown := sorted(obj.keys() - {"tool", "mode", field}):
+        raise GrantsError(f"{where}: unknown key(s) {', '.join(unknown)} for {tool}")
+    values = obj.get(field, [""] if field == "paths" else list(NOTE_FILES))
+    if not isinstance(values, list) or not values:
+        raise GrantsError(f"{where}: {field} must be a non-empty list")
+    if field == "files":
+        if bad := [f for f in values if f not in NOTE_FILES]:
+            raise GrantsError(f"{where}: files may hold notes and core, got {bad!r}")
+        return Rule(tool, Mode(mode), files=tuple(values))
+    return Rule(tool, Mode(mode), paths=tuple(_prefix(p, f"{where}.paths") for p in values))
+
+
+def parse_grants(data: bytes) -> tuple[Rule, ...]:
+    """The rules of a grants file.
+
+    Raises:
+        GrantsError: not TOML, a key other than `grant`, or a rule that breaks the format.
+    """
+    try:
+        doc = tomllib.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
+        raise GrantsError(f"not a TOML file: {exc}") from None
+    if extra := sorted(doc.keys() - {"grant"}):
+        raise GrantsError(f"unknown key(s) {', '.join(extra)}; a grants file holds [[grant]] rules")
+    rules = doc.get("grant", [])
+    if not isinstance(rules, list):
+        raise GrantsError("grant: write each rule as [[grant]]")
+    return tuple(_rule(r, f"grant {i + 1}") for i, r in enumerate(rules))
+
+
+def target_of(tool: str, args: Mapping[str, Any], workspace: str) -> tuple[str, ...] | str:
+    """What a rule is matched against: the path's components, or note's file."""
+    if tool == "note":
+        return str(args.get("file", "notes"))
+    return split_path(args["path"], workspace)
+
+
+def decision(rules: Sequence[Rule], tool: str, target: tuple[str, ...] | str) -> Decision:
+    """allow, ask or deny for `tool` on `target` (from `target_of`), with the reason."""
+    if not any(r.tool == tool for r in rules):
+        return Decision(Mode.DENY, f"no grant for {tool}: the owner has not granted this tool")
+    depth = {r: r.covers(tool, target) for r in rules}
+    covering = [r for r, d in depth.items() if d >= 0]
+    shown = "/".join(target) or "." if isinstance(target, tuple) else target
+    if not covering:
+        return Decision(Mode.DENY, f"no grant for {tool} covers {shown}")
+    if any(r.mode is Mode.DENY for r in covering):
+        mode = Mode.DENY  # a deny is never overridden
+    else:  # the most specific rule (longest prefix) decides; on a tie, the stricter
+        deepest = max(depth[r] for r in covering)
+        modes = (r.mode for r in covering if depth[r] == deepest)
+        mode = max(modes, key=_STRICTNESS.__getitem__)
+    if tool == "note" and target == "core" and mode is Mode.ALLOW:
+        return Decision(Mode.ASK, "memory/core.md goes into every baseline: the owner approves")
+    return Decision(mode, f"grant: {tool} {mode} on {shown}")
+
+
+def always_rule(tool: str, target: tuple[str, ...] | str) -> Rule | None:
+    """The rule an "always" answer adds: this tool, this exact path (or note file), allow.
+    None for memory/core.md, which is asked about every time."""
+    if isinstance(target, str):
+        return None if target == "core" else Rule(tool, Mode.ALLOW, files=(target,))
+    return Rule(tool, Mode.ALLOW, paths=(target,))
+
+
+def canonical_args(args: Mapping[str, Any]) -> str:
+    return orjson.dumps(dict(args), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def call_hash(tool: str, args: Mapping[str, Any]) -> str:
+    """What an approval is bound to: the tool's name and its canonical arguments."""
+    return sha256_hex(f"{tool}\n{canonical_args(args)}".encode())

@@ -1,0 +1,149 @@
+"""A real brokerd for the tests: its config, grants and workspace in a fresh folder, the process
+started with `python -m boxmaker.brokerd serve`, and clients for its two sockets."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from boxmaker._toml import toml_dumps
+from boxmaker.brokerd.conn import Conn
+from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
+from boxmaker.proto.frame import Frame
+from tests.support.procs import Daemon, python_module
+
+BOUND_S = 10.0
+
+ALL_ALLOW = """
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "list_dir"
+mode = "allow"
+
+[[grant]]
+tool = "write_file"
+mode = "allow"
+
+[[grant]]
+tool = "edit_file"
+mode = "allow"
+
+[[grant]]
+tool = "note"
+mode = "allow"
+"""
+
+
+@dataclass
+class Rig:
+    base: Path
+    grants_text: str = ALL_ALLOW
+    broker: dict[str, Any] = field(default_factory=dict)
+    daemon: Daemon | None = None
+    openat2: bool = True
+
+    @property
+    def workspace(self) -> Path:
+        return self.base / "ws"
+
+    @property
+    def socket(self) -> str:
+        return str(self.base / "run" / "broker.sock")
+
+    @property
+    def owner_socket(self) -> str:
+        return str(self.base / "run" / "owner.sock")
+
+    @property
+    def log(self) -> Path:
+        return self.base / "state" / "decisions.jsonl"
+
+    @property
+    def home(self) -> Path:
+        return self.base / "home"
+
+    @property
+    def grants(self) -> Path:
+        return self.base / "grants.toml"
+
+    def start(self) -> Daemon:
+        self.workspace.mkdir(exist_ok=True)
+        self.grants.write_text(self.grants_text)
+        table = {
+            "socket": self.socket,
+            "owner_socket": self.owner_socket,
+            "workspace": str(self.workspace),
+            "grants": str(self.grants),
+            "home": str(self.home),
+            "log": str(self.log),
+            "approval_timeout_ms": 5000,
+            **self.broker,
+        }
+        (self.base / "brokerd.toml").write_text(toml_dumps({"broker": table}))
+        env = dict(os.environ)
+        if not self.openat2:
+            env["BOXMAKER_BROKERD_NO_OPENAT2"] = "1"
+        self.daemon = Daemon(
+            python_module("boxmaker.brokerd", "serve", "--config", str(self.base / "brokerd.toml")),
+            env=env,
+        )
+        self.daemon.wait_for_line("listening on")
+        return self.daemon
+
+    def connect(self, path: str, kinds: frozenset[str]) -> Conn:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(BOUND_S)
+        sock.connect(path)
+        return Conn(sock, kinds)
+
+    def loopd(self) -> Conn:
+        return self.connect(self.socket, BROKER_KINDS)
+
+    def owner(self) -> Conn:
+        return self.connect(self.owner_socket, OWNER_KINDS)
+
+    def call(self, tool: str, args: dict[str, Any] | str) -> dict[str, Any]:
+        """One call that is not asked about; the result's body."""
+        text = args if isinstance(args, str) else orjson.dumps(args).decode()
+        conn = self.loopd()
+        with conn.sock:
+            conn.send("call", {"tool": tool, "arguments": text}, True)
+            frame = conn.recv()
+        assert frame is not None
+        assert frame.kind == "result", frame
+        return frame.body
+
+    def frames(self, conn: Conn) -> Iterator[Frame]:
+        while (frame := conn.recv()) is not None:
+            yield frame
+            if frame.final:
+                return
+
+    def stop(self) -> None:
+        if self.daemon is not None:
+            self.daemon.stop()
+            self.daemon = None
+
+
+def short_base() -> Path:
+    """A short folder (socket paths stay under 107 bytes), 0755 so that `nobody` can reach it."""
+    base = Path(tempfile.mkdtemp(prefix="bk-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    (base / "run").mkdir(mode=0o755)
+    os.chmod(base / "run", 0o755)
+    return base
+
+
+def remove(base: Path) -> None:
+    shutil.rmtree(base, ignore_errors=True)

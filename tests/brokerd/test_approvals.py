@@ -1,0 +1,271 @@
+"""Approvals through a real brokerd: loopd's connection gets `approval_needed`, the owner answers
+on owner.sock, and only an answer bound to the exact call (its id and its hash) lets it run."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import orjson
+
+from boxmaker.proto.frame import Frame, encode_frame
+from tests.brokerd.rig import BOUND_S, Rig
+from tests.support.procs import wait_for
+
+ASK_WRITES = """
+[[grant]]
+tool = "write_file"
+mode = "ask"
+
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "note"
+mode = "allow"
+"""
+
+
+class Call(threading.Thread):
+    """loopd's side of one call, in a thread: every frame brokerd sends back."""
+
+    def __init__(self, rig: Rig, tool: str, args: dict[str, Any]) -> None:
+        super().__init__(daemon=True)
+        self.rig, self.tool, self.args = rig, tool, args
+        self.frames: list[Frame] = []
+        self.needed = threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        conn = self.rig.loopd()
+        with conn.sock:
+            conn.send("call", {"tool": self.tool, "arguments": orjson.dumps(self.args).decode()},
+                      True)  # fmt: skip
+            for frame in self.rig.frames(conn):
+                self.frames.append(frame)
+                if frame.kind == "approval_needed":
+                    self.needed.set()
+
+    def wait_needed(self) -> dict[str, Any]:
+        assert self.needed.wait(BOUND_S), f"no approval_needed; frames {self.frames}"
+        return self.frames[0].body
+
+    def result(self) -> str:
+        self.join(BOUND_S)
+        assert not self.is_alive()
+        assert self.frames[-1].kind == "result", self.frames
+        return str(self.frames[-1].body["content"])
+
+
+def owner_says(rig: Rig, call_id: str, answer: str, call_hash: str | None = None) -> Frame:
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("claim", {"id": call_id}, True)
+        claimed = conn.recv()
+        assert claimed is not None
+        assert claimed.kind == "call", claimed
+        conn.send("answer", {"id": call_id, "hash": call_hash or claimed.body["hash"],
+                             "answer": answer}, True)  # fmt: skip
+        got = conn.recv()
+        assert got is not None
+        return got
+
+
+def test_yes_runs_exactly_that_call(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "hello"})
+    needed = call.wait_needed()
+    assert needed["tool"] == "write_file"
+    assert needed["summary"] == "write a.txt: 5 bytes (a new file)"
+    assert owner_says(rig, needed["id"], "yes").kind == "answered"
+    assert call.result() == "wrote a.txt: 5 bytes"
+    assert (rig.workspace / "a.txt").read_text() == "hello"
+    again = Call(rig, "write_file", {"path": "a.txt", "content": "hello"})  # the very same call
+    second = again.wait_needed()  # a yes is for one call: it asks again
+    assert second["id"] != needed["id"]
+    refused = owner_answers(rig, needed["id"], "yes", owner_peek(rig, second["id"]))
+    assert refused.kind == "error"  # the old id, even with the new call's hash, approves nothing
+    owner_says(rig, second["id"], "no")
+    assert again.result().startswith("error: denied")
+
+
+def test_an_answer_with_another_calls_hash_approves_nothing(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    first = Call(rig, "write_file", {"path": "a.txt", "content": "one"})
+    first_hash = owner_peek(rig, first.wait_needed()["id"])
+    assert owner_says(rig, first.frames[0].body["id"], "yes").kind == "answered"
+    first.result()
+    second = Call(rig, "write_file", {"path": "a.txt", "content": "two, something else"})
+    needed = second.wait_needed()  # a different call asks again
+    refused = owner_answers(rig, needed["id"], "yes", first_hash)  # the old approval's hash
+    assert refused.kind == "error"
+    assert "hash does not match" in refused.body["message"]
+    assert owner_says(rig, needed["id"], "no").kind == "answered"
+    assert second.result() == "error: denied: the owner did not approve (no)"
+    assert (rig.workspace / "a.txt").read_text() == "one"
+
+
+def owner_peek(rig: Rig, call_id: str) -> str:
+    """The held call's hash, from `pending` (which claims nothing)."""
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("pending", {}, True)
+        got = conn.recv()
+    assert got is not None
+    (held,) = [c for c in got.body["calls"] if c["id"] == call_id]
+    return str(held["hash"])
+
+
+def owner_claim(rig: Rig, call_id: str) -> str:
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("claim", {"id": call_id}, True)
+        got = conn.recv()
+    assert got is not None
+    return str(got.body["hash"])
+
+
+def test_an_edit_shows_a_diff(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES + '\n[[grant]]\ntool = "edit_file"\nmode = "ask"\n'
+    rig.workspace.mkdir()
+    (rig.workspace / "f.txt").write_text("alpha\nbeta\ngamma\n")
+    rig.start()
+    call = Call(rig, "edit_file", {"path": "f.txt", "old": "beta", "new": "BETA"})
+    summary = call.wait_needed()["summary"]
+    assert "-beta" in summary
+    assert "+BETA" in summary
+    owner_says(rig, call.frames[0].body["id"], "no")
+    assert call.result().startswith("error: denied")
+    assert (rig.workspace / "f.txt").read_text() == "alpha\nbeta\ngamma\n"
+
+
+def test_an_empty_answer_is_a_denial(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    owner_says(rig, call.wait_needed()["id"], "")
+    assert call.result() == "error: denied: the owner did not approve (empty)"
+    assert not (rig.workspace / "a.txt").exists()
+
+
+def test_an_owner_who_closes_after_claiming_denies(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    owner_claim(rig, call.wait_needed()["id"])  # claims, then EOF without an answer
+    assert call.result() == "error: denied: the owner did not approve (closed)"
+
+
+def test_no_answer_within_approval_timeout_ms_is_a_denial(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.broker = {"approval_timeout_ms": 200}
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    call.wait_needed()
+    assert call.result() == "error: denied: the owner did not approve (timeout)"
+    late = owner_answers(rig, call.frames[0].body["id"], "yes", "0" * 64)
+    assert late.kind == "error"  # an answer after the timeout approves nothing
+    assert "is waiting for an answer" in late.body["message"]
+
+
+def owner_answers(rig: Rig, call_id: str, answer: str, call_hash: str) -> Frame:
+    """An answer sent without a claim: refused or not, it leaves no claim behind."""
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("answer", {"id": call_id, "hash": call_hash, "answer": answer}, True)
+        got = conn.recv()
+    assert got is not None
+    return got
+
+
+def test_always_adds_a_grant_for_that_tool_and_path_shown_first(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "docs/a.md", "content": "x"})
+    (rig.workspace / "docs").mkdir()
+    call_id = call.wait_needed()["id"]
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("claim", {"id": call_id}, True)
+        claimed = conn.recv()
+        assert claimed is not None
+        assert claimed.body["always"] == (
+            '[[grant]]\ntool = "write_file"\nmode = "allow"\npaths = ["docs/a.md"]\n'
+        )
+        conn.send("answer", {"id": call_id, "hash": claimed.body["hash"], "answer": "always"},
+                  True)  # fmt: skip
+        assert conn.recv() is not None
+    assert call.result() == "wrote docs/a.md: 1 bytes"
+    # the same tool and path: no question now; another path still asks
+    assert rig.call("write_file", {"path": "docs/a.md", "content": "yy"})["content"].startswith(
+        "wrote"
+    )
+    other = Call(rig, "write_file", {"path": "docs/b.md", "content": "x"})
+    owner_says(rig, other.wait_needed()["id"], "no")
+    assert other.result().startswith("error: denied")
+    assert 'paths = ["docs/a.md"]' in rig.grants.read_text()  # kept for the next start
+
+
+def test_pending_lists_the_held_calls(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    call_id = call.wait_needed()["id"]
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("pending", {}, True)
+        got = conn.recv()
+    assert got is not None
+    assert [c["id"] for c in got.body["calls"]] == [call_id]
+    owner_says(rig, call_id, "no")
+    call.result()
+
+
+def test_a_call_loopd_gave_up_on_is_denied_and_cannot_be_approved(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    conn = rig.loopd()
+    conn.send("call", {"tool": "write_file", "arguments": '{"path":"a.txt","content":"x"}'}, True)
+    needed = conn.recv()
+    assert needed is not None
+    call_id = needed.body["id"]
+    call_hash = owner_peek(rig, call_id)
+    conn.sock.close()  # loopd's tool_timeout_ms passed, or its worker died
+
+    def gone() -> bool:
+        conn = rig.owner()
+        with conn.sock:
+            conn.send("pending", {}, True)
+            got = conn.recv()
+        assert got is not None
+        return call_id not in [c["id"] for c in got.body["calls"]]
+
+    wait_for(gone, "the held call to be dropped")
+    assert owner_answers(rig, call_id, "yes", call_hash).kind == "error"
+    assert not (rig.workspace / "a.txt").exists()
+    rig.stop()
+    assert b'"answer":"cancelled: loopd closed the call","mode":"deny"' in rig.log.read_bytes()
+
+
+def test_loopd_cannot_answer_on_broker_sock_nor_guess_a_hash(rig: Rig) -> None:
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
+    call_id = call.wait_needed()["id"]
+    forger = rig.loopd()  # loopd's socket takes no answers: the kind is not one of its kinds
+    with forger.sock:
+        body = {"id": call_id, "hash": "0" * 64, "answer": "yes"}
+        forger.sock.sendall(encode_frame("answer", body, True, {"answer"}))
+        got = forger.recv()
+    assert got is not None
+    assert got.kind == "error"
+    assert "answer" in got.body["message"]
+    guessed = owner_answers(rig, call_id, "yes", "f" * 64)
+    assert guessed.kind == "error"
+    assert "hash does not match" in guessed.body["message"]
+    assert owner_answers(rig, call_id, "no", owner_peek(rig, call_id)).kind == "answered"
+    assert call.result() == "error: denied: the owner did not approve (no)"
+    assert not (rig.workspace / "a.txt").exists()

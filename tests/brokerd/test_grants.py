@@ -1,0 +1,182 @@
+"""Every grant rule, on the core alone: parsed arguments in, allow/ask/deny and a reason out."""
+
+from __future__ import annotations
+
+import pytest
+
+from boxmaker.brokerd.grants import (
+    BadPath,
+    GrantsError,
+    Mode,
+    Rule,
+    always_rule,
+    call_hash,
+    decision,
+    parse_grants,
+    split_path,
+)
+from boxmaker.brokerd.policy import decide
+
+WS = "/srv/ws"
+
+GRANTS = b"""
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "read_file"
+mode = "deny"
+paths = ["secret"]
+
+[[grant]]
+tool = "write_file"
+mode = "allow"
+paths = ["out/"]
+
+[[grant]]
+tool = "write_file"
+mode = "ask"
+paths = ["docs"]
+
+[[grant]]
+tool = "edit_file"
+mode = "deny"
+
+[[grant]]
+tool = "note"
+mode = "allow"
+"""
+
+
+def rules() -> tuple[Rule, ...]:
+    return parse_grants(GRANTS)
+
+
+@pytest.mark.parametrize(
+    ("tool", "path", "mode", "reason"),
+    [
+        ("read_file", "a.txt", Mode.ALLOW, "grant: read_file allow on a.txt"),
+        ("read_file", "secret/key", Mode.DENY, "grant: read_file deny on secret/key"),
+        ("read_file", "secret", Mode.DENY, "grant: read_file deny on secret"),
+        ("read_file", "secretary/x", Mode.ALLOW, "grant: read_file allow on secretary/x"),
+        ("write_file", "out/x", Mode.ALLOW, "grant: write_file allow on out/x"),
+        ("write_file", "./out//x", Mode.ALLOW, "grant: write_file allow on out/x"),
+        ("write_file", "docs/a.md", Mode.ASK, "grant: write_file ask on docs/a.md"),
+        ("write_file", "docs-old/a.md", Mode.DENY, "no grant for write_file covers docs-old/a.md"),
+        ("write_file", "a.txt", Mode.DENY, "no grant for write_file covers a.txt"),
+        ("edit_file", "out/x", Mode.DENY, "grant: edit_file deny on out/x"),
+        ("list_dir", ".", Mode.DENY, "no grant for list_dir: the owner has not granted this tool"),
+        ("write_file", WS + "/out/x", Mode.ALLOW, "grant: write_file allow on out/x"),
+    ],
+)
+def test_decision_on_parsed_paths(tool: str, path: str, mode: Mode, reason: str) -> None:
+    got = decision(rules(), tool, split_path(path, WS))
+    assert (got.mode, got.reason) == (mode, reason)
+
+
+def test_a_deny_wins_whatever_the_order() -> None:
+    flipped = parse_grants(b'[[grant]]\ntool="read_file"\nmode="deny"\npaths=["secret"]\n'
+                           b'[[grant]]\ntool="read_file"\nmode="allow"\n')  # fmt: skip
+    for rs in (rules(), flipped):
+        assert decision(rs, "read_file", ("secret", "k")).mode is Mode.DENY
+        assert decision(rs, "read_file", ("open",)).mode is Mode.ALLOW
+
+
+def test_core_md_is_never_better_than_ask() -> None:
+    assert decision(rules(), "note", "notes").mode is Mode.ALLOW
+    d = decision(rules(), "note", "core")
+    assert d.mode is Mode.ASK
+    assert "core.md" in d.reason
+
+
+def test_note_files_constraint() -> None:
+    rs = parse_grants(b'[[grant]]\ntool="note"\nmode="allow"\nfiles=["notes"]\n')
+    assert decision(rs, "note", "notes").mode is Mode.ALLOW
+    assert decision(rs, "note", "core").mode is Mode.DENY
+
+
+@pytest.mark.parametrize(
+    "path",
+    [
+        "..",
+        "a/../../b",
+        "/etc/passwd",
+        "/srv/wsx/a",
+        "a\nb",
+        "a\x00b",
+        "a\x7fb",
+        "x" * 256,
+        "a/" * 2100,
+    ],
+)
+def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
+    with pytest.raises(BadPath):
+        split_path(path, WS)
+
+
+@pytest.mark.parametrize(
+    ("text", "message"),
+    [
+        (b"[[grant]]\ntool='shell'\nmode='allow'\n", "tool must be one of"),
+        (b"[[grant]]\ntool='call_tool'\nmode='allow'\n", "tool must be one of"),
+        (b"[[grant]]\ntool='read_file'\nmode='yes'\n", "mode must be"),
+        (b"[[grant]]\ntool='read_file'\nmode='allow'\npath=['a']\n", "unknown key(s) path"),
+        (b"[[grant]]\ntool='read_file'\nmode='allow'\npaths=['../x']\n", "'..'"),
+        (b"[[grant]]\ntool='read_file'\nmode='allow'\npaths=['/etc']\n", "relative"),
+        (b"[[grant]]\ntool='read_file'\nmode='allow'\npaths=[]\n", "non-empty"),
+        (b"[[grant]]\ntool='note'\nmode='allow'\nfiles=['all']\n", "files may hold"),
+        (b"[grants]\n", "unknown key(s) grants"),
+        (b"[[grant]\n", "not a TOML file"),
+    ],
+)
+def test_bad_grants_are_refused_with_a_reason(text: bytes, message: str) -> None:
+    with pytest.raises(GrantsError, match=None) as info:
+        parse_grants(text)
+    assert message in str(info.value)
+
+
+def test_always_adds_this_tool_and_this_path_only() -> None:
+    rule = always_rule("write_file", ("docs", "a.md"))
+    assert rule is not None
+    rs = (*rules(), rule)
+    assert decision(rs, "write_file", ("docs", "a.md")).mode is Mode.ALLOW  # the exact path
+    assert decision(rs, "write_file", ("docs", "b.md")).mode is Mode.ASK  # not its neighbour
+    assert decision(rs, "edit_file", ("docs", "a.md")).mode is Mode.DENY  # not another tool
+    # the rule "always" added is written back as TOML and reads back the same
+    assert parse_grants(rule.to_toml().encode()) == (rule,)
+
+
+def test_always_never_overrides_a_deny_nor_covers_core_md() -> None:
+    rule = always_rule("read_file", ("secret", "k"))
+    assert rule is not None
+    rs = (*rules(), rule)
+    assert decision(rs, "read_file", ("secret", "k")).mode is Mode.DENY
+    assert always_rule("note", "core") is None
+
+
+def test_the_most_specific_rule_decides_between_allow_and_ask() -> None:
+    rs = parse_grants(b'[[grant]]\ntool="write_file"\nmode="allow"\n'
+                      b'[[grant]]\ntool="write_file"\nmode="ask"\npaths=["etc"]\n')  # fmt: skip
+    assert decision(rs, "write_file", ("etc", "x")).mode is Mode.ASK
+    assert decision(rs, "write_file", ("src", "x")).mode is Mode.ALLOW
+
+
+def test_the_call_hash_binds_tool_and_canonical_arguments() -> None:
+    a = call_hash("write_file", {"path": "x", "content": "1"})
+    assert a == call_hash("write_file", {"content": "1", "path": "x"})  # key order is not meaning
+    assert a != call_hash("write_file", {"path": "x", "content": "2"})
+    assert a != call_hash("edit_file", {"path": "x", "content": "1"})
+
+
+def test_decide_refuses_bad_arguments_as_data() -> None:
+    assert decide(rules(), "read_file", "not json", WS).decision.mode is Mode.DENY
+    d = decide(rules(), "read_file", '{"path": 3}', WS).decision
+    assert (d.mode, d.reason) == (Mode.DENY, "bad request: read_file: path must be a string")
+    d = decide(rules(), "shell", '{"cmd": "rm"}', WS).decision
+    assert d.mode is Mode.DENY
+    assert "no tool named" in d.reason
+    d = decide(rules(), "read_file", '{"path": "a", "offset": -1}', WS).decision
+    assert "offset must be 0 to" in d.reason
+    d = decide(rules(), "read_file", '{"path": "a", "offset": 4611686018427387905}', WS).decision
+    assert "offset must be 0 to" in d.reason

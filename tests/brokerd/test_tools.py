@@ -1,0 +1,151 @@
+"""The tools through a real brokerd: what each answers, the cap, the windows, atomic writes."""
+
+from __future__ import annotations
+
+import os
+
+from tests.brokerd.rig import Rig
+
+
+def test_read_file_windows_and_the_cap(rig: Rig) -> None:
+    rig.broker = {"result_cap_bytes": 1024}
+    rig.workspace.mkdir()
+    (rig.workspace / "long.txt").write_text("".join(f"{i:04d}\n" for i in range(1000)))  # 5000 B
+    rig.start()
+    first = rig.call("read_file", {"path": "long.txt"})
+    assert first["truncated"] is True
+    assert first["untrusted"] is True  # a file may hold text written to steer the model
+    assert len(first["content"].encode()) <= 1024
+    assert first["content"].endswith("call again with offset=928]")
+    window = rig.call("read_file", {"path": "long.txt", "offset": 4990, "limit": 100})
+    assert window["content"] == "0998\n0999\n"
+    assert window["truncated"] is False
+    past = rig.call("read_file", {"path": "long.txt", "offset": 9000})
+    assert past["content"] == ""
+
+
+def test_a_cut_never_splits_a_character(rig: Rig) -> None:
+    rig.broker = {"result_cap_bytes": 257}  # a window of 161 bytes: half a character at its end
+    rig.workspace.mkdir()
+    (rig.workspace / "wide.txt").write_text("é" * 1000)
+    rig.start()
+    body = rig.call("list_dir", {"path": "."})
+    assert body["content"] == "wide.txt"
+    content = rig.call("read_file", {"path": "wide.txt"})["content"]
+    assert "\ufffd" not in content
+    assert content.endswith("call again with offset=160]")  # the half is left for the next
+
+
+def test_write_then_edit_then_read(rig: Rig) -> None:
+    rig.start()
+    assert rig.call("write_file", {"path": "f.txt", "content": "a b a"})["content"] == (
+        "wrote f.txt: 5 bytes"
+    )
+    twice = rig.call("edit_file", {"path": "f.txt", "old": "a", "new": "c"})["content"]
+    assert twice == "error: f.txt: old text found 2 times; it must occur exactly once " \
+        "(give more context)"  # fmt: skip
+    none = rig.call("edit_file", {"path": "f.txt", "old": "z", "new": "c"})["content"]
+    assert "found 0 times" in none
+    assert rig.call("edit_file", {"path": "f.txt", "old": "b", "new": "B"})["content"] == (
+        "edited f.txt: now 5 bytes"
+    )
+    assert rig.call("read_file", {"path": "f.txt"})["content"] == "a B a"
+    missing = rig.call("edit_file", {"path": "nope.txt", "old": "a", "new": "b"})["content"]
+    assert "no such file" in missing
+
+
+def test_a_write_is_atomic_and_keeps_the_mode(rig: Rig) -> None:
+    rig.workspace.mkdir()
+    target = rig.workspace / "f.txt"
+    target.write_text("old")
+    os.chmod(target, 0o640)
+    before = target.stat().st_ino
+    rig.start()
+    rig.call("write_file", {"path": "f.txt", "content": "new"})
+    assert target.read_text() == "new"
+    assert target.stat().st_ino != before  # a new file renamed over, never written in place
+    assert target.stat().st_mode & 0o777 == 0o640
+    assert [p.name for p in rig.workspace.iterdir()] == ["f.txt"]  # no temp file left
+
+
+def test_oversize_content_is_refused(rig: Rig) -> None:
+    rig.broker = {"max_write_bytes": 10}
+    rig.start()
+    body = rig.call("write_file", {"path": "f.txt", "content": "x" * 11})
+    assert "over [broker] max_write_bytes" in body["content"]
+    assert not (rig.workspace / "f.txt").exists()
+
+
+def test_notes_append(rig: Rig) -> None:
+    rig.start()
+    rig.call("note", {"text": "one"})
+    rig.call("note", {"text": "two\n"})
+    assert (rig.home / "memory" / "notes.md").read_text() == "one\ntwo\n"
+
+
+def test_an_ungranted_tool_is_denied_and_not_listed(rig: Rig) -> None:
+    rig.grants_text = '[[grant]]\ntool = "read_file"\nmode = "allow"\n' \
+        '[[grant]]\ntool = "write_file"\nmode = "deny"\n'  # fmt: skip
+    rig.start()
+    body = rig.call("list_dir", {"path": "."})
+    assert body["content"] == (
+        "error: denied: no grant for list_dir: the owner has not granted this tool"
+    )
+    conn = rig.loopd()
+    with conn.sock:
+        conn.send("list", {}, True)
+        tools = conn.recv()
+    assert tools is not None
+    assert [t["name"] for t in tools.body["tools"]] == ["clock", "read_file"]  # no write_file
+
+
+def test_a_bad_frame_gets_an_error(rig: Rig) -> None:
+    rig.start()
+    conn = rig.loopd()
+    with conn.sock:
+        conn.send("call", {"tool": "read_file"}, True)
+        got = conn.recv()
+    assert got is not None
+    assert got.kind == "error"
+
+
+def test_a_write_makes_its_missing_folders_beneath_the_workspace(rig: Rig) -> None:
+    rig.start()
+    body = rig.call("write_file", {"path": "a/b/c.txt", "content": "deep"})
+    assert body["content"] == "wrote a/b/c.txt: 4 bytes"
+    assert (rig.workspace / "a" / "b" / "c.txt").read_text() == "deep"
+    (rig.workspace / "a" / "out").symlink_to("/tmp")
+    refused = rig.call("write_file", {"path": "a/out/new/x.txt", "content": "x"})["content"]
+    assert refused.startswith("error: ")
+    assert not os.path.exists("/tmp/new/x.txt")
+
+
+def test_odd_names_and_bytes_come_back_as_valid_text(rig: Rig) -> None:
+    rig.workspace.mkdir()
+    os.mkdir(os.path.join(os.fsencode(rig.workspace), b"bad\xffname"))
+    (rig.workspace / "two\nlines").write_text("x")
+    (rig.workspace / "latin1.txt").write_bytes(b"caf\xe9 old\n")
+    rig.broker = {}
+    rig.grants_text = rig.grants_text + '\n[[grant]]\ntool = "edit_file"\nmode = "ask"\n'
+    rig.start()
+    listing = rig.call("list_dir", {"path": "."})["content"]
+    assert listing.splitlines() == ["bad\ufffdname/", "latin1.txt", "two\\nlines"]
+    conn = rig.loopd()
+    with conn.sock:
+        args = '{"path":"latin1.txt","old":"old","new":"new"}'
+        conn.send("call", {"tool": "edit_file", "arguments": args}, True)
+        needed = conn.recv()
+        assert needed is not None
+        assert "-caf\ufffd old" in needed.body["summary"]  # the diff is shown, bytes replaced
+        owner = rig.owner()
+        with owner.sock:
+            owner.send("claim", {"id": needed.body["id"]}, True)
+            claimed = owner.recv()
+            assert claimed is not None
+            answer = {"id": needed.body["id"], "hash": claimed.body["hash"], "answer": "yes"}
+            owner.send("answer", answer, True)
+            assert owner.recv() is not None
+        result = conn.recv()
+    assert result is not None
+    assert result.body["content"] == "edited latin1.txt: now 9 bytes"
+    assert (rig.workspace / "latin1.txt").read_bytes() == b"caf\xe9 new\n"  # other bytes kept
