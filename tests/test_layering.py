@@ -45,6 +45,7 @@ CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
 CACHE = "boxmaker.loopd.cache"
+BROKERD = "boxmaker.brokerd"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -99,6 +100,12 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
     f"{CACHE}.policy": frozenset({PROTO}),
+    # brokerd (issues 22, 23): the tools that can hurt, each on what it needs and no more.
+    BROKERD: frozenset({PROTO, SESSION, f"{BROKERD}.tools", f"{BROKERD}.taint"}),
+    f"{BROKERD}.sandbox": frozenset(),  # bwrap's command line and one run: stdlib only
+    f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
+    f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
+    f"{BROKERD}.tools": frozenset({PROTO, SESSION, f"{BROKERD}.sandbox", f"{BROKERD}.netcheck"}),
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
@@ -134,6 +141,9 @@ R1_CORES = [
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
     f"{CACHE}.policy",
+    f"{BROKERD}.netcheck",
+    f"{BROKERD}.taint",
+    f"{BROKERD}.tools.htmltext",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

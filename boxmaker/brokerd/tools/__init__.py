@@ -1,0 +1,1 @@
+"""The tools brokerd runs on the agent's behalf."""
