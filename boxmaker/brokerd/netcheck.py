@@ -44,8 +44,8 @@ def why_refused(addr: Address) -> str | None:
         ("loopback", plain.is_loopback),
         ("link-local", plain.is_link_local),
         ("multicast", plain.is_multicast),
-        ("private", plain.is_private),
         ("reserved", plain.is_reserved),
+        ("private", plain.is_private),
     ):
         if hit:
             return f"a {kind} address"

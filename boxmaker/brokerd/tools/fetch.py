@@ -206,6 +206,8 @@ def _one(
         if resp.status in REDIRECTS:
             return resp.status, resp.getheader("Location"), b"", False, ""
         body, cut = _read(resp, max_bytes)
+        if time.monotonic() >= deadline:  # the watchdog's shutdown reads as an end of body
+            raise Refused("the time cap passed")
         return resp.status, None, body, cut, resp.getheader("Content-Type", "text/plain")
     except (OSError, http.client.HTTPException) as err:
         late = time.monotonic() >= deadline
