@@ -7,8 +7,9 @@ What the command sees (docs/decisions/sandbox.md says why each line is there):
   them); a few files of /etc read-only, never /etc/shadow; its own /proc, a minimal /dev, a size
   capped tmpfs at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
-- limits on CPU time, address space, processes, file size and open files (setrlimit before bwrap
-  starts, inherited), a wall-clock timeout that kills the lot, and an output cap.
+- limits on CPU time, address space, processes, file size and open files (set by util-linux's
+  prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
+  and an output cap.
 
 RLIMIT_NPROC counts the tasks of a uid, and the kernel never applies it to uid 0. So when brokerd
 runs as root the sandbox drops to `run_as` (default: nobody) before bwrap starts; otherwise it
@@ -23,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import os
 import pwd
-import resource
 import selectors
 import shutil
 import signal
@@ -139,6 +139,7 @@ class Sandbox:
         self.workspace = Path(workspace)
         self.limits = limits or SandboxLimits()
         self.bwrap = bwrap if bwrap is not None else shutil.which("bwrap")
+        self.prlimit = shutil.which("prlimit")
         self.run_as = run_as if run_as is not None else _run_as_default()
         self._unavailable: str | None = None
         self._probed = False
@@ -146,7 +147,14 @@ class Sandbox:
     def argv(self, command: str) -> list[str]:
         """The bwrap command line for one call (public so the tests and the doc can show it)."""
         assert self.bwrap is not None
-        args = [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent"]
+        assert self.prlimit is not None
+        # prlimit sets the limits and execs bwrap, which all inherit them; no preexec_fn, which
+        # is unsafe in a threaded brokerd.
+        lim = self.limits
+        args = [self.prlimit, f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_bytes}"]
+        args += [f"--nproc={lim.processes}", f"--fsize={lim.file_bytes}"]
+        args += [f"--nofile={lim.open_files}", "--core=0", "--"]
+        args += [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent"]
         args += ["--new-session", "--hostname", "sandbox", "--disable-userns"]
         args += ["--ro-bind", "/usr", "/usr"]
         for path in SYSTEM_DIRS:
@@ -179,6 +187,8 @@ class Sandbox:
                 "bubblewrap (bwrap) is not installed; install Debian's package `bubblewrap` "
                 "(make install does when run as root)"
             )
+        if self.prlimit is None:
+            return "prlimit (util-linux) is not installed; the sandbox's limits need it"
         if os.geteuid() == 0 and self.run_as is None:
             return "brokerd runs as root and no unprivileged uid is set for the sandbox"
         if not self.workspace.is_dir():
@@ -203,19 +213,6 @@ class Sandbox:
         wanted = cap if timeout_ms is None else max(1, min(timeout_ms, cap))
         return self._spawn_and_collect(command, wanted)
 
-    def _preexec(self) -> None:
-        # In the child, after the uid drop, before bwrap: bwrap and all it starts inherit these.
-        lim = self.limits
-        for which, value in (
-            (resource.RLIMIT_CPU, lim.cpu_seconds),
-            (resource.RLIMIT_AS, lim.memory_bytes),
-            (resource.RLIMIT_NPROC, lim.processes),
-            (resource.RLIMIT_FSIZE, lim.file_bytes),
-            (resource.RLIMIT_NOFILE, lim.open_files),
-            (resource.RLIMIT_CORE, 0),
-        ):
-            resource.setrlimit(which, (value, value))
-
     def _spawn_and_collect(self, command: str, timeout_ms: int) -> ShellResult:
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
@@ -233,7 +230,6 @@ class Sandbox:
                 user=user,
                 group=group,
                 extra_groups=[] if user is not None else None,
-                preexec_fn=self._preexec,
             )
         except OSError as err:
             return ShellResult(refused=f"bwrap could not start: {err}")

@@ -8,6 +8,7 @@ import socket
 import threading
 import time
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -287,13 +288,13 @@ def test_the_checked_address_is_the_one_connected_to(
     asked: list[str] = []
     real = socket.getaddrinfo
 
-    def resolver(host: str, port: int, *args: object, **kw: object) -> list[tuple[object, ...]]:
+    def resolver(host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
         if host != "rebind.test":
-            return real(host, port, *args, **kw)  # type: ignore[arg-type]
+            return list(real(host, port, *args, **kw))
         asked.append(host)
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
-    monkeypatch.setattr(fetch_mod.socket, "getaddrinfo", resolver)
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
     result = fetch(f"http://rebind.test:{server.port}/page", allow=frozenset({LOCAL}))
     assert result.error is None, result.error
     assert asked == ["rebind.test"]

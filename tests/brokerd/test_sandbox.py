@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.brokerd import sandbox as sandbox_mod
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import shell
 from tests.brokerd.sandbox_rig import Rig, make_rig, sandbox_uid
@@ -80,7 +79,7 @@ def test_root_without_a_sandbox_uid_is_refused(
 ) -> None:
     box = Sandbox(tmp_path)
     box.run_as = None
-    monkeypatch.setattr(sandbox_mod.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(os, "geteuid", lambda: 0)
     assert "root" in (box.probe() or "")
 
 
@@ -146,3 +145,25 @@ def test_the_command_line_binds_no_secret_folder(rig: Rig) -> None:
     assert "--unshare-all" in argv
     assert "--die-with-parent" in argv
     assert "--clearenv" in argv
+
+
+def test_a_missing_prlimit_refuses(rig: Rig) -> None:
+    box = Sandbox(rig.workspace, run_as=rig.sandbox.run_as)
+    box.prlimit = None
+    assert "prlimit" in (box.run("touch ran").refused or "")
+    assert not (rig.workspace / "ran").exists()
+
+
+def test_calls_from_several_threads_each_get_their_own_sandbox(rig: Rig) -> None:
+    """brokerd serves calls in parallel: each sandbox has its own /tmp and pids, same workspace."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(i: int) -> str:
+        return rig.sandbox.run(
+            f"echo {i} > /tmp/mine; sleep 0.2; cat /tmp/mine; echo {i} > out{i}"
+        ).output
+
+    with ThreadPoolExecutor(6) as pool:
+        outputs = list(pool.map(one, range(6)))
+    assert outputs == [f"{i}\n" for i in range(6)]
+    assert sorted(p.name for p in rig.workspace.iterdir()) == [f"out{i}" for i in range(6)]
