@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import http.server
 import socket
+import ssl
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -299,3 +302,45 @@ def test_the_checked_address_is_the_one_connected_to(
     assert result.error is None, result.error
     assert asked == ["rebind.test"]
     assert server.hits == [("/page", f"rebind.test:{server.port}")]
+
+
+def test_https_goes_to_the_checked_address_with_the_name_verified(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """TLS to the pinned address: SNI and the certificate check use the name, so a certificate
+    for another name fails even though the address is the same (openssl makes a real one)."""
+    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
+    subprocess.run(
+        ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1"]
+        + ["-nodes", "-days", "1", "-subj", "/CN=pinned.test", "-keyout", str(key)]
+        + ["-out", str(cert), "-addext", "subjectAltName=DNS:pinned.test"],
+        check=True,
+        capture_output=True,
+    )
+    srv = Server()
+    srv.routes["/page"] = body(b"over tls", "text/plain")
+    server_tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    server_tls.load_cert_chain(cert, key)
+    srv.httpd.socket = server_tls.wrap_socket(srv.httpd.socket, server_side=True)
+    real = socket.getaddrinfo
+
+    def resolver(host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
+        if host.endswith(".test"):
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+        return list(real(host, port, *args, **kw))
+
+    monkeypatch.setattr(socket, "getaddrinfo", resolver)
+    client_tls = ssl.create_default_context(cafile=str(cert))
+    try:
+        ok = fetch(f"https://pinned.test:{srv.port}/page", allow=frozenset({LOCAL}), tls=client_tls)
+        assert ok.error is None, ok.error
+        assert ok.text == "over tls"
+        assert srv.hits == [("/page", f"pinned.test:{srv.port}")]
+        wrong = fetch(
+            f"https://other.test:{srv.port}/page", allow=frozenset({LOCAL}), tls=client_tls
+        )
+        assert wrong.error is not None
+        assert "certificate" in wrong.error.lower()
+        assert len(srv.hits) == 1
+    finally:
+        srv.close()
