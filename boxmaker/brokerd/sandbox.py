@@ -193,7 +193,11 @@ class Sandbox:
             return "brokerd runs as root and no unprivileged uid is set for the sandbox"
         if not self.workspace.is_dir():
             return f"the workspace {self.workspace} is not a directory"
-        result = self._spawn_and_collect("true", self.limits.timeout_ms)
+        # The workspace must be writable from inside: exit 3 is ours, anything else is bwrap's.
+        result = self._spawn_and_collect(f"test -w {MOUNT_POINT} || exit 3", self.limits.timeout_ms)
+        if result.exit_code == 3:
+            uid = self.run_as[0] if self.run_as is not None else os.geteuid()
+            return f"the sandbox's uid {uid} cannot write the workspace {self.workspace}"
         if result.exit_code != 0:
             detail = result.output.strip().splitlines()
             cause = detail[-1] if detail else f"exit status {result.exit_code}"

@@ -167,3 +167,14 @@ def test_calls_from_several_threads_each_get_their_own_sandbox(rig: Rig) -> None
         outputs = list(pool.map(one, range(6)))
     assert outputs == [f"{i}\n" for i in range(6)]
     assert sorted(p.name for p in rig.workspace.iterdir()) == [f"out{i}" for i in range(6)]
+
+
+def test_a_workspace_the_sandbox_cannot_write_is_refused(rig: Rig) -> None:
+    os.chmod(rig.workspace, 0o555)
+    try:
+        box = Sandbox(rig.workspace, run_as=rig.sandbox.run_as)
+        reason = box.run("true").refused
+        assert reason is not None
+        assert "cannot write the workspace" in reason
+    finally:
+        os.chmod(rig.workspace, 0o755)

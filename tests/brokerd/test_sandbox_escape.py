@@ -295,3 +295,25 @@ def test_the_sandbox_dies_with_brokerd(rig: Rig) -> None:
     finally:
         broker.kill()
         broker.wait()
+
+
+def test_no_capability_comes_back_through_a_nested_namespace_or_proc(rig: Rig) -> None:
+    """bwrap drops every capability and forbids new user namespaces (--disable-userns): no
+    `unshare -r` to become root again, no mount over the system, no way out through /proc."""
+    token = uuid.uuid4().hex
+    before = rig.canaries()
+    out = rig.run(
+        "unshare -r sh -c 'echo NESTED'; unshare -rm sh -c 'mount --bind /workspace /usr'; "
+        f"mount -t tmpfs none /usr; echo x > /proc/1/root/usr/{token}; "
+        "ls /proc/1/root/; grep Cap /proc/self/status"
+    )
+    assert "NESTED" not in out
+    assert not os.path.exists(f"/usr/{token}")
+    caps = {
+        line.split(":")[0]: int(line.split()[1], 16)
+        for line in out.splitlines()
+        if line.startswith("Cap")
+    }
+    assert caps["CapEff"] == 0, out
+    assert caps["CapPrm"] == 0, out
+    _untouched(rig, before, out)
