@@ -259,9 +259,15 @@ class Sandbox:
                 if len(chunk) > room:
                     cut = True
                     break
+        proc.stdout.close()
+        if not (cut or timed_out):
+            # The output ended, but a command that closed it may still run: the clock still holds.
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
         if cut or timed_out:
             _kill_group(proc)
-        proc.stdout.close()
         code = proc.wait()
         return ShellResult(
             output=b"".join(chunks).decode("utf-8", "replace"),

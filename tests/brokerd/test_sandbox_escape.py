@@ -317,3 +317,12 @@ def test_no_capability_comes_back_through_a_nested_namespace_or_proc(rig: Rig) -
     assert caps["CapEff"] == 0, out
     assert caps["CapPrm"] == 0, out
     _untouched(rig, before, out)
+
+
+def test_a_command_that_closes_its_output_still_meets_the_timeout(rig: Rig) -> None:
+    token = uuid.uuid4().hex
+    started = time.monotonic()
+    result = rig.sandbox.run(f"# {token}\nexec >/dev/null 2>&1; sleep 30", timeout_ms=500)
+    assert time.monotonic() - started < 5
+    assert result.timed_out
+    wait_for(lambda: not processes_with(token), "the silent command to be gone")
