@@ -261,7 +261,8 @@ class Sandbox:
                     break
         proc.stdout.close()
         if not (cut or timed_out):
-            # The output ended, but a command that closed it may still run: the clock still holds.
+            # bwrap holds the pipe too, so the end of output means it exited; should that ever
+            # change, a command that closed its output still meets the clock.
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
