@@ -23,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boxmaker.brokerd import netcheck
-from boxmaker.brokerd.sandbox import Sandbox, _run_as_default
+from boxmaker.brokerd.sandbox import Sandbox, default_run_as
 from boxmaker.brokerd.tools.fetch import FetchLimits, fetch
 from tests.brokerd.test_fetch import Server, body
 
@@ -55,7 +55,7 @@ def main(argv: list[str] | None = None) -> None:
     print("bench sandbox: shell under bubblewrap vs a plain subprocess; fetch of a 1 MB page")
     base = Path(tempfile.mkdtemp(prefix="bx-bench-sandbox-"))
     os.chmod(base, 0o755)
-    run_as = _run_as_default()
+    run_as = default_run_as()
     if run_as is not None:
         os.chown(base, *run_as)
     try:

@@ -115,7 +115,8 @@ class ShellResult:
         return f"{self.output}{sep}{tail}"
 
 
-def _run_as_default() -> tuple[int, int] | None:
+def default_run_as() -> tuple[int, int] | None:
+    """The uid and gid the sandbox drops to: nobody when brokerd is root, else None (its own)."""
     if os.geteuid() != 0:
         return None
     try:
@@ -140,7 +141,7 @@ class Sandbox:
         self.limits = limits or SandboxLimits()
         self.bwrap = bwrap if bwrap is not None else shutil.which("bwrap")
         self.prlimit = shutil.which("prlimit")
-        self.run_as = run_as if run_as is not None else _run_as_default()
+        self.run_as = run_as if run_as is not None else default_run_as()
         self._unavailable: str | None = None
         self._probed = False
 
