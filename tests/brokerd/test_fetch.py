@@ -344,3 +344,9 @@ def test_https_goes_to_the_checked_address_with_the_name_verified(
         assert len(srv.hits) == 1
     finally:
         srv.close()
+
+
+def test_the_approval_summary_names_the_host_and_the_whole_url() -> None:
+    text = fetch_mod.summary({"url": "https://Evil.example/c?d=secret"})
+    assert text == "GET from evil.example: https://Evil.example/c?d=secret"
+    assert "{url: string}" in fetch_mod.summary({"url": 1})

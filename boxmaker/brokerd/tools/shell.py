@@ -48,6 +48,18 @@ def parse_arguments(args: Any) -> tuple[str, int | None]:
     return command, timeout
 
 
+def summary(args: Any, limit: int = 400) -> str:
+    """What an approval prompt shows for a `shell` call: the whole command (cut past `limit`
+    characters, and said so), where it runs and for how long at most."""
+    try:
+        command, timeout_ms = parse_arguments(args)
+    except ArgumentError as err:
+        return str(err)
+    shown = command if len(command) <= limit else f"{command[:limit]}... ({len(command)} chars)"
+    wait = f", at most {timeout_ms} ms" if timeout_ms is not None else ""
+    return f"run in the sandbox (workspace read-write, no network{wait}): {shown}"
+
+
 def to_response(result: ShellResult) -> ToolResponse:
     # A command's output is untrusted: it can be any file of the workspace, and the files there
     # may have come from anywhere (docs/decisions/sandbox.md, "Taint").
