@@ -15,7 +15,12 @@ $(VENV)/.stamp-install: pyproject.toml setup.py
 	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
 	touch $@
 
+# bubblewrap is brokerd's sandbox for `shell` (docs/decisions/sandbox.md): installed as root,
+# else named; without it `shell` is refused, never run unsandboxed.
 install: $(VENV)/.stamp-install $(EXT_STAMP)
+	@command -v bwrap >/dev/null || { if [ "$$(id -u)" = 0 ]; then \
+	  apt-get update -qq && apt-get install -y -qq bubblewrap; else \
+	  echo "bubblewrap is missing: shell will be refused; run: sudo apt-get install bubblewrap"; fi; }
 
 # The compiled twins, in place. Rebuilt when a .pyx or .pxd changes.
 $(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py

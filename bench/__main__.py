@@ -1,10 +1,10 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]`
-(all by default; slotcache starts the real llama-server)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]
+[sandbox]` (all by default; slotcache starts the real llama-server)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "broker")
+SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "broker", "sandbox")
 
 
 def main(argv: list[str]) -> int:

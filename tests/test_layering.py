@@ -100,16 +100,22 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
     f"{CACHE}.policy": frozenset({PROTO}),
-    # brokerd (issue 22): the only process with authority. Its cores (config, grants, policy,
-    # tools.spec) sit below its shells; it never imports loopd, and loopd never imports it.
+    # brokerd (issues 22, 23): the only process with authority. Its cores (config, grants, policy,
+    # tools.spec, taint, netcheck) sit below its shells; it never imports loopd, nor loopd it.
     BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
-    | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths")})
+    | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
     | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.config": frozenset(),  # [core]
     f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
     f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
     f"{BROKERD}.policy": frozenset({PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
-    f"{BROKERD}.tools": frozenset({PROTO, f"{BROKERD}.paths"}),  # files.py, note.py: shells
+    f"{BROKERD}.sandbox": frozenset(),  # bwrap's command line and one run: stdlib only
+    f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
+    f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
+    # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores
+    f"{BROKERD}.tools": frozenset(
+        {PROTO, SESSION, f"{BROKERD}.paths", f"{BROKERD}.sandbox", f"{BROKERD}.netcheck"}
+    ),
     f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
@@ -151,6 +157,9 @@ R1_CORES = [
     f"{BROKERD}.config",
     f"{BROKERD}.policy",
     f"{BROKERD}.tools.spec",
+    f"{BROKERD}.netcheck",
+    f"{BROKERD}.taint",
+    f"{BROKERD}.tools.htmltext",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

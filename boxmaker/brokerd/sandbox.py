@@ -1,0 +1,287 @@
+"""The sandbox `shell` runs in: bubblewrap (`bwrap`), built anew for each call.
+
+What the command sees (docs/decisions/sandbox.md says why each line is there):
+- its own user, pid, network, ipc, uts and cgroup namespaces: no network device but `lo`, no
+  other process, killed with its init;
+- the workspace read-write at /workspace; /usr read-only (with /bin, /lib... as the host has
+  them); a few files of /etc read-only, never /etc/shadow; its own /proc, a minimal /dev, a size
+  capped tmpfs at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
+- a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
+- limits on CPU time, address space, processes, file size and open files (set by util-linux's
+  prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
+  and an output cap.
+
+RLIMIT_NPROC counts the tasks of a uid, and the kernel never applies it to uid 0. So when brokerd
+runs as root the sandbox drops to `run_as` (default: nobody) before bwrap starts; otherwise it
+runs as brokerd's own uid, whose other tasks count toward the same limit.
+
+When bwrap is missing or the kernel refuses its namespaces, `run` refuses with that reason: a
+command never runs outside the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import selectors
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+MOUNT_POINT = "/workspace"
+ENVIRONMENT = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "TMPDIR": "/tmp",
+}
+# Top-level links and folders of a merged-/usr or a split system; whichever exist are given.
+SYSTEM_DIRS = ("/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32")
+# What a shell and the usual tools read in /etc. No shadow, no ssh keys, no resolv.conf (there is
+# no network to resolve on), no machine-id.
+ETC_FILES = (
+    "/etc/alternatives",  # Debian's tool links (awk, editor...) point in here
+    "/etc/ld.so.cache",
+    "/etc/ld.so.conf",
+    "/etc/ld.so.conf.d",
+    "/etc/localtime",
+    "/etc/nsswitch.conf",
+    "/etc/passwd",  # names for uids (ls -l, id); the hashes are in shadow, which is not here
+    "/etc/group",
+)
+READ_CHUNK = 65536
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxLimits:
+    """The per-call limits. Each has a floor and a ceiling; a value outside them is refused."""
+
+    timeout_ms: int = 30_000  # the wall clock, and the most a call's own timeout_ms may ask
+    cpu_seconds: int = 30
+    memory_bytes: int = 1 << 30  # RLIMIT_AS: address space per process
+    processes: int = 64  # RLIMIT_NPROC: tasks of the sandbox's uid
+    file_bytes: int = 64 << 20  # RLIMIT_FSIZE: the largest file a command may write
+    open_files: int = 256
+    output_bytes: int = 64 << 10  # stdout and stderr together; then the command is killed
+    tmp_bytes: int = 64 << 20  # the size of /tmp (tmpfs lives in memory)
+
+    def __post_init__(self) -> None:
+        bounds = {
+            "timeout_ms": (100, 3_600_000),
+            "cpu_seconds": (1, 3600),
+            "memory_bytes": (64 << 20, 64 << 30),
+            "processes": (8, 65536),
+            "file_bytes": (1 << 10, 1 << 40),
+            "open_files": (16, 65536),
+            "output_bytes": (1 << 10, 64 << 20),
+            "tmp_bytes": (1 << 20, 16 << 30),
+        }
+        for name, (low, high) in bounds.items():
+            value = getattr(self, name)
+            if not (isinstance(value, int) and low <= value <= high):
+                raise ValueError(f"sandbox limit {name} = {value!r}: give an integer {low}..{high}")
+
+
+@dataclass(frozen=True, slots=True)
+class ShellResult:
+    """What one `shell` call gave. `refused` is set (and nothing ran) when no sandbox could be
+    built; `cut` when the output passed the cap; `timed_out` when the wall clock ran out."""
+
+    output: str = ""
+    exit_code: int | None = None
+    cut: bool = False
+    timed_out: bool = False
+    refused: str | None = None
+    elapsed_ms: int = 0
+
+    @property
+    def text(self) -> str:
+        """The output with a last line that says how the command ended (what the model reads)."""
+        if self.refused is not None:
+            return f"shell refused: {self.refused}"
+        notes = []
+        if self.cut:
+            notes.append("output cut at the cap; the command was stopped")
+        if self.timed_out:
+            notes.append(f"killed after the timeout ({self.elapsed_ms} ms)")
+        if self.exit_code is not None and not (self.cut or self.timed_out):
+            notes.append(f"exit status {self.exit_code}")
+        tail = "[" + "; ".join(notes) + "]"
+        sep = "\n" if self.output and not self.output.endswith("\n") else ""
+        return f"{self.output}{sep}{tail}"
+
+
+def default_run_as() -> tuple[int, int] | None:
+    """The uid and gid the sandbox drops to: nobody when brokerd is root, else None (its own)."""
+    if os.geteuid() != 0:
+        return None
+    try:
+        entry = pwd.getpwnam("nobody")
+    except KeyError:
+        return None
+    return entry.pw_uid, entry.pw_gid
+
+
+class Sandbox:
+    """Runs commands under bwrap in one workspace. `probe()` once, then `run()` per call."""
+
+    def __init__(
+        self,
+        workspace: str | os.PathLike[str],
+        limits: SandboxLimits | None = None,
+        *,
+        bwrap: str | None = None,
+        run_as: tuple[int, int] | None = None,
+    ) -> None:
+        self.workspace = Path(workspace)
+        self.limits = limits or SandboxLimits()
+        self.bwrap = bwrap if bwrap is not None else shutil.which("bwrap")
+        self.prlimit = shutil.which("prlimit")
+        self.run_as = run_as if run_as is not None else default_run_as()
+        self._unavailable: str | None = None
+        self._probed = False
+
+    def argv(self, command: str) -> list[str]:
+        """The bwrap command line for one call (public so the tests and the doc can show it)."""
+        assert self.bwrap is not None
+        assert self.prlimit is not None
+        # prlimit sets the limits and execs bwrap, which all inherit them; no preexec_fn, which
+        # is unsafe in a threaded brokerd.
+        lim = self.limits
+        args = [self.prlimit, f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_bytes}"]
+        args += [f"--nproc={lim.processes}", f"--fsize={lim.file_bytes}"]
+        args += [f"--nofile={lim.open_files}", "--core=0", "--"]
+        args += [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent"]
+        args += ["--new-session", "--hostname", "sandbox", "--disable-userns"]
+        args += ["--ro-bind", "/usr", "/usr"]
+        for path in SYSTEM_DIRS:
+            if os.path.islink(path):
+                args += ["--symlink", os.readlink(path), path]
+            elif os.path.isdir(path):
+                args += ["--ro-bind", path, path]
+        for path in ETC_FILES:
+            args += ["--ro-bind-try", path, path]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
+        args += ["--bind", str(self.workspace), MOUNT_POINT, "--chdir", MOUNT_POINT]
+        args += ["--remount-ro", "/"]  # the root bwrap builds is a tmpfs; nothing may land there
+        args += ["--clearenv"]
+        for key, value in ENVIRONMENT.items():
+            args += ["--setenv", key, value]
+        return [*args, "--", "/bin/sh", "-c", command]
+
+    def probe(self) -> str | None:
+        """None when a sandbox can be built here, else why not (remembered for later calls)."""
+        if self._probed:
+            return self._unavailable
+        self._probed = True
+        self._unavailable = self._why_not()
+        return self._unavailable
+
+    def _why_not(self) -> str | None:
+        if self.bwrap is None:
+            return (
+                "bubblewrap (bwrap) is not installed; install Debian's package `bubblewrap` "
+                "(make install does when run as root)"
+            )
+        if self.prlimit is None:
+            return "prlimit (util-linux) is not installed; the sandbox's limits need it"
+        if os.geteuid() == 0 and self.run_as is None:
+            return "brokerd runs as root and no unprivileged uid is set for the sandbox"
+        if not self.workspace.is_dir():
+            return f"the workspace {self.workspace} is not a directory"
+        # The workspace must be writable from inside: exit 3 is ours, anything else is bwrap's.
+        result = self._spawn_and_collect(f"test -w {MOUNT_POINT} || exit 3", self.limits.timeout_ms)
+        if result.exit_code == 3:
+            uid = self.run_as[0] if self.run_as is not None else os.geteuid()
+            return f"the sandbox's uid {uid} cannot write the workspace {self.workspace}"
+        if result.exit_code != 0:
+            detail = result.output.strip().splitlines()
+            cause = detail[-1] if detail else f"exit status {result.exit_code}"
+            return (
+                f"bwrap cannot build the sandbox ({cause}); the kernel must allow user "
+                "namespaces (sysctl kernel.unprivileged_userns_clone=1, "
+                "user.max_user_namespaces > 0) and the sandbox's uid must reach the workspace"
+            )
+        return None
+
+    def run(self, command: str, timeout_ms: int | None = None) -> ShellResult:
+        """Runs `/bin/sh -c command` in the sandbox. Never raises for the command's sake."""
+        reason = self.probe()
+        if reason is not None:
+            return ShellResult(refused=reason)
+        cap = self.limits.timeout_ms
+        wanted = cap if timeout_ms is None else max(1, min(timeout_ms, cap))
+        return self._spawn_and_collect(command, wanted)
+
+    def _spawn_and_collect(self, command: str, timeout_ms: int) -> ShellResult:
+        started = time.monotonic()
+        deadline = started + timeout_ms / 1000
+        user, group = self.run_as if self.run_as is not None else (None, None)
+        try:
+            proc = subprocess.Popen(
+                self.argv(command),
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.STDOUT,
+                env={},
+                cwd="/",
+                close_fds=True,
+                start_new_session=True,  # bwrap leads its own group: one killpg ends it
+                user=user,
+                group=group,
+                extra_groups=[] if user is not None else None,
+            )
+        except OSError as err:
+            return ShellResult(refused=f"bwrap could not start: {err}")
+        assert proc.stdout is not None
+        chunks: list[bytes] = []
+        size = 0
+        cut = timed_out = False
+        with selectors.DefaultSelector() as sel:
+            sel.register(proc.stdout, selectors.EVENT_READ)
+            while True:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    timed_out = True
+                    break
+                if not sel.select(left):
+                    continue
+                chunk = os.read(proc.stdout.fileno(), READ_CHUNK)
+                if not chunk:
+                    break
+                room = self.limits.output_bytes - size
+                chunks.append(chunk[:room])
+                size += min(len(chunk), room)
+                if len(chunk) > room:
+                    cut = True
+                    break
+        proc.stdout.close()
+        if not (cut or timed_out):
+            # bwrap holds the pipe too, so the end of output means it exited; should that ever
+            # change, a command that closed its output still meets the clock.
+            try:
+                proc.wait(max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                timed_out = True
+        if cut or timed_out:
+            _kill_group(proc)
+        code = proc.wait()
+        return ShellResult(
+            output=b"".join(chunks).decode("utf-8", "replace"),
+            exit_code=None if (cut or timed_out) else code,
+            cut=cut,
+            timed_out=timed_out,
+            elapsed_ms=int((time.monotonic() - started) * 1000),
+        )
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    # bwrap's group holds bwrap; its child, the sandbox's pid 1, dies with it (PDEATHSIG), and
+    # the kernel kills every process of a pid namespace whose init has died.
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGKILL)

@@ -1,0 +1,281 @@
+"""The `fetch` tool: one GET over HTTP(S), made by brokerd, to an address checked first.
+
+The name is resolved once, every address it gave is checked (netcheck), and the connection goes
+to the checked address itself, with the name in the Host header and in TLS's SNI and certificate
+check: a DNS answer that changes between the check and the connect (rebinding) changes nothing.
+Redirects are followed here, each one checked the same way, up to a count. The body is read up to
+a size cap within one deadline for the whole fetch (a watchdog shuts the socket when it passes,
+so a server that drips bytes cannot stretch it), and turned into text. The result is untrusted.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import http.client
+import socket
+import ssl
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urljoin, urlsplit
+
+from boxmaker.brokerd import netcheck
+from boxmaker.brokerd.tools.htmltext import html_to_text
+from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
+
+SCHEMA = ToolSchema(
+    name="fetch",
+    description="Fetches a web page (http or https) and returns its readable text.",
+    parameters={
+        "type": "object",
+        "properties": {"url": {"type": "string", "description": "an http:// or https:// URL"}},
+        "required": ["url"],
+        "additionalProperties": False,
+    },
+)
+REDIRECTS = frozenset({301, 302, 303, 307, 308})
+TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
+HTML_TYPES = ("text/html", "application/xhtml+xml")
+CHUNK = 65536
+
+Connect = Callable[[tuple[str, int], float], socket.socket]
+
+
+@dataclass(frozen=True, slots=True)
+class FetchLimits:
+    max_bytes: int = 2 << 20  # of body read; the rest is not read
+    timeout_ms: int = 15_000  # the whole fetch, redirects included
+    max_redirects: int = 5
+
+    def __post_init__(self) -> None:
+        for name, low, high in (
+            ("max_bytes", 1 << 10, 1 << 30),
+            ("timeout_ms", 100, 600_000),
+            ("max_redirects", 0, 20),
+        ):
+            value = getattr(self, name)
+            if type(value) is not int or not low <= value <= high:
+                raise ValueError(f"fetch limit {name} = {value!r}: give an integer {low}..{high}")
+
+
+@dataclass(frozen=True, slots=True)
+class FetchResult:
+    """One fetch. `error` set means nothing usable came back; `hosts` are the hosts connected to
+    (in order: the first, then each redirect's), which taint records as fetched."""
+
+    url: str
+    text: str = ""
+    status: int | None = None
+    cut: bool = False
+    error: str | None = None
+    hosts: tuple[str, ...] = ()
+
+    def to_response(self, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
+        if self.error is not None:
+            content = f"fetch {self.url}: {self.error}"
+        else:
+            note = "; cut at the size cap" if self.cut else ""
+            content = f"[{self.url}: HTTP {self.status}{note}]\n{self.text}"
+        # Anything a server sent is untrusted, an error page too; a refusal made here is not.
+        return ToolResponse(content, class_, untrusted=bool(self.hosts), truncated=self.cut)
+
+
+class Refused(Exception):
+    """The fetch stops here; the message is the result's error."""
+
+
+def host_of(url: str) -> str | None:
+    """The host a URL names, lower case, or None: what taint compares with earlier fetches."""
+    try:
+        return urlsplit(url).hostname
+    except ValueError:
+        return None
+
+
+def summary(args: Any) -> str:
+    """What an approval prompt shows for a `fetch` call: the host apart, then the whole URL (a
+    query string is where data would leave)."""
+    try:
+        url = parse_arguments(args)
+    except Refused as err:
+        return str(err)
+    return f"GET from {host_of(url) or '(no host)'}: {url}"
+
+
+def parse_arguments(args: Any) -> str:
+    if not isinstance(args, dict) or set(args) != {"url"} or not isinstance(args["url"], str):
+        raise Refused("the arguments must be {url: string}")
+    return args["url"]
+
+
+def _resolve(host: str, port: int) -> list[netcheck.Address]:
+    try:
+        return [netcheck.parse(host)]
+    except ValueError:
+        pass
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as err:
+        raise Refused(f"cannot resolve {host}: {err.strerror}") from None
+    seen: list[netcheck.Address] = []
+    for info in infos:
+        addr = netcheck.parse(str(info[4][0]).split("%")[0])
+        if addr not in seen:
+            seen.append(addr)
+    return seen
+
+
+def _target(url: str) -> tuple[str, str, int, str]:
+    """(scheme, host, port, request target) of a URL fetch may follow, or Refused."""
+    try:
+        parts = urlsplit(url)
+        port = parts.port
+    except ValueError as err:
+        raise Refused(f"not a URL fetch can follow ({err})") from None
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        raise Refused(f"the scheme {scheme or '(none)'!r} is refused; give an http or https URL")
+    if not parts.hostname:
+        raise Refused("the URL names no host")
+    if parts.username is not None or parts.password is not None:
+        raise Refused("a URL with a user name or password is refused")
+    path = parts.path or "/"
+    return (
+        scheme,
+        parts.hostname,
+        port or (443 if scheme == "https" else 80),
+        (f"{path}?{parts.query}" if parts.query else path),
+    )
+
+
+def _connect(address: tuple[str, int], timeout: float) -> socket.socket:
+    return socket.create_connection(address, timeout=timeout)
+
+
+def fetch(
+    url: str,
+    limits: FetchLimits | None = None,
+    allow: frozenset[netcheck.Address] = frozenset(),
+    *,
+    connect: Connect = _connect,
+    tls: ssl.SSLContext | None = None,
+) -> FetchResult:
+    """GETs `url`; every failure is a FetchResult with `error`, never an exception."""
+    limits = limits or FetchLimits()
+    deadline = time.monotonic() + limits.timeout_ms / 1000
+    hosts: list[str] = []
+    current = url
+    try:
+        for _ in range(limits.max_redirects + 1):
+            status, location, body, cut, ctype = _one(
+                current, deadline, limits.max_bytes, allow, connect, tls, hosts
+            )
+            if status in REDIRECTS and location:
+                current = urljoin(current, location)
+                continue
+            return FetchResult(current, _as_text(body, ctype), status, cut, None, tuple(hosts))
+        raise Refused(f"more than {limits.max_redirects} redirects")
+    except Refused as err:
+        return FetchResult(current, error=str(err), hosts=tuple(hosts))
+
+
+def _one(
+    url: str,
+    deadline: float,
+    max_bytes: int,
+    allow: frozenset[netcheck.Address],
+    connect: Connect,
+    tls: ssl.SSLContext | None,
+    hosts: list[str],
+) -> tuple[int, str | None, bytes, bool, str]:
+    scheme, host, port, target = _target(url)
+    addresses = _resolve(host, port)
+    refusal = netcheck.check(addresses, allow)
+    if refusal is not None:
+        raise Refused(refusal)
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise Refused("the time cap passed")
+    try:
+        sock = connect((str(addresses[0]), port), left)
+    except OSError as err:
+        raise Refused(f"cannot connect to {addresses[0]} port {port}: {err}") from None
+    hosts.append(host)
+    watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (sock,))
+    watchdog.start()
+    try:
+        if scheme == "https":
+            context = tls or ssl.create_default_context()
+            sock = context.wrap_socket(sock, server_hostname=host)
+        conn = http.client.HTTPConnection(host, port)
+        conn.sock = sock  # already connected, to the checked address: no second lookup
+        conn.request("GET", target, headers=_HEADERS)
+        resp = conn.getresponse()
+        if resp.status in REDIRECTS:
+            return resp.status, resp.getheader("Location"), b"", False, ""
+        body, cut = _read(resp, max_bytes)
+        if time.monotonic() >= deadline:  # the watchdog's shutdown reads as an end of body
+            raise Refused("the time cap passed")
+        return resp.status, None, body, cut, resp.getheader("Content-Type", "text/plain")
+    except (OSError, http.client.HTTPException) as err:
+        late = time.monotonic() >= deadline
+        raise Refused("the time cap passed" if late else f"{type(err).__name__}: {err}") from None
+    finally:
+        watchdog.cancel()
+        sock.close()
+
+
+_HEADERS = {
+    "User-Agent": "boxmaker-fetch/0.1",
+    "Accept": "text/html, text/plain;q=0.9, */*;q=0.1",
+    "Accept-Encoding": "identity",
+    "Connection": "close",
+}
+
+
+def _shut(sock: socket.socket) -> None:
+    with contextlib.suppress(OSError):
+        sock.shutdown(socket.SHUT_RDWR)
+
+
+def _read(resp: http.client.HTTPResponse, cap: int) -> tuple[bytes, bool]:
+    chunks: list[bytes] = []
+    size = 0
+    while size <= cap:
+        chunk = resp.read1(CHUNK)
+        if not chunk:
+            return b"".join(chunks), False
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)[:cap], True
+
+
+def _as_text(body: bytes, ctype: str) -> str:
+    kind, _, params = ctype.partition(";")
+    kind = kind.strip().lower()
+    if not kind.startswith(TEXT_TYPES) and not kind.endswith(("+json", "+xml")):
+        raise Refused(f"the content type {kind!r} is not text; fetch reads text and HTML only")
+    charset = "utf-8"
+    for param in params.split(";"):
+        key, _, value = param.partition("=")
+        if key.strip().lower() == "charset" and value.strip():
+            charset = value.strip().strip("\"'")
+    try:
+        text = body.decode(charset, "replace")
+    except LookupError:
+        text = body.decode("utf-8", "replace")
+    return html_to_text(text) if kind.startswith(HTML_TYPES) else text
+
+
+def call(
+    args: Any, limits: FetchLimits | None = None, allow: frozenset[netcheck.Address] = frozenset()
+) -> tuple[ToolResponse, FetchResult | None]:
+    """One `fetch` call, for brokerd: the response and (when one was tried) the fetch."""
+    try:
+        url = parse_arguments(args)
+    except Refused as err:
+        return ToolResponse(f"fetch: {err}", ResultClass.PUBLIC, False, False), None
+    result = fetch(url, limits, allow)
+    return result.to_response(), result

@@ -1,0 +1,80 @@
+"""The `shell` tool: its schema, its arguments checked, one sandboxed run, the result as data."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from boxmaker.brokerd.sandbox import Sandbox, ShellResult
+from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
+
+SCHEMA = ToolSchema(
+    name="shell",
+    description=(
+        "Runs a command with /bin/sh in a sandbox: the workspace is the current folder "
+        "(read-write), the system is read-only, there is no network. Output is capped."
+    ),
+    parameters={
+        "type": "object",
+        "properties": {
+            "command": {"type": "string", "description": "the shell command line"},
+            "timeout_ms": {"type": "integer", "minimum": 1, "description": "wall-clock limit"},
+        },
+        "required": ["command"],
+        "additionalProperties": False,
+    },
+)
+MAX_COMMAND_BYTES = 64 << 10
+
+
+class ArgumentError(ValueError):
+    """The arguments are not what the schema says; the message says what to send instead."""
+
+
+def parse_arguments(args: Any) -> tuple[str, int | None]:
+    """`(command, timeout_ms)` from the parsed JSON arguments, or ArgumentError."""
+    if not isinstance(args, dict):
+        raise ArgumentError("shell: the arguments must be an object {command, timeout_ms?}")
+    extra = sorted(set(args) - {"command", "timeout_ms"})
+    if extra:
+        raise ArgumentError(f"shell: unknown argument {extra[0]!r}; send command and timeout_ms")
+    command = args.get("command")
+    if not isinstance(command, str) or not command.strip():
+        raise ArgumentError("shell: command must be a non-empty string")
+    if "\0" in command or len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
+        raise ArgumentError(f"shell: command must have no NUL and be at most {MAX_COMMAND_BYTES} B")
+    timeout = args.get("timeout_ms")
+    if timeout is not None and (type(timeout) is not int or timeout < 1):
+        raise ArgumentError("shell: timeout_ms must be a positive integer (milliseconds)")
+    return command, timeout
+
+
+def summary(args: Any, limit: int = 400) -> str:
+    """What an approval prompt shows for a `shell` call: the whole command (cut past `limit`
+    characters, and said so), where it runs and for how long at most."""
+    try:
+        command, timeout_ms = parse_arguments(args)
+    except ArgumentError as err:
+        return str(err)
+    shown = command if len(command) <= limit else f"{command[:limit]}... ({len(command)} chars)"
+    wait = f", at most {timeout_ms} ms" if timeout_ms is not None else ""
+    return f"run in the sandbox (workspace read-write, no network{wait}): {shown}"
+
+
+def to_response(result: ShellResult) -> ToolResponse:
+    # A command's output is untrusted: it can be any file of the workspace, and the files there
+    # may have come from anywhere (docs/decisions/sandbox.md, "Taint").
+    return ToolResponse(
+        content=result.text,
+        class_=ResultClass.PUBLIC,
+        untrusted=result.refused is None,
+        truncated=result.cut,
+    )
+
+
+def call(sandbox: Sandbox, args: Any) -> ToolResponse:
+    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions."""
+    try:
+        command, timeout_ms = parse_arguments(args)
+    except ArgumentError as err:
+        return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
+    return to_response(sandbox.run(command, timeout_ms))

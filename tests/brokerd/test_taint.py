@@ -1,0 +1,129 @@
+"""Taint from the decision records: the rules on hand-made histories, then properties over random
+ones (hypothesis)."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from boxmaker.brokerd.taint import READ_ONLY, Record, Taint, must_ask, taint_of
+
+WRITERS = ("write_file", "edit_file", "note", "shell", "some_new_tool")
+
+
+def test_a_clean_history_is_not_tainted_and_asks_nothing() -> None:
+    records = [Record(1, "read_file"), Record(2, "fetch", False, "a.org"), Record(3, "list_dir")]
+    assert taint_of(records) is None
+    for tool in (*WRITERS, "fetch"):
+        assert must_ask(None, tool, "b.org") is None
+
+
+def test_the_first_untrusted_result_taints_and_every_writer_asks_naming_it() -> None:
+    records = [
+        Record(1, "fetch", False, "docs.example"),
+        Record(2, "fetch", True, "evil.example"),
+        Record(3, "shell", True),
+    ]
+    taint = taint_of(records)
+    assert taint == Taint(2, "fetch of evil.example", frozenset({"docs.example"}))
+    for tool in WRITERS:
+        reason = must_ask(taint, tool)
+        assert reason is not None
+        assert "untrusted content from fetch of evil.example at call 2" in reason
+        assert tool in reason
+    for tool in READ_ONLY:
+        assert must_ask(taint, tool) is None
+
+
+def test_a_fetch_asks_unless_its_host_was_fetched_before_the_taint() -> None:
+    taint = taint_of([Record(1, "fetch", False, "Docs.Example"), Record(2, "shell", True)])
+    assert must_ask(taint, "fetch", "docs.example") is None
+    assert must_ask(taint, "fetch", "DOCS.EXAMPLE") is None
+    reason = must_ask(taint, "fetch", "evil.example")
+    assert reason is not None
+    assert reason.startswith("fetch of evil.example asks because the session read untrusted")
+    assert "from shell at call 2" in reason
+    assert must_ask(taint, "fetch", None) is not None
+
+
+def test_the_tainting_host_is_not_trusted_after_it() -> None:
+    """The page that tainted the session may tell the model to send data back to its own host."""
+    taint = taint_of([Record(1, "fetch", True, "evil.example")])
+    assert taint is not None
+    assert must_ask(taint, "fetch", "evil.example") is not None
+
+
+def test_a_denied_fetch_fetched_nothing() -> None:
+    taint = taint_of([Record(1, "fetch", False, None), Record(2, "shell", True)])
+    assert taint is not None
+    assert taint.trusted_hosts == frozenset()
+
+
+def test_a_taint_carried_from_the_last_epoch_holds() -> None:
+    carried = Taint(0, "fetch of evil.example", frozenset(), carried=True)
+    taint = taint_of([Record(1, "read_file")], carried)
+    reason = must_ask(taint, "write_file")
+    assert reason is not None
+    assert "in the previous epoch" in reason
+
+
+TOOLS = st.sampled_from(["read_file", "list_dir", "fetch", "shell", "write_file", "note"])
+HOSTS = st.sampled_from(["a.org", "b.org", "c.org", None])
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> list[Record]:
+    steps = draw(st.lists(st.tuples(TOOLS, st.booleans(), HOSTS), max_size=30))
+    return [
+        Record(seq, tool, untrusted, host if tool == "fetch" else None)
+        for seq, (tool, untrusted, host) in enumerate(steps, start=1)
+    ]
+
+
+@given(histories())
+def test_tainted_exactly_from_the_first_untrusted_record(records: list[Record]) -> None:
+    taint = taint_of(records)
+    first = next((r for r in records if r.untrusted), None)
+    if first is None:
+        assert taint is None
+    else:
+        assert taint is not None
+        assert taint.seq == first.seq
+        before = {r.fetched_host for r in records if r.seq < first.seq and r.tool == "fetch"}
+        assert taint.trusted_hosts == frozenset(h for h in before if h)
+
+
+@given(histories(), histories())
+def test_a_taint_never_goes_away_or_moves_as_the_history_grows(
+    head: list[Record], tail: list[Record]
+) -> None:
+    start = len(head)
+    grown = [*head, *(Record(r.seq + start, r.tool, r.untrusted, r.fetched_host) for r in tail)]
+    before = taint_of(head)
+    if before is not None:
+        assert taint_of(grown) == before
+    assert taint_of(grown) == taint_of(list(grown))  # replay gives the same answer
+
+
+@given(histories(), st.sampled_from([*WRITERS, *READ_ONLY, "fetch"]), HOSTS)
+def test_a_call_asks_iff_tainted_and_it_can_write_or_send(
+    records: list[Record], tool: str, host: str | None
+) -> None:
+    taint = taint_of(records)
+    reason = must_ask(taint, tool, host)
+    if (
+        taint is None
+        or tool in READ_ONLY
+        or (tool == "fetch" and host is not None and host in taint.trusted_hosts)
+    ):
+        assert reason is None
+    else:
+        assert reason is not None
+        assert f"at call {taint.seq}" in reason
+        assert "untrusted content from" in reason
+
+
+@pytest.mark.parametrize("tool", WRITERS)
+def test_unknown_and_writing_tools_are_not_read_only(tool: str) -> None:
+    assert tool not in READ_ONLY
