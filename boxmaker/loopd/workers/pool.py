@@ -86,23 +86,24 @@ class WorkerProcess:
         """A worker for `session`, or a spare (None) that takes the session of its first turn."""
         self.session = session
         self.pool = pool
-        down_r, down_w = os.pipe()
-        up_r, up_w = os.pipe()
         argv = [sys.executable, "-m", WORKER_MODULE, "--config", str(config_path)]
-        try:
+        fds: list[int] = []
+        try:  # any step may fail (EMFILE): every fd made so far is closed then
+            down_r, down_w = os.pipe()
+            fds += (down_r, down_w)
+            up_r, up_w = os.pipe()
+            fds += (up_r, up_w)
             self.proc = subprocess.Popen(
                 argv + (["--session", session] if session is not None else []),
                 stdin=down_r,
                 stdout=up_w,
             )
-        except OSError:
-            for fd in (down_r, down_w, up_r, up_w):
+        except BaseException:
+            for fd in fds:
                 os.close(fd)
             raise
-        finally:
-            if hasattr(self, "proc"):
-                os.close(down_r)
-                os.close(up_w)
+        os.close(down_r)  # the child's ends
+        os.close(up_w)
         self.writer = FrameWriter(down_w)
         self.gate = GateServer(gate, self.writer.send, pool.cache, lambda: self.session)
         self.state = State.BUSY if session is not None else State.IDLE
