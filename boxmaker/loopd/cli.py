@@ -42,7 +42,7 @@ import orjson
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.loopd import serve
 from boxmaker.loopd.cache.keeper import open_keeper
-from boxmaker.loopd.config import Config, ConfigError, load_config
+from boxmaker.loopd.config import Config, ConfigError, read_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import SlotGate
@@ -184,7 +184,7 @@ def cmd_turn(config: Config, args: argparse.Namespace, env: Environment) -> Exit
 
 
 def cmd_serve(config: Config, args: argparse.Namespace, env: Environment) -> ExitStatus:
-    return serve.run(args.config, config, env)
+    return serve.run(args.config_source, config, env)
 
 
 # ---- the parser --------------------------------------------------------------------------------
@@ -298,7 +298,8 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     except _ParserExit as done:
         return ExitStatus(done.status)
     try:
-        config = load_config(args.config)
+        args.config_source = read_config(args.config)  # read once: `serve` hands it to workers
+        config = args.config_source.parse()
     except ConfigError as exc:
         _error(env, args.command, str(exc))
         return ExitStatus.ERROR

@@ -62,6 +62,7 @@ __all__ = [
     "ChannelConfig",
     "Config",
     "ConfigError",
+    "ConfigSource",
     "ExpectConfig",
     "InferenceConfig",
     "LoopConfig",
@@ -70,6 +71,7 @@ __all__ = [
     "SelftestConfig",
     "load_config",
     "parse_config",
+    "read_config",
 ]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a full config is a few KiB
@@ -353,6 +355,39 @@ def _read_bounded(path: Path, source: str) -> bytes:
     return b"".join(chunks)
 
 
+# The environment variables a config reads (its keys' Env): all a ConfigSource carries of it.
+CONFIG_ENV = ("BOXMAKER_HOME",)
+
+
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """A config file as read once: its text, its name, its folder and the environment values it
+    reads. `parse_config` is a core, so `parse()` gives the same Config in any process: loopd
+    hands this to its workers (workers/wire.py's `config` frame) instead of the file's path, so
+    a file edited after loopd started changes nothing until loopd restarts."""
+
+    text: str
+    source: str
+    base_dir: Path
+    env: Mapping[str, str]
+
+    def parse(self) -> Config:
+        return parse_config(self.text, self.source, self.base_dir, self.env)
+
+
+def read_config(path: str | Path, env: Mapping[str, str] | None = None) -> ConfigSource:
+    """Reads the config file at `path` (see load_config) without parsing it."""
+    source = str(path)
+    data = _read_bounded(Path(path), source)
+    try:
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text (byte {exc.start})") from None
+    env = os.environ if env is None else env
+    used = {name: env[name] for name in CONFIG_ENV if name in env}
+    return ConfigSource(content, source, Path(path).absolute().parent, used)
+
+
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
     """Reads the config file at `path`; relative paths in it resolve against its folder.
 
@@ -360,11 +395,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     unreadable, not a regular file, over 1 MiB, not UTF-8, or wrong in any way `parse_config`
     checks.
     """
-    source = str(path)
-    data = _read_bounded(Path(path), source)
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, None, f"not UTF-8 text (byte {exc.start})") from None
-    base_dir = Path(path).absolute().parent
-    return parse_config(content, source, base_dir, os.environ if env is None else env)
+    return read_config(path, env).parse()

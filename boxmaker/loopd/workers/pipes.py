@@ -56,22 +56,47 @@ class FrameWriter:
                 os.close(self.fd)
 
 
-def read_frames(fd: int, on_frame: Callable[[Frame], None]) -> str | None:
-    """Reads frames from `fd` until EOF, calling `on_frame` for each, in order.
+class FrameReader:
+    """Frames from one fd, in order; `next()` blocks for the next one."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._decoder = FrameDecoder(PIPE_KINDS)
+
+    def next(self) -> Frame | None:
+        """The next frame, or None at a clean EOF.
+
+        Raises:
+            PipeBroken: a read failed, or the stream broke the frame format.
+        """
+        while True:
+            try:
+                frame = self._decoder.next_frame()
+            except FrameError as exc:
+                raise PipeBroken(f"a broken frame: {exc}") from None
+            if frame is CLOSED:
+                return None
+            if frame is not NEED_DATA:
+                return frame
+            try:
+                self._decoder.receive_data(os.read(self.fd, READ_BYTES))
+            except OSError as exc:
+                raise PipeBroken(f"read failed: {exc}") from None
+
+
+class PipeBroken(Exception):
+    """What came through the pipe cannot be read as frames (or the read failed)."""
+
+
+def read_frames(reader: FrameReader | int, on_frame: Callable[[Frame], None]) -> str | None:
+    """Reads frames (from a reader, or a fd) until EOF, calling `on_frame` for each, in order.
 
     Returns None at a clean EOF, else what went wrong (a broken frame, a read error).
     """
-    decoder = FrameDecoder(PIPE_KINDS)
-    while True:
-        try:
-            data = os.read(fd, READ_BYTES)
-        except OSError as exc:
-            return f"read failed: {exc}"
-        decoder.receive_data(data)
-        try:
-            while (frame := decoder.next_frame()) is not NEED_DATA:
-                if frame is CLOSED:
-                    return None
-                on_frame(frame)
-        except FrameError as exc:
-            return f"a broken frame: {exc}"
+    reader = FrameReader(reader) if isinstance(reader, int) else reader
+    try:
+        while (frame := reader.next()) is not None:
+            on_frame(frame)
+    except PipeBroken as exc:
+        return str(exc)
+    return None

@@ -33,21 +33,21 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
-from boxmaker.loopd.config import ChannelConfig
+from boxmaker.loopd.config import ChannelConfig, ConfigSource
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.proto import ErrorCode, Turn, WireError, channel_frame
 from boxmaker.proto.frame import Frame, encode_frame
 
 from .gate import GateServer, SlotCache
-from .pipes import FrameWriter, PipeClosed, read_frames
+from .pipes import FrameReader, FrameWriter, PipeClosed, read_frames
 from .wire import (
     FINAL_KINDS,
     GATE_KINDS,
     NO_SESSION,
     PIPE_KINDS,
     RELAYED_KINDS,
+    config_frame,
     turn_frame,
 )
 
@@ -82,11 +82,11 @@ def _how_it_ended(code: int | None) -> str:
 class WorkerProcess:
     """One worker: its process, pipes, state, the turn in flight, and its side of the gate."""
 
-    def __init__(self, session: str | None, config_path: Path, gate: SlotGate, pool: Pool) -> None:
+    def __init__(self, session: str | None, gate: SlotGate, pool: Pool) -> None:
         """A worker for `session`, or a spare (None) that takes the session of its first turn."""
         self.session = session
         self.pool = pool
-        argv = [sys.executable, "-m", WORKER_MODULE, "--config", str(config_path)]
+        argv = [sys.executable, "-m", WORKER_MODULE]
         fds: list[int] = []
         try:  # any step may fail (EMFILE): every fd made so far is closed then
             down_r, down_w = os.pipe()
@@ -105,6 +105,8 @@ class WorkerProcess:
         os.close(down_r)  # the child's ends
         os.close(up_w)
         self.writer = FrameWriter(down_w)
+        with contextlib.suppress(PipeClosed):  # it died at once: its reader says so
+            self.writer.send(pool.config_frame)  # a pipe holds 64 KiB: this does not block
         self.gate = GateServer(gate, self.writer.send, pool.cache, lambda: self.session)
         self.state = State.BUSY if session is not None else State.IDLE
         self.since = time.monotonic()  # when it entered its state
@@ -128,7 +130,7 @@ class WorkerProcess:
             self.writer.send(turn_frame(request))
 
     def _read(self) -> None:
-        problem = read_frames(self._up, self._on_frame)
+        problem = read_frames(FrameReader(self._up), self._on_frame)
         os.close(self._up)
         self.gate.close()
         try:
@@ -184,12 +186,15 @@ class Pool:
 
     def __init__(
         self,
-        config_path: Path,
+        source: ConfigSource,
         config: ChannelConfig,
         gate: SlotGate,
         cache: SlotCache | None = None,
     ) -> None:
-        self.config_path = config_path.resolve()
+        """Raises EncodeError when `source` does not fit one frame (a config near 1 MiB)."""
+        # Every worker's first frame: the config as loopd read it, never the file again.
+        base_dir = str(source.base_dir)
+        self.config_frame = config_frame(source.text, source.source, base_dir, dict(source.env))
         self.config = config
         self.gate = gate
         self.cache = cache  # the slot save/restore keeper, with [cache] slot_save on
@@ -248,7 +253,7 @@ class Pool:
     def _spawn(self, session: str) -> WorkerProcess:
         """With the lock held: a new BUSY worker for the session."""
         try:
-            worker = WorkerProcess(session, self.config_path, self.gate, self)
+            worker = WorkerProcess(session, self.gate, self)
         except OSError as exc:
             raise Unavailable(f"cannot start a session worker: {exc}") from exc
         self.workers[session] = worker
@@ -264,7 +269,7 @@ class Pool:
             if self.spare is not None:
                 self.retired.append(self.spare)
             try:
-                self.spare = WorkerProcess(None, self.config_path, self.gate, self)
+                self.spare = WorkerProcess(None, self.gate, self)
             except OSError:
                 self.spare = None  # the next turn starts its own worker, and says so if it can't
 

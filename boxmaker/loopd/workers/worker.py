@@ -1,9 +1,11 @@
 """A session worker: owns one session's log and runs its turns, one at a time.
 
-    python -m boxmaker.loopd.workers.worker --config <path> [--session <id>]
+    python -m boxmaker.loopd.workers.worker [--session <id>]
 
 loopd's main process starts one per active session (workers/pool.py); one started without
-`--session` is a spare, and serves the session of the first turn it is sent. Frames come on stdin
+`--session` is a spare, and serves the session of the first turn it is sent. Its first frame on
+stdin is the config loopd validated (wire.py's `config`): a worker never reads the file, so every
+worker of one loopd runs the config loopd started with. Frames come on stdin
 and go out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr
 too, so nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
 (turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from boxmaker.loopd.cache.policy import Note
-from boxmaker.loopd.config import Config, ConfigError, load_config
+from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.tools.port import FakeTools, utc_now
@@ -54,8 +56,8 @@ from boxmaker.session.errors import SessionError, SessionExists
 from boxmaker.session.store import SessionLog
 
 from .gate import PipeGate
-from .pipes import FrameWriter, PipeClosed, read_frames
-from .wire import GATE_KINDS, no_session_frame, parse_turn
+from .pipes import FrameReader, FrameWriter, PipeBroken, PipeClosed, read_frames
+from .wire import GATE_KINDS, config_fields, no_session_frame, parse_turn
 
 PROG = "loopd worker"
 
@@ -66,8 +68,11 @@ def _say(line: str) -> None:
 
 
 class Worker:
-    def __init__(self, config: Config, session: str | None, out: FrameWriter) -> None:
+    def __init__(
+        self, config: Config, session: str | None, out: FrameWriter, stdin: FrameReader
+    ) -> None:
         self.config = config
+        self.stdin = stdin
         self.session = session
         self.out = out
         self.gate = PipeGate(out.send)
@@ -92,7 +97,7 @@ class Worker:
                 self.turns.put(None)
 
     def read_stdin(self) -> None:
-        problem = read_frames(0, self.on_frame)
+        problem = read_frames(self.stdin, self.on_frame)
         if problem is not None:
             _say(f"stdin: {problem}")
         self.gate.parent_gone()
@@ -168,7 +173,6 @@ class Worker:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="One session's worker (loopd's).")
-    parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--session", help="the session; a spare takes its first turn's")
     args = parser.parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -176,12 +180,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
     sys.stdout = sys.stderr
+    stdin = FrameReader(0)
     try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        _say(str(exc))
+        frame = stdin.next()
+        if frame is None:
+            return 0  # loopd went away before it sent anything
+        text, source, base_dir, env = config_fields(frame)
+        config = ConfigSource(text, source, Path(base_dir), env).parse()
+    except (PipeBroken, BodyError, ConfigError) as exc:  # loopd's bug: it validated the config
+        _say(f"stdin: no config to run with: {exc}")
         return 1
-    Worker(config, args.session, FrameWriter(out_fd)).serve()
+    Worker(config, args.session, FrameWriter(out_fd), stdin).serve()
     return 0
 
 

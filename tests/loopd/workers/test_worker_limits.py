@@ -37,3 +37,17 @@ def test_a_worker_that_cannot_start_leaks_no_pipe(env: ServeEnv) -> None:
         wait_for(lambda: not children(daemon.pid), "the worker that started to exit idle")
         wait_for(lambda: _fds(daemon.pid) <= base, f"loopd's fds back to {sorted(base)}")
     assert refused >= 2, "the limits did not refuse a worker's pipes"
+
+
+def test_new_workers_run_the_config_loopd_started_with_not_the_edited_file(env: ServeEnv) -> None:
+    daemon = env.start(spare_worker=False)
+    path = env.folder / "loopd.toml"
+    text = path.read_text()
+    moved = env.folder / "home2"
+    path.write_text(text.replace(str(env.home), str(moved)))  # edited after loopd started
+    assert isinstance(turn(env.socket, "after-edit", resume=False)[-1], TurnDone)
+    assert env.record_types("after-edit")[0] == "session_start"
+    assert not moved.exists(), "the new worker read the edited file"
+    path.write_text("not toml at all [")
+    assert isinstance(turn(env.socket, "broken-file", resume=False)[-1], TurnDone)
+    assert len(children(daemon.pid)) == 2
