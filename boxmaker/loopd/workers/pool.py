@@ -130,7 +130,11 @@ class WorkerProcess:
             self.writer.send(turn_frame(request))
 
     def _read(self) -> None:
-        problem = read_frames(FrameReader(self._up), self._on_frame)
+        try:
+            problem = read_frames(FrameReader(self._up), self._on_frame)
+        except Exception as exc:  # a bug, or a gate frame it cannot act on: the turn still ends
+            problem = f"loopd could not act on its frames: {type(exc).__name__}: {exc}"
+            self.proc.kill()
         os.close(self._up)
         self.gate.close()
         try:

@@ -44,14 +44,19 @@ from boxmaker.proto import (
     CacheRestoredEvent,
     CacheSaved,
     CacheSavedEvent,
+    ContentEvent,
     ErrorCode,
+    ReasoningEvent,
     SessionIdError,
     Turn,
     TurnEvent,
     WireError,
     channel_frame,
+    done_frames,
 )
-from boxmaker.proto.frame import Frame
+from boxmaker.proto.channel import ANSWER_PART_CHARS
+from boxmaker.proto.errors import EncodeError
+from boxmaker.proto.frame import Frame, error_frame
 from boxmaker.session.errors import SessionError, SessionExists
 from boxmaker.session.store import SessionLog
 
@@ -113,7 +118,28 @@ class Worker:
                 self.log.close()
 
     def run(self, turn: Turn) -> None:
-        """Runs one turn and sends its final frame."""
+        """Runs one turn and sends its final frame, whatever happens in it: a failure nobody
+        foresaw (a bug, a value that cannot be encoded) ends the turn with an `internal` error
+        that says what it was, never the worker with a traceback and the turn with nothing."""
+        try:
+            self._run(turn)
+        except Exception as exc:  # the last line: no turn ends without its final frame
+            _say(f"a turn of {turn.session} failed: {type(exc).__name__}: {exc}")
+            if self.log is not None:  # its state is unknown now: let the next worker reopen it
+                with contextlib.suppress(OSError):
+                    self.log.close()
+                self.log = None
+            self.send(no_session_frame())
+            self.send(
+                error_frame(
+                    ErrorCode.INTERNAL,
+                    f"the session worker failed: {type(exc).__name__}: {exc}; the session's log "
+                    "holds the turn up to the last record written, and the next turn resumes "
+                    "from it",
+                )
+            )
+
+    def _run(self, turn: Turn) -> None:
         if self.session is None:
             self.session = turn.session  # a spare: this is its session from now on
         if turn.session != self.session:
@@ -142,10 +168,23 @@ class Worker:
                 self.send(no_session_frame())
             self.send(channel_frame(error_for(exc)))
             return
-        self.send(channel_frame(outcome))
+        if isinstance(outcome, WireError):
+            self.send(channel_frame(outcome))
+            return
+        for data in done_frames(outcome):  # an answer too large for one frame is split
+            self.send(data)
 
     def on_event(self, event: TurnEvent) -> None:
-        self.send(channel_frame(event))
+        try:
+            data = channel_frame(event)
+        except EncodeError:
+            if not isinstance(event, (ContentEvent, ReasoningEvent)):
+                raise  # run() ends the turn with an error saying so
+            n = ANSWER_PART_CHARS  # one streamed piece too large for a frame: cut it smaller
+            for i in range(0, len(event.text), n):
+                self.send(channel_frame(type(event)(event.text[i : i + n])))
+            return
+        self.send(data)
 
     def on_cache(self, notes: list[object]) -> None:
         """The saves and restores loopd did for this session (a grant's `cache`): each one a
