@@ -212,6 +212,10 @@ class ChannelConfig:
     worker_stop_ms: Annotated[int, MS] = 5000
     # One worker started ahead with no session, so a new session's first turn skips the start.
     spare_worker: Annotated[bool, BOOL] = True
+    # Worker processes at once (spare included; ~20 MB each): past it the longest idle is retired,
+    # and when all run turns a new session's turn waits worker_wait_ms, then gets `unavailable`.
+    max_workers: Annotated[int, integer(1, 4096, "worker processes")] = 16
+    worker_wait_ms: Annotated[int, MS] = 30_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -361,10 +365,8 @@ CONFIG_ENV = ("BOXMAKER_HOME",)
 
 @dataclass(frozen=True, slots=True)
 class ConfigSource:
-    """A config file as read once: its text, its name, its folder and the environment values it
-    reads. `parse_config` is a core, so `parse()` gives the same Config in any process: loopd
-    hands this to its workers (workers/wire.py's `config` frame) instead of the file's path, so
-    a file edited after loopd started changes nothing until loopd restarts."""
+    """A config file as read once, with its folder and the env values it reads: `parse()` gives
+    the same Config in any process. loopd's workers get this, never the path (workers/wire.py)."""
 
     text: str
     source: str

@@ -4,6 +4,11 @@ Both ends of a worker's pipes use these. A write is whole frames under a lock, s
 several threads never interleave. The reader hands each frame to a callback from its own thread;
 EOF, or a stream that breaks the frame format, ends it (the other end is gone or broken: either
 way nothing more can be trusted from it).
+
+The main process reads a worker's stdout with a RelayReader: the frames it relays to a client
+(`turn_event`, `turn_done`, `error`) come out as the bytes read, told apart by the prefix
+encode_frame writes, and are not parsed; every other frame (the gate's, `no_session`) is decoded
+and checked in full, as it is acted on. Why the bodies are trusted: docs/decisions/worker-relay.md.
 """
 
 from __future__ import annotations
@@ -11,11 +16,19 @@ from __future__ import annotations
 import os
 import threading
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from boxmaker.proto.errors import FrameError
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder
+from boxmaker.proto.frame import (
+    CLOSED,
+    LENGTH_BYTES,
+    MAX_FRAME_BYTES,
+    NEED_DATA,
+    Frame,
+    FrameDecoder,
+)
 
-from .wire import PIPE_KINDS
+from .wire import PIPE_KINDS, RELAYED_KINDS
 
 READ_BYTES = 65_536
 
@@ -100,3 +113,74 @@ def read_frames(reader: FrameReader | int, on_frame: Callable[[Frame], None]) ->
     except PipeBroken as exc:
         return str(exc)
     return None
+
+
+@dataclass(frozen=True, slots=True)
+class Relayed:
+    """A frame to relay as it is: its kind, `final`, and every byte of it (the prefix too)."""
+
+    kind: str
+    final: bool
+    data: bytes
+
+
+# How encode_frame starts each relayed kind (orjson keeps the keys' order: kind, final, body).
+_FINAL = {"turn_event": False, "turn_done": True, "error": True}
+_PREFIXES = {
+    f'{{"kind":"{kind}","final":{"true" if final else "false"},"body":{{'.encode(): (kind, final)
+    for kind, final in _FINAL.items()
+}
+assert set(_FINAL) == RELAYED_KINDS
+
+
+class RelayReader:
+    """A worker's frames, from the main process's side: Relayed bytes, or a checked Frame."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self._buf = bytearray()
+        self._eof = False
+        self._check = FrameDecoder(PIPE_KINDS)  # fed whole frames only: never out of step
+
+    def next(self) -> Relayed | Frame | None:
+        """The next frame, or None at a clean EOF.
+
+        Raises:
+            PipeBroken: a read failed, a length out of bounds, EOF in a frame, or a frame that
+                is not relayed and breaks the format.
+        """
+        buf = self._buf
+        while True:
+            if len(buf) >= LENGTH_BYTES:
+                n = int.from_bytes(buf[:LENGTH_BYTES], "big")
+                if not 1 <= n <= MAX_FRAME_BYTES:
+                    raise PipeBroken(f"a broken frame: length {n} is not 1 to {MAX_FRAME_BYTES}")
+                end = LENGTH_BYTES + n
+                if len(buf) >= end:
+                    return self._frame(end)
+            if self._eof:
+                if buf:
+                    raise PipeBroken(f"EOF in the middle of a frame ({len(buf)} bytes)")
+                return None
+            try:
+                data = os.read(self.fd, READ_BYTES)
+            except OSError as exc:
+                raise PipeBroken(f"read failed: {exc}") from None
+            self._eof = not data
+            buf += data
+
+    def _frame(self, end: int) -> Relayed | Frame:
+        data = bytes(self._buf[:end])
+        del self._buf[:end]
+        for prefix, (kind, final) in _PREFIXES.items():
+            if data.startswith(prefix, LENGTH_BYTES) and data.endswith(b"}}"):
+                return Relayed(kind, final, data)
+        self._check.receive_data(data)
+        try:
+            frame = self._check.next_frame()
+        except FrameError as exc:
+            raise PipeBroken(f"a broken frame: {exc}") from None
+        assert isinstance(frame, Frame)  # a whole frame was fed
+        if frame.kind in RELAYED_KINDS:  # only a `final` other than its kind's gets here
+            raise PipeBroken(f"a broken frame: {frame.kind} with final {frame.final}")
+        return frame
