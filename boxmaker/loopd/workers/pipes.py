@@ -101,6 +101,76 @@ class PipeBroken(Exception):
     """What came through the pipe cannot be read as frames (or the read failed)."""
 
 
+class BatchWriter:
+    """Whole frames onto one fd, from any thread, by a writer thread of its own: what the senders
+    queued while the last write ran goes out in one write (one syscall for many events under a
+    fast stream). A sender waits while more than `max_pending` bytes are queued, so a reader that
+    stops reading holds the senders up, as a blocking write would.
+    """
+
+    def __init__(self, fd: int, max_pending: int = 1 << 20) -> None:
+        self.fd = fd
+        self._max = max_pending
+        self._cond = threading.Condition()
+        self._pending: list[bytes] = []
+        self._size = 0
+        self._writing = False
+        self._broken: str | None = None  # why writes stopped (the reader went away)
+        self.closed = False
+        self._thread = threading.Thread(target=self._write, name="pipe-writer", daemon=True)
+        self._thread.start()
+
+    def send(self, data: bytes) -> None:
+        """Queues every byte of `data` for the writer thread.
+
+        Raises:
+            PipeClosed: an earlier write found the reader gone (EPIPE), or `close` was called.
+        """
+        with self._cond:
+            self._cond.wait_for(lambda: self._size < self._max or self._stopped())
+            if self._stopped():
+                raise PipeClosed(self._broken or "the pipe is closed")
+            self._pending.append(data)
+            self._size += len(data)
+            self._cond.notify_all()
+
+    def _stopped(self) -> bool:
+        return self.closed or self._broken is not None
+
+    def _write(self) -> None:
+        while True:
+            with self._cond:
+                self._cond.wait_for(lambda: self._pending or self.closed)
+                if not self._pending:
+                    return  # closed, and everything written
+                batch, self._pending, self._size = b"".join(self._pending), [], 0
+                self._writing = True
+                self._cond.notify_all()  # room for the senders
+            view = memoryview(batch)
+            try:
+                while view:
+                    view = view[os.write(self.fd, view) :]
+            except OSError as exc:  # EPIPE, EBADF: the other end is gone; later sends say so
+                with self._cond:
+                    self._broken = f"the pipe's reader is gone: {exc}"
+            with self._cond:
+                self._writing = False
+                if self._broken is not None:
+                    self._pending, self._size = [], 0
+                self._cond.notify_all()
+
+    def close(self, timeout_s: float = 30.0) -> None:
+        """Writes what is queued (within `timeout_s`; nothing waits for a reader that is gone),
+        then closes the fd: the reader sees EOF."""
+        with self._cond:
+            if self.closed:
+                return
+            self.closed = True
+            self._cond.notify_all()
+        self._thread.join(timeout_s)
+        os.close(self.fd)
+
+
 def read_frames(reader: FrameReader | int, on_frame: Callable[[Frame], None]) -> str | None:
     """Reads frames (from a reader, or a fd) until EOF, calling `on_frame` for each, in order.
 

@@ -61,7 +61,7 @@ from boxmaker.session.errors import SessionError, SessionExists
 from boxmaker.session.store import SessionLog
 
 from .gate import PipeGate
-from .pipes import FrameReader, FrameWriter, PipeBroken, PipeClosed, read_frames
+from .pipes import BatchWriter, FrameReader, PipeBroken, PipeClosed, read_frames
 from .wire import GATE_KINDS, config_fields, no_session_frame, parse_turn
 
 PROG = "loopd worker"
@@ -74,7 +74,7 @@ def _say(line: str) -> None:
 
 class Worker:
     def __init__(
-        self, config: Config, session: str | None, out: FrameWriter, stdin: FrameReader
+        self, config: Config, session: str | None, out: BatchWriter, stdin: FrameReader
     ) -> None:
         self.config = config
         self.stdin = stdin
@@ -116,6 +116,7 @@ class Worker:
         finally:
             if self.log is not None:
                 self.log.close()
+            self.out.close()  # every frame queued is written before the process exits
 
     def run(self, turn: Turn) -> None:
         """Runs one turn and sends its final frame, whatever happens in it: a failure nobody
@@ -229,7 +230,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (PipeBroken, BodyError, ConfigError) as exc:  # loopd's bug: it validated the config
         _say(f"stdin: no config to run with: {exc}")
         return 1
-    Worker(config, args.session, FrameWriter(out_fd), stdin).serve()
+    Worker(config, args.session, BatchWriter(out_fd), stdin).serve()
     return 0
 
 
