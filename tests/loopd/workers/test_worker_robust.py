@@ -5,12 +5,19 @@ worker must still end every turn with a final frame, never with a traceback."""
 from __future__ import annotations
 
 import os
+import queue
 import subprocess
 import sys
+import threading
 from typing import Any
 
+import pytest
+
 from boxmaker.loopd.config import read_config
+from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.workers import process
 from boxmaker.loopd.workers.pipes import FrameReader, FrameWriter
+from boxmaker.loopd.workers.pool import Pool, TurnSink
 from boxmaker.loopd.workers.wire import (
     FINAL_KINDS,
     RELAYED_KINDS,
@@ -18,7 +25,16 @@ from boxmaker.loopd.workers.wire import (
     gate_fields,
     gate_frame,
 )
-from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError, decode_body
+from boxmaker.proto import (
+    ChannelBody,
+    ContentEvent,
+    ErrorCode,
+    Turn,
+    TurnDone,
+    WireError,
+    decode_body,
+)
+from boxmaker.proto.frame import Frame, FrameDecoder
 from tests.loopd.serve_support import BOUND_S, ServeEnv, turn_bytes
 
 
@@ -87,3 +103,33 @@ def test_a_count_no_log_line_can_hold_ends_the_turn_with_an_error_not_a_tracebac
     assert "next turn resumes" in last.message, last
     assert "Traceback" not in err, err
     assert code == 0, err
+
+
+def test_a_frame_the_relay_thread_cannot_act_on_ends_the_turn_with_an_error(
+    env: ServeEnv, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The pool's relay thread, against a real child that sends a gate frame out of bounds."""
+    monkeypatch.setattr(process, "WORKER_MODULE", "tests.loopd.workers.hostile_worker")
+    config = read_config(env.write_config())
+    pool = Pool(config, config.parse().channel, SlotGate(4))
+    frames: queue.SimpleQueue[tuple[bytes, bool]] = queue.SimpleQueue()
+    released = threading.Event()
+    sink = TurnSink(deliver=lambda data, final: frames.put((data, final)), on_final=released.set)
+    try:
+        pool.start_turn(Turn("s", "hi", False), sink)
+        got = [frames.get(timeout=BOUND_S)]
+        while not got[-1][1]:
+            got.append(frames.get(timeout=BOUND_S))
+    finally:
+        pool.stop(0.0)
+    decoder = FrameDecoder()
+    decoder.receive_data(b"".join(data for data, _ in got))
+    bodies = []
+    while isinstance(frame := decoder.next_frame(), Frame):
+        bodies.append(decode_body(frame))
+    assert bodies[0] == ContentEvent("hello")
+    last = bodies[-1]
+    assert isinstance(last, WireError), bodies
+    assert last.code == ErrorCode.INTERNAL
+    assert "could not act on its frames" in last.message, last
+    assert released.is_set()
