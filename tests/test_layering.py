@@ -68,7 +68,8 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS, CACHE}),
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
-    CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON, DEFAULTS}),
+    "boxmaker.loopd._readfile": frozenset({KINDS}),  # the config file read bounded
+    CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON, DEFAULTS, "boxmaker.loopd._readfile"}),
     SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records"}),
     # llama: one row per module, because the direction inside it matters.
     LLAMA: frozenset(),  # __init__

@@ -24,6 +24,8 @@ What each event becomes:
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
 | `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
 |                     | shows them                                                          |
+| `answer_part`       | nothing itself: the head of an answer too large for one turn_done,  |
+|                     | printed with it (`--say`) when content was not streamed             |
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from boxmaker.proto import (
+    AnswerPartEvent,
     ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
@@ -111,7 +114,7 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[cache saved: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
         case CacheRestoredEvent(tokens=tokens, elapsed_us=us):
             return f"[cache restored: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
-        case ProgressEvent() | ContentEvent() | ReasoningEvent():
+        case ProgressEvent() | ContentEvent() | ReasoningEvent() | AnswerPartEvent():
             return None
     raise TypeError(f"not a turn event: {event!r}")  # pragma: no cover - the union is closed
 
@@ -143,6 +146,7 @@ class Renderer:
         self._stream_content = stream_content
         self._runs: dict[Stream, _Run] = {Stream.ANSWER: _Run.NONE, Stream.EVENTS: _Run.NONE}
         self._streamed = False  # some content was shown this turn
+        self._head: list[str] = []  # answer_part texts: the head of a turn_done too large
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -161,6 +165,9 @@ class Renderer:
 
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
+        if isinstance(event, AnswerPartEvent):
+            self._head.append(event.text)  # shown with the turn_done it belongs to
+            return []
         if isinstance(event, ContentEvent):
             if not self._stream_content or not event.text:
                 return []
@@ -178,9 +185,10 @@ class Renderer:
         """The pieces that end a turn that succeeded: the answer when it was not streamed, and
         every open line closed, so the next prompt or turn starts in column 0."""
         pieces: list[Piece] = []
+        content = "".join(self._head) + done.content if done.content is not None else None
         if not self._streamed:
-            if done.content:
-                pieces += self._line(Stream.ANSWER, done.content.rstrip("\n"))
+            if content:
+                pieces += self._line(Stream.ANSWER, content.rstrip("\n"))
             else:
                 pieces += self._line(Stream.EVENTS, "[no answer: the reply had no content]")
         return pieces + self.close()
@@ -199,4 +207,5 @@ class Renderer:
                 pieces.append(Piece(where, "\n"))
                 self._runs[where] = _Run.NONE
         self._streamed = False
+        self._head = []
         return pieces

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING
 from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded, print_json_line
 from boxmaker.loopd import serve
 from boxmaker.loopd.cache.keeper import open_keeper
-from boxmaker.loopd.config import Config, ConfigError, load_config
+from boxmaker.loopd.config import Config, ConfigError, read_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import SlotGate
@@ -174,7 +174,7 @@ def cmd_turn(config: Config, args: argparse.Namespace, env: Environment) -> Exit
 
 
 def cmd_serve(config: Config, args: argparse.Namespace, env: Environment) -> ExitStatus:
-    return serve.run(args.config, config, env)
+    return serve.run(args.config_source, config, env)
 
 
 # ---- the parser --------------------------------------------------------------------------------
@@ -261,7 +261,8 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     except ParserExit as done:
         return ExitStatus(done.status)
     try:
-        config = load_config(args.config)
+        args.config_source = read_config(args.config)  # read once: `serve` hands it to workers
+        config = args.config_source.parse()
     except ConfigError as exc:
         _error(env, args.command, str(exc))
         return ExitStatus.ERROR

@@ -15,7 +15,6 @@ from __future__ import annotations
 import copy
 import dataclasses
 import os
-import stat
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +47,7 @@ from boxmaker.loopd._kinds import (
     number,
     text,
 )
+from boxmaker.loopd._readfile import read_bounded
 from boxmaker.loopd._walker import build, parse_toml
 
 __all__ = [
@@ -63,6 +63,7 @@ __all__ = [
     "ChannelConfig",
     "Config",
     "ConfigError",
+    "ConfigSource",
     "ExpectConfig",
     "InferenceConfig",
     "LoopConfig",
@@ -71,6 +72,7 @@ __all__ = [
     "SelftestConfig",
     "load_config",
     "parse_config",
+    "read_config",
 ]
 
 MAX_CONFIG_BYTES = 1 << 20  # 1 MiB: a full config is a few KiB
@@ -211,6 +213,10 @@ class ChannelConfig:
     worker_stop_ms: Annotated[int, MS] = 5000
     # One worker started ahead with no session, so a new session's first turn skips the start.
     spare_worker: Annotated[bool, BOOL] = True
+    # Worker processes at once (spare included; ~20 MB each): past it the longest idle is retired,
+    # and when all run turns a new session's turn waits worker_wait_ms, then gets `unavailable`.
+    max_workers: Annotated[int, integer(1, 4096, "worker processes")] = 16
+    worker_wait_ms: Annotated[int, MS] = 30_000
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -320,50 +326,35 @@ def parse_config(
     return config
 
 
-def _file_kind(mode: int) -> str:
-    kinds = {stat.S_ISDIR: "a folder", stat.S_ISFIFO: "a FIFO", stat.S_ISCHR: "a character device"}
-    kinds |= {stat.S_ISBLK: "a block device", stat.S_ISSOCK: "a socket"}
-    return next((words for test, words in kinds.items() if test(mode)), "not a file")
+# The environment variables a config reads (its keys' Env): all a ConfigSource carries of it.
+CONFIG_ENV = (HOME_ENV,)
 
 
-def _read_bounded(path: Path, source: str) -> bytes:
-    """The bytes of the regular file at `path`, at most MAX_CONFIG_BYTES; raises ConfigError.
+@dataclass(frozen=True, slots=True)
+class ConfigSource:
+    """A config file as read once, with its folder and the env values it reads: `parse()` gives
+    the same Config in any process. loopd's workers get this, never the path (workers/wire.py)."""
 
-    A FIFO would block the read for ever and /dev/zero never ends, so the file's type is
-    checked before it is opened (no device is opened at all) and again on the open descriptor
-    (it may have been swapped); O_NONBLOCK keeps the open itself from waiting on a FIFO's writer.
-    """
+    text: str
+    source: str
+    base_dir: Path
+    env: Mapping[str, str]
 
-    def refuse(message: str) -> ConfigError:
-        return ConfigError(source, None, message)
+    def parse(self) -> Config:
+        return parse_config(self.text, self.source, self.base_dir, self.env)
 
-    too_big = f"larger than {MAX_CONFIG_BYTES} bytes (1 MiB); a config is a few KiB"
+
+def read_config(path: str | Path, env: Mapping[str, str] | None = None) -> ConfigSource:
+    """Reads the config file at `path` (see load_config) without parsing it."""
+    source = str(path)
+    data = read_bounded(Path(path), source, MAX_CONFIG_BYTES)
     try:
-        if not stat.S_ISREG(mode := os.stat(path).st_mode):
-            raise refuse(f"cannot read it: {_file_kind(mode)}, not a regular file")
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        raise refuse("no such file (conf/loopd.toml.example shows every key)") from None
-    except OSError as exc:
-        raise refuse(f"cannot read it: {exc.strerror or exc}") from None
-    try:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise refuse(f"cannot read it: {_file_kind(info.st_mode)}, not a regular file")
-        if info.st_size > MAX_CONFIG_BYTES:
-            raise refuse(too_big)
-        chunks: list[bytes] = []
-        left = MAX_CONFIG_BYTES + 1  # one byte more tells a file that grew past the cap
-        while left > 0 and (chunk := os.read(fd, left)):
-            chunks.append(chunk)
-            left -= len(chunk)
-    except OSError as exc:
-        raise refuse(f"cannot read it: {exc.strerror or exc}") from None
-    finally:
-        os.close(fd)
-    if left <= 0:
-        raise refuse(too_big)
-    return b"".join(chunks)
+        content = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(source, None, f"not UTF-8 text (byte {exc.start})") from None
+    env = os.environ if env is None else env
+    used = {name: env[name] for name in CONFIG_ENV if name in env}
+    return ConfigSource(content, source, Path(path).absolute().parent, used)
 
 
 def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Config:
@@ -373,11 +364,4 @@ def load_config(path: str | Path, env: Mapping[str, str] | None = None) -> Confi
     unreadable, not a regular file, over 1 MiB, not UTF-8, or wrong in any way `parse_config`
     checks.
     """
-    source = str(path)
-    data = _read_bounded(Path(path), source)
-    try:
-        content = data.decode("utf-8")
-    except UnicodeDecodeError as exc:
-        raise ConfigError(source, None, f"not UTF-8 text (byte {exc.start})") from None
-    base_dir = Path(path).absolute().parent
-    return parse_config(content, source, base_dir, os.environ if env is None else env)
+    return read_config(path, env).parse()

@@ -24,7 +24,6 @@ import dataclasses
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon import SetupError
@@ -36,13 +35,14 @@ from boxmaker._fast import IMPLEMENTATIONS  # filled in as the client imports th
 from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper
 from boxmaker.loopd.channel.locks import SessionLocks
 from boxmaker.loopd.channel.server import ChannelServer
-from boxmaker.loopd.config import Config
+from boxmaker.loopd.config import Config, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.retry import is_retryable
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.loopd.workers.pool import Pool
+from boxmaker.proto.errors import EncodeError
 
 PROG = "loopd"
 SETTING = "[channel] socket"
@@ -87,7 +87,7 @@ def wait_until_loaded(
         sleep(LOAD_POLL_S)
 
 
-def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
+def run(source: ConfigSource, config: Config, env: Environment) -> ExitStatus:
     log = DaemonLog(PROG, env.stdout, env.stderr)
     path = str(config.channel.socket)
     try:
@@ -124,7 +124,11 @@ def run(config_path: Path, config: Config, env: Environment) -> ExitStatus:
         except SetupError as exc:
             log.warn(f"serve: {exc}")
             return ExitStatus.ERROR
-        pool = Pool(config_path, config.channel, gate, keeper)
+        try:
+            pool = Pool(source, config.channel, gate, keeper)
+        except EncodeError as exc:
+            log.warn(f"serve: the config cannot be handed to the workers: {exc}; shorten it")
+            return ExitStatus.ERROR
         if keeper is not None:
             keeper.start()
         server = ChannelServer(config.channel, pool, SessionLocks(), log)

@@ -9,6 +9,7 @@ session log's records, line form and chain), `errors` (the ProtocolError family)
 from ._codec import json_type, load_json, load_json_object
 from .channel import (
     EVENT_TYPES,
+    AnswerPartEvent,
     ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
@@ -29,6 +30,7 @@ from .channel import (
     WaitingEvent,
     channel_frame,
     decode_body,
+    done_frames,
     event_from_json,
     event_to_json,
 )
@@ -101,6 +103,7 @@ __all__ = [
     "RECORD_TYPES",
     "SESSION_ID_RE",
     "TIME_EXAMPLE",
+    "AnswerPartEvent",
     "ApprovalNeededEvent",
     "Assistant",
     "AssistantMessage",
@@ -165,6 +168,7 @@ __all__ = [
     "chat_message_from_json",
     "decode_body",
     "decode_line",
+    "done_frames",
     "encode_frame",
     "encode_line",
     "error_frame",

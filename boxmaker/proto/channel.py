@@ -7,6 +7,9 @@
 | `turn_done`  | from      | true  | TurnDone: `{content, usage}`           |
 | `error`      | from      | true  | WireError: `{code, message}`           |
 
+A turn_done too large for one frame is sent as `answer_part` events and a shorter turn_done
+(`done_frames`): the answer is the parts' texts joined, then turn_done's content.
+
 A TurnEvent is an object tagged by `type`, then its fields in the brief's order, e.g.
 `{"type": "progress", "total": 900, "cache": 512, "processed": 128}`.
 
@@ -91,6 +94,15 @@ class ContentEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class AnswerPartEvent:
+    """A piece of the turn's answer, sent just before a turn_done too large for one frame: the
+    answer is every answer_part's text, in order, then turn_done's content (`done_frames`)."""
+
+    TAG: ClassVar[str] = "answer_part"
+    text: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
 class ToolCallStartedEvent:
     TAG: ClassVar[str] = "tool_call_started"
     name: str = field(metadata=wire(STR))
@@ -162,6 +174,7 @@ TurnEvent = (
     | ProgressEvent
     | ReasoningEvent
     | ContentEvent
+    | AnswerPartEvent
     | ToolCallStartedEvent
     | ToolResultEvent
     | ApprovalNeededEvent
@@ -180,6 +193,7 @@ EVENT_TYPES: dict[str, type[TurnEvent]] = {
         ProgressEvent,
         ReasoningEvent,
         ContentEvent,
+        AnswerPartEvent,
         ToolCallStartedEvent,
         ToolResultEvent,
         ApprovalNeededEvent,
@@ -259,6 +273,26 @@ def channel_frame(body: ChannelBody) -> bytes:
     if isinstance(body, WireError):
         return encode_frame("error", body.to_json(), True)
     return encode_frame("turn_event", {"event": event_to_json(body)}, False)
+
+
+# An answer_part's text, in characters: at most 6 bytes each once in JSON ("\u001f"), so a part's
+# frame stays well under MAX_FRAME_BYTES whatever the text.
+ANSWER_PART_CHARS = 131_072
+
+
+def done_frames(done: TurnDone) -> list[bytes]:
+    """The frames that end a turn: its turn_done, or, when the answer is too large for one frame,
+    `answer_part` events carrying its head and a turn_done carrying the rest, so an answer of
+    any size reaches the client."""
+    try:
+        return [channel_frame(done)]
+    except EncodeError:
+        if done.content is None or len(done.content) <= ANSWER_PART_CHARS:
+            raise
+    text, n = done.content, ANSWER_PART_CHARS
+    cut = (len(text) - 1) // n * n  # the last part (1 to n characters) stays in turn_done
+    parts = [channel_frame(AnswerPartEvent(text[i : i + n])) for i in range(0, cut, n)]
+    return [*parts, channel_frame(TurnDone(text[cut:], done.usage))]
 
 
 def decode_body(frame: Frame) -> ChannelBody:

@@ -14,6 +14,7 @@ from boxmaker.bxctl.render import (
 )
 from boxmaker.proto import (
     EVENT_TYPES,
+    AnswerPartEvent,
     ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
@@ -44,6 +45,7 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ProgressEvent(900, 512, 128), None),
     (ReasoningEvent("hmm"), None),
     (ContentEvent("hi"), None),
+    (AnswerPartEvent("hi"), None),
     (ToolCallStartedEvent("clock"), "[tool clock: started]"),
     (ToolResultEvent("clock", ResultClass.PUBLIC, False), "[tool clock: done, public]"),
     (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
@@ -78,6 +80,13 @@ def test_content_streams_as_it_comes_and_the_turn_ends_the_line() -> None:
     assert r.event(ContentEvent("Hel")) == [Piece(A, "Hel")]
     assert r.event(ContentEvent("lo.")) == [Piece(A, "lo.")]
     assert r.done(TurnDone("Hello.", USAGE)) == [Piece(A, "\n")]
+
+
+def test_answer_parts_are_the_head_of_the_answer_say_prints() -> None:
+    r = Renderer(dim=False, split=True, stream_content=False)
+    assert r.event(AnswerPartEvent("Hel")) == []
+    assert text(r.done(TurnDone("lo.", USAGE)), A) == "Hello.\n"
+    assert text(r.done(TurnDone("next", USAGE)), A) == "next\n"  # the parts were that turn's
 
 
 def test_a_status_line_in_the_middle_of_content_starts_on_its_own_line() -> None:

@@ -82,6 +82,9 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("channel.send_timeout_ms", 30_000),
     ("channel.worker_stop_ms", 5000),
     ("channel.spare_worker", True),
+    # Issue 24: the bound on workers.
+    ("channel.max_workers", 16),
+    ("channel.worker_wait_ms", 30_000),
     ("baseline.system", BASE / "system.md"),
     # Issue 14: slot save/restore.
     ("cache.slot_save", False),

@@ -5,7 +5,9 @@ from typing import Any, cast
 import pytest
 
 from boxmaker.proto.channel import (
+    ANSWER_PART_CHARS,
     EVENT_TYPES,
+    AnswerPartEvent,
     ApprovalNeededEvent,
     CacheLossEvent,
     CacheRestoredEvent,
@@ -25,11 +27,12 @@ from boxmaker.proto.channel import (
     WaitingEvent,
     channel_frame,
     decode_body,
+    done_frames,
     event_from_json,
     event_to_json,
 )
 from boxmaker.proto.errors import BodyError, EncodeError, ProtocolError
-from boxmaker.proto.frame import Frame, FrameDecoder
+from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder
 from boxmaker.proto.tool import ResultClass
 from boxmaker.proto.wire import ErrorCode, WireError
 
@@ -76,6 +79,7 @@ EVENTS: list[tuple[Any, bytes]] = [
     (ProgressEvent(900, 512, 128), b'{"type":"progress","total":900,"cache":512,"processed":128}'),
     (ReasoningEvent("hm"), b'{"type":"reasoning","text":"hm"}'),
     (ContentEvent("It "), b'{"type":"content","text":"It "}'),
+    (AnswerPartEvent("It "), b'{"type":"answer_part","text":"It "}'),
     (ToolCallStartedEvent("clock"), b'{"type":"tool_call_started","name":"clock"}'),
     (
         ToolResultEvent("clock", ResultClass.PUBLIC, False),
@@ -103,7 +107,7 @@ def test_every_event_type_of_the_brief_has_a_case() -> None:
     assert set(EVENT_TYPES) == {
         "queued", "waiting", "progress", "reasoning", "content", "tool_call_started",
         "tool_result", "thinking_capped", "retrying", "cache_loss",
-        "cache_saved", "cache_restored", "approval_needed",
+        "cache_saved", "cache_restored", "approval_needed", "answer_part",
     }  # fmt: skip
 
 
@@ -218,3 +222,22 @@ def test_encoding_refuses_what_is_not_a_channel_body() -> None:
         channel_frame(cast(Any, "hello"))
     with pytest.raises(EncodeError, match=r"turn\.session: expected a session id"):
         channel_frame(Turn("a b", "x", True))
+
+
+@pytest.mark.parametrize("unit", ["a", "\x01", "\U0001f600"])
+def test_an_answer_of_any_size_is_split_into_frames_that_each_fit(unit: str) -> None:
+    usage = TurnUsage(1, 2, 3, 0, False)
+    small = TurnDone(unit * 100, usage)
+    assert done_frames(small) == [channel_frame(small)]
+    answer = unit * (3 * ANSWER_PART_CHARS + 5) if unit != "a" else "a" * 1_100_000
+    dec = FrameDecoder()
+    for data in done_frames(TurnDone(answer, usage)):
+        dec.receive_data(data)
+    bodies = []
+    while (frame := dec.next_frame()) is not NEED_DATA:
+        bodies.append(decode_body(cast(Frame, frame)))
+    *parts, done = bodies
+    assert all(isinstance(p, AnswerPartEvent) for p in parts)
+    assert isinstance(done, TurnDone)
+    assert done.usage == usage
+    assert "".join(cast(AnswerPartEvent, p).text for p in parts) + (done.content or "") == answer

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import queue
+import sys
 import threading
 from collections import deque
 from collections.abc import Callable, Iterator
@@ -148,8 +149,10 @@ class GateServer:
         send: Send,
         cache: SlotCache | None = None,
         session: Callable[[], str | None] = lambda: None,
+        warn: Callable[[str], None] = lambda line: print(f"loopd: {line}", file=sys.stderr),
     ) -> None:
         self._gate = gate
+        self._warn = warn
         self._send = send
         self._cache = cache
         self._session = session
@@ -199,13 +202,25 @@ class GateServer:
             self._send(data)
 
     def _grant(self, ask: int, slot: int) -> None:
+        notes: list[dict[str, Any]] = []
+        try:
+            notes = [] if self._cache is None else self._cache.before_grant(slot, self._session())
+            grant = gate_frame("gate_grant", ask, **({"cache": notes} if notes else {}))
+        except Exception as exc:  # the keeper's bug, or notes that cannot be sent: the turn
+            self._warn(f"the slot cache failed before a grant ({type(exc).__name__}: {exc})")
+            grant = gate_frame("gate_grant", ask)  # goes on without them, its slot held
+        self._reply(grant)
+
+    def _released(self, slot: int) -> None:
         if self._cache is None:
-            self._reply(gate_frame("gate_grant", ask))
             return
-        notes = self._cache.before_grant(slot, self._session())
-        self._reply(gate_frame("gate_grant", ask, **({"cache": notes} if notes else {})))
+        try:
+            self._cache.after_release(slot, self._session())
+        except Exception as exc:  # gate_left must still be sent, or the worker waits for ever
+            self._warn(f"the slot cache failed after a release ({type(exc).__name__}: {exc})")
 
     def _serve(self) -> None:
+        # This thread is the one way this worker's asks are answered: nothing may end it early.
         while (item := self._pending.get()) is not None:
             self._hold(*item)
 
@@ -215,17 +230,23 @@ class GateServer:
             self._reply(gate_frame("gate_queued", ask, ahead=event.ahead))
 
         answer = gate_frame("gate_left", ask)
+        granted = False
         try:
             with self._gate.hold(slot, queued, leave=entry.released.is_set):
                 if not entry.released.is_set():
                     self._grant(ask, slot)
+                    granted = True
                     entry.released.wait()
-                    if self._cache is not None:
-                        self._cache.after_release(slot, self._session())
+                    self._released(slot)
         except Busy as exc:
             answer = gate_frame("gate_busy", ask, message=str(exc))
         except Left:
             pass  # the worker left the line, or went away
+        except Exception as exc:  # a bug: the worker still gets its answer, and its turn ends
+            self._warn(f"the slot gate failed: {type(exc).__name__}: {exc}")
+            if not granted:  # Busy in the worker: its turn ends with an error that says so
+                why = f"loopd's slot gate failed ({type(exc).__name__}: {exc}); send it again"
+                answer = gate_frame("gate_busy", ask, message=why)
         with self._lock:
             self._asks.pop(ask, None)
         self._reply(answer)

@@ -6,6 +6,7 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 
 | kind           | from   | final | body                                                |
 |----------------|--------|-------|-----------------------------------------------------|
+| `config`       | main   | false | first, once: the ConfigSource loopd validated       |
 | `turn`         | main   | true  | the channel's Turn: `{session, content, resume, thinking}` |
 | `turn_event`   | worker | false | the channel's `{event}`                             |
 | `turn_done`    | worker | true  | the channel's TurnDone                              |
@@ -34,7 +35,10 @@ GATE_KINDS = frozenset(
 # A worker whose session did not open (missing, busy, refused) holds nothing worth keeping: it
 # says so before its final frame, and loopd stops it then, before the next turn can reach it.
 NO_SESSION = "no_session"
-PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION}
+# A worker's first frame: the config loopd read and validated (never the file's path, which may
+# have changed since).
+CONFIG = "config"
+PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION, CONFIG}
 # The channel's frames a worker sends back: relayed to the client as they are.
 RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
 FINAL_KINDS = frozenset({"turn_done", "error"})
@@ -56,6 +60,23 @@ def parse_turn(frame: Frame) -> Turn:
 
 def turn_frame(turn: Turn) -> bytes:
     return channel_frame(turn)
+
+
+def config_frame(text: str, source: str, base_dir: str, env: dict[str, str]) -> bytes:
+    """The fields of loopd's ConfigSource. Raises EncodeError when they do not fit a frame."""
+    body = {"text": text, "source": source, "base_dir": base_dir, "env": env}
+    return encode_frame(CONFIG, body, False, PIPE_KINDS)
+
+
+def config_fields(frame: Frame) -> tuple[str, str, str, dict[str, str]]:
+    """What `config_frame` wrote. Raises BodyError when the frame is not that."""
+    body = frame.body
+    text, source, base_dir, env = (body.get(k) for k in ("text", "source", "base_dir", "env"))
+    if frame.kind != CONFIG or not all(isinstance(v, str) for v in (text, source, base_dir)):
+        raise BodyError(f"expected a config frame with text, source and base_dir, got {frame}")
+    if not isinstance(env, dict) or not all(isinstance(v, str) for v in env.values()):
+        raise BodyError("config.env: expected an object of strings")
+    return str(text), str(source), str(base_dir), env
 
 
 def no_session_frame() -> bytes:

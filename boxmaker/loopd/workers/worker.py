@@ -1,9 +1,11 @@
 """A session worker: owns one session's log and runs its turns, one at a time.
 
-    python -m boxmaker.loopd.workers.worker --config <path> [--session <id>]
+    python -m boxmaker.loopd.workers.worker [--session <id>]
 
 loopd's main process starts one per active session (workers/pool.py); one started without
-`--session` is a spare, and serves the session of the first turn it is sent. Frames come on stdin
+`--session` is a spare, and serves the session of the first turn it is sent. Its first frame on
+stdin is the config loopd validated (wire.py's `config`): a worker never reads the file, so every
+worker of one loopd runs the config loopd started with. Frames come on stdin
 and go out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr
 too, so nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
 (turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
@@ -30,7 +32,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from boxmaker.loopd.cache.policy import Note
-from boxmaker.loopd.config import Config, ConfigError, load_config
+from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.tools.port import tool_port, utc_now
@@ -43,20 +45,25 @@ from boxmaker.proto import (
     CacheRestoredEvent,
     CacheSaved,
     CacheSavedEvent,
+    ContentEvent,
     ErrorCode,
+    ReasoningEvent,
     SessionIdError,
     Turn,
     TurnEvent,
     WireError,
     channel_frame,
+    done_frames,
 )
-from boxmaker.proto.frame import Frame
+from boxmaker.proto.channel import ANSWER_PART_CHARS
+from boxmaker.proto.errors import EncodeError
+from boxmaker.proto.frame import Frame, error_frame
 from boxmaker.session.errors import SessionError, SessionExists
 from boxmaker.session.store import SessionLog
 
 from .gate import PipeGate
-from .pipes import FrameWriter, PipeClosed, read_frames
-from .wire import GATE_KINDS, no_session_frame, parse_turn
+from .pipes import BatchWriter, FrameReader, PipeBroken, PipeClosed, read_frames
+from .wire import GATE_KINDS, config_fields, no_session_frame, parse_turn
 
 PROG = "loopd worker"
 
@@ -67,8 +74,11 @@ def _say(line: str) -> None:
 
 
 class Worker:
-    def __init__(self, config: Config, session: str | None, out: FrameWriter) -> None:
+    def __init__(
+        self, config: Config, session: str | None, out: BatchWriter, stdin: FrameReader
+    ) -> None:
         self.config = config
+        self.stdin = stdin
         self.session = session
         self.out = out
         self.gate = PipeGate(out.send)
@@ -93,7 +103,7 @@ class Worker:
                 self.turns.put(None)
 
     def read_stdin(self) -> None:
-        problem = read_frames(0, self.on_frame)
+        problem = read_frames(self.stdin, self.on_frame)
         if problem is not None:
             _say(f"stdin: {problem}")
         self.gate.parent_gone()
@@ -107,9 +117,31 @@ class Worker:
         finally:
             if self.log is not None:
                 self.log.close()
+            self.out.close()  # every frame queued is written before the process exits
 
     def run(self, turn: Turn) -> None:
-        """Runs one turn and sends its final frame."""
+        """Runs one turn and sends its final frame, whatever happens in it: a failure nobody
+        foresaw (a bug, a value that cannot be encoded) ends the turn with an `internal` error
+        that says what it was, never the worker with a traceback and the turn with nothing."""
+        try:
+            self._run(turn)
+        except Exception as exc:  # the last line: no turn ends without its final frame
+            _say(f"a turn of {turn.session} failed: {type(exc).__name__}: {exc}")
+            if self.log is not None:  # its state is unknown now: let the next worker reopen it
+                with contextlib.suppress(OSError):
+                    self.log.close()
+                self.log = None
+            self.send(no_session_frame())
+            self.send(
+                error_frame(
+                    ErrorCode.INTERNAL,
+                    f"the session worker failed: {type(exc).__name__}: {exc}; the session's log "
+                    "holds the turn up to the last record written, and the next turn resumes "
+                    "from it",
+                )
+            )
+
+    def _run(self, turn: Turn) -> None:
         if self.session is None:
             self.session = turn.session  # a spare: this is its session from now on
         if turn.session != self.session:
@@ -138,13 +170,26 @@ class Worker:
                 self.send(no_session_frame())
             self.send(channel_frame(error_for(exc)))
             return
-        self.send(channel_frame(outcome))
+        if isinstance(outcome, WireError):
+            self.send(channel_frame(outcome))
+            return
+        for data in done_frames(outcome):  # an answer too large for one frame is split
+            self.send(data)
 
     def on_approval(self, call_id: str, tool: str, summary: str) -> None:
         self.on_event(ApprovalNeededEvent(call_id, tool, summary))
 
     def on_event(self, event: TurnEvent) -> None:
-        self.send(channel_frame(event))
+        try:
+            data = channel_frame(event)
+        except EncodeError:
+            if not isinstance(event, (ContentEvent, ReasoningEvent)):
+                raise  # run() ends the turn with an error saying so
+            n = ANSWER_PART_CHARS  # one streamed piece too large for a frame: cut it smaller
+            for i in range(0, len(event.text), n):
+                self.send(channel_frame(type(event)(event.text[i : i + n])))
+            return
+        self.send(data)
 
     def on_cache(self, notes: list[object]) -> None:
         """The saves and restores loopd did for this session (a grant's `cache`): each one a
@@ -172,7 +217,6 @@ class Worker:
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="One session's worker (loopd's).")
-    parser.add_argument("--config", required=True, type=Path)
     parser.add_argument("--session", help="the session; a spare takes its first turn's")
     args = parser.parse_args(argv)
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -180,12 +224,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     out_fd = os.dup(1)
     os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
     sys.stdout = sys.stderr
+    stdin = FrameReader(0)
     try:
-        config = load_config(args.config)
-    except ConfigError as exc:
-        _say(str(exc))
+        frame = stdin.next()
+        if frame is None:
+            return 0  # loopd went away before it sent anything
+        text, source, base_dir, env = config_fields(frame)
+        config = ConfigSource(text, source, Path(base_dir), env).parse()
+    except (PipeBroken, BodyError, ConfigError) as exc:  # loopd's bug: it validated the config
+        _say(f"stdin: no config to run with: {exc}")
         return 1
-    Worker(config, args.session, FrameWriter(out_fd)).serve()
+    Worker(config, args.session, BatchWriter(out_fd), stdin).serve()
     return 0
 
 

@@ -166,3 +166,54 @@ def test_the_grant_carries_the_cache_notes_and_the_release_reaches_the_cache() -
             t.join(5.0)
         for fd in (up_r, down_r):
             os.close(fd)
+
+
+class FailingCache:
+    """A SlotCache whose every call fails as the keeper did on an unencodable number (24.2)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def before_grant(self, slot: int, session: str | None) -> list[dict[str, object]]:
+        self.calls += 1
+        raise TypeError("Type is not JSON serializable: float")
+
+    def after_release(self, slot: int, session: str | None) -> None:
+        self.calls += 1
+        raise TypeError("Type is not JSON serializable: float")
+
+
+def test_a_failing_cache_keeper_neither_withholds_the_grant_nor_the_release() -> None:
+    """Nothing on the gate's thread may die without answering: a hold after a failure goes on."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    up, down = FrameWriter(up_w), FrameWriter(down_w)
+    pipe_gate = PipeGate(up.send)
+    warned: list[str] = []
+    server = GateServer(SlotGate(4), down.send, FailingCache(), lambda: "s1", warned.append)
+    threads = [
+        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
+        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+
+    def two_holds() -> None:
+        for _ in range(2):  # the second finds the slot free: the first was let go
+            with pipe_gate.hold(1, lambda _e: None):
+                pass
+
+    try:
+        holder = threading.Thread(target=two_holds, daemon=True)
+        holder.start()
+        holder.join(10.0)
+        assert not holder.is_alive(), "a hold never got its grant or its gate_left"
+        assert len(warned) == 4, warned
+        assert "TypeError" in warned[0], warned
+    finally:
+        up.close()
+        down.close()
+        for t in threads:
+            t.join(5.0)
+        for fd in (up_r, down_r):
+            os.close(fd)
