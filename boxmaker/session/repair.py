@@ -22,8 +22,8 @@ from pathlib import Path
 
 from .check import check_session
 from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
-from .files import FILE_MODE, create_file, fsync_dir, read_fd, read_maybe, write_all
-from .paths import BASELINE_NAME, LOG_NAME, open_locked, session_dir
+from .files import FILE_MODE, create_file, fsync_dir, read_bounded, write_all
+from .paths import LOG_MAX_BYTES, LOG_NAME, cannot_reach, open_locked, read_baseline, session_dir
 from .torn import torn_tail
 
 ONLY_TORN = "repair only cuts a torn last line (a final line without its newline)"
@@ -51,17 +51,19 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
         LogCorrupt, SessionError: the log is missing or the files cannot be read or written.
     """
     path = session_dir(home, session_id)
-    if not path.is_dir():
-        raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    try:
+        if not path.is_dir():
+            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    except OSError as e:
+        raise SessionError(cannot_reach(path, e)) from e
     log_path = path / LOG_NAME
-    base_path = path / BASELINE_NAME
     fd = open_locked(session_id, path)
     try:
-        data = read_fd(fd)
-        base_data = read_maybe(base_path)
+        data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
+        base_path, base_data = read_baseline(path)
 
         def check(log_data: bytes) -> int:
-            args = (session_id, str(log_path), log_data, str(base_path), base_data)
+            args = (session_id, str(log_path), log_data, base_path, base_data)
             return len(check_session(*args).records)
 
         try:
