@@ -15,13 +15,11 @@ Rules (M2b brief section 2, DECISIONS.md "Sessions"):
   dirty pages, so the next append first reopens the log from disk and checks all of it; a log
   that cannot be cut back or reopened stays closed, and every later append says why.
 - `open` reads and checks everything (`check.check_session`): a log that fails is refused with
-  the file, the line and the fault, and nothing is repaired. Both files are opened without
-  following a final symlink, must be regular files (a FIFO or device is refused without
-  blocking), and are read with a bound (LOG_MAX_BYTES, BASELINE_MAX_BYTES).
-- Before every append the log's path must still name the open file (device and inode): a log
-  replaced under a live writer (an editor's save, `mv` over it, a restore) would otherwise take
-  acknowledged records into an unlinked file. A replaced log is LogReplaced, nothing written,
-  and the log closes itself, so the next open reads and checks the file now there.
+  the file, the line and the fault, and nothing is repaired. Both files are read as every home
+  file is (`files.read_regular`: no final symlink, regular only, a size bound).
+- Before every append the log's path must still name the open file (device, inode): else a log
+  replaced under a live writer (an editor's save, a restore) takes acknowledged records into an
+  unlinked file. LogReplaced: nothing written, the log closed, the next open checks the new file.
 
 `create` builds the session's folder under a hidden name and renames it into place complete, its
 log already locked, so nobody ever sees a session without its first line.
@@ -49,7 +47,7 @@ from boxmaker.proto.log import LogRecord
 
 from . import crashpoint
 from .baseline import Baseline
-from .check import CheckedLog, Finding, check_session, finding
+from .check import CheckedLog, check_session
 from .errors import (
     AppendFailed,
     LogCorrupt,
@@ -69,7 +67,6 @@ from .files import (
     fsync_dir,
     open_regular,
     read_bounded,
-    read_regular,
     write_all,
 )
 from .paths import (
@@ -84,7 +81,7 @@ from .paths import (
     read_baseline,
     session_dir,
 )
-from .torn import repairable_cut
+from .verify import verify_session
 
 __all__ = [
     "BASELINE_NAME",
@@ -262,9 +259,8 @@ class SessionLog:
         line = encode_line(record, self._next_seq, self._next_prev)
         if self._size + len(line) > LOG_MAX_BYTES:
             raise SessionError(
-                f"{self.log_path}: the log is full: this record would take it past "
-                f"{LOG_MAX_BYTES:,} bytes, the most a log may hold; nothing was written "
-                "(start a new session)"
+                f"{self.log_path}: full: this record would pass {LOG_MAX_BYTES:,} bytes, the most "
+                "a log may hold; nothing was written (start a new session)"
             )
         self._check_identity()
         if self._stale:
@@ -391,42 +387,6 @@ class SessionLog:
     def __del__(self) -> None:
         # A log dropped without close() still releases its lock (and its fd) when collected.
         self.close()
-
-
-def verify_session(home: Path, session_id: str) -> Finding:
-    """Checks a session from disk, read-only and without its lock (a running writer is fine).
-
-    Never blocks and never raises for what is on disk: a FIFO, a device, a folder, a link, a file
-    over its bound or one that cannot be read is a finding that says so.
-
-    Raises:
-        SessionIdError: a bad id, before anything is touched.
-    """
-    path = session_dir(home, session_id)
-    log_path = path / LOG_NAME
-    name = str(log_path)
-    try:
-        os.stat(path)
-    except FileNotFoundError:
-        return Finding(session_id, name, error=f"no such session ({path} does not exist)")
-    except OSError as e:
-        return Finding(session_id, name, error=cannot_reach(path, e))
-    try:
-        data = read_regular(log_path, LOG_MAX_BYTES)
-        if data is None:
-            return Finding(session_id, name, error=f"{log_path}: missing; no log")
-        base = read_baseline(path)
-        checked = check_session(session_id, name, data, *base)
-    except LogCorrupt as e:
-        error = str(e)
-        if repairable_cut(session_id, name, data, *base) is not None:
-            error += f"; this torn last line is the only fault: `bxctl repair {session_id}` cuts it"
-        return Finding(session_id, name, error=error)
-    except SessionError as e:  # not a regular file, over its bound, cannot be opened
-        return Finding(session_id, name, error=str(e))
-    except OSError as e:
-        return Finding(session_id, name, error=cannot_reach(log_path, e))
-    return finding(session_id, name, checked)
 
 
 def _undo_create(fd: int, tmp: Path) -> None:
