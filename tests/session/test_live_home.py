@@ -18,8 +18,8 @@ import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, User, WireError
 from boxmaker.session.store import verify_session
-from tests.loopd.serve_support import ServeEnv, serve_env, turn
-from tests.support.procs import wait_for
+from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, serve_env, turn
+from tests.support.procs import Daemon, python_module, wait_for
 
 
 @pytest.fixture
@@ -151,3 +151,26 @@ def test_a_fifo_as_core_memory_ends_a_new_sessions_turn_with_a_message(env: Serv
     core.unlink()
     core.write_text("The owner likes tea.\n")
     assert isinstance(turn(env.socket, "new2", "one", resume=False)[-1], TurnDone)
+
+
+def test_a_second_loopd_serve_on_the_same_home_exits_1_saying_why(env: ServeEnv) -> None:
+    first = env.start()
+    other = env.folder / "other.toml"
+    other.write_text(
+        env.write_config().read_text().replace(str(env.socket), str(env.folder / "b.sock"))
+    )
+    second = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(other)))
+    env.daemons.append(second)
+    assert second.wait(BOUND_S) == 1
+    lock = env.home / "loopd.lock"
+    assert any(
+        f"another loopd serve is running on the home {env.home} (it holds {lock})" in line
+        for line in second.err_lines
+    ), second.err_lines
+    assert not (env.folder / "b.sock").exists()
+    assert isinstance(turn(env.socket, "still", "one", resume=False)[-1], TurnDone)
+    assert first.stop() == 0
+    # the lock dies with its holder: a new serve takes the home
+    again = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(other)))
+    env.daemons.append(again)
+    again.wait_for_line(START_LINE, BOUND_S)
