@@ -38,8 +38,12 @@ def verify_session(home: Path, session_id: str) -> Finding:
         checked = check_session(session_id, name, data, *base)
     except LogCorrupt as e:
         error = str(e)
-        if repairable_cut(session_id, name, data, *base) is not None:
-            error += f"; this torn last line is the only fault: `bxctl repair {session_id}` cuts it"
+        cut = repairable_cut(session_id, name, data, *base)
+        fix = f"`bxctl repair {session_id}`"
+        if not data or (cut is not None and not cut.keep):
+            error += f"; nothing in it was ever acknowledged: {fix} sets the session aside"
+        elif cut is not None:
+            error += f"; this {cut.kind} last line is the only fault: {fix} cuts it"
         return Finding(session_id, name, error=error)
     except SessionError as e:  # not a regular file, over its bound, cannot be opened
         return Finding(session_id, name, error=str(e))
