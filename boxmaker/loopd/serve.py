@@ -1,7 +1,9 @@
 """`loopd serve --config <path>`: the self-test, then the channel on loop.sock (M2b section 8).
 
-In order: `<home>/loopd.lock` is flocked for serve's life (one loopd per home: a second serve
-exits 1 saying so); a stale socket file at `[channel] socket` is removed (so clients see "not running"
+First `<home>/loopd.lock` is flocked for serve's life: one loopd per home (two keepers would
+overwrite each other's state), so a second serve on the same home exits 1 saying so.
+
+In order: a stale socket file at `[channel] socket` is removed (so clients see "not running"
 rather than "connection refused" while the self-test runs); the self-test runs, and a failure
 exits 1 with its findings; the socket is bound 0600 in a 0700 folder; one start line names the
 socket, the compiled modules in use, the slots and the home. Then connections are accepted, each
