@@ -20,7 +20,9 @@ from pathlib import Path
 import orjson
 import pytest
 
+from boxmaker.proto import User
 from boxmaker.session.baseline import BASELINE_MAX_BYTES, Baseline
+from boxmaker.session.errors import LogReplaced, SessionError
 from boxmaker.session.store import BASELINE_NAME, LOG_NAME, SessionStore
 from tests.session.cases import CONVERSATION, T0, make_session
 
@@ -154,3 +156,29 @@ def test_a_user_who_cannot_read_the_home_gets_a_message(tmp_path: Path) -> None:
         assert "Traceback" not in r.err, (argv, r.err)
         assert "Permission denied" in r.out + r.err, (argv, r)
         assert "run bxctl as the user loopd runs as" in r.out + r.err, (argv, r)
+
+
+def test_an_append_checks_the_logs_identity_first(tmp_path: Path) -> None:
+    log_path = make_session(tmp_path)
+    with SessionStore(tmp_path).open("s1") as log:
+        before = log_path.read_bytes()
+        os.rename(log_path, log_path.with_name("old"))
+        shutil.copy(log_path.with_name("old"), log_path)  # same bytes, another inode
+        with pytest.raises(LogReplaced, match="was replaced while this session was open"):
+            log.append(User(T0, "lost?"))
+        assert log.closed  # the next open reads the file now at the path
+        assert log_path.read_bytes() == before
+        assert log_path.with_name("old").read_bytes() == before  # nothing went to the old one
+
+
+def test_an_append_past_the_log_bound_is_refused_and_writes_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    log_path = make_session(tmp_path)
+    size = log_path.stat().st_size
+    monkeypatch.setattr("boxmaker.session.store.LOG_MAX_BYTES", size + 10)
+    with SessionStore(tmp_path).open("s1") as log:
+        with pytest.raises(SessionError, match="full: this record would pass"):
+            log.append(User(T0, "a record longer than ten bytes"))
+        assert not log.closed
+    assert log_path.stat().st_size == size
