@@ -32,9 +32,14 @@ def verify_session(home: Path, session_id: str) -> Finding:
         return Finding(session_id, name, error=cannot_reach(path, e))
     try:
         data = read_regular(log_path, LOG_MAX_BYTES)
-        if data is None:
-            return Finding(session_id, name, error=f"{log_path}: missing; no log")
         base = read_baseline(path)
+    except SessionError as e:  # not a regular file, over its bound, cannot be opened
+        return Finding(session_id, name, error=str(e))
+    except OSError as e:
+        return Finding(session_id, name, error=cannot_reach(log_path, e))
+    if data is None:
+        return Finding(session_id, name, error=f"{log_path}: missing; no log")
+    try:
         checked = check_session(session_id, name, data, *base)
     except LogCorrupt as e:
         error = str(e)
@@ -45,8 +50,4 @@ def verify_session(home: Path, session_id: str) -> Finding:
         elif cut is not None:
             error += f"; this {cut.kind} last line is the only fault: {fix} cuts it"
         return Finding(session_id, name, error=error)
-    except SessionError as e:  # not a regular file, over its bound, cannot be opened
-        return Finding(session_id, name, error=str(e))
-    except OSError as e:
-        return Finding(session_id, name, error=cannot_reach(log_path, e))
     return finding(session_id, name, checked)

@@ -7,6 +7,7 @@ astray; the session serves again once the files are fit.
 from __future__ import annotations
 
 import fcntl
+import functools
 import os
 import shutil
 import subprocess
@@ -126,7 +127,7 @@ def test_special_files_in_a_session_end_its_turn_with_a_message(env: ServeEnv, n
         assert isinstance(turn(env.socket, session, "one", resume=False)[-1], TurnDone)
         path = env.home / "sessions" / session / name
         log = path.with_name("0.jsonl")
-        wait_for(lambda log=log: unlocked(log), "the idle worker to let go of the log")
+        wait_for(functools.partial(unlocked, log), "the idle worker to let go of the log")
         kept = path.with_name("kept")
         os.rename(path, kept)
         plant(path)
