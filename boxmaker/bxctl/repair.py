@@ -64,7 +64,7 @@ def holder(log: Path) -> str:
         parts = row.split()
         if len(parts) < 6 or parts[1] != "FLOCK" or parts[-3].count(":") != 2:
             continue
-        if int(parts[-3].rsplit(":", 1)[1]) != st.st_ino:
+        if parts[-3].rsplit(":", 1)[1] != str(st.st_ino):
             continue
         pid = parts[4]
         try:
