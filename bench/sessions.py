@@ -40,7 +40,8 @@ from boxmaker.proto.log import LogRecord
 from boxmaker.proto.log_fast import verify_records
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.check import check_session
-from boxmaker.session.files import read_fd
+from boxmaker.session.files import read_bounded
+from boxmaker.session.paths import LOG_MAX_BYTES
 from boxmaker.session.replay import request_messages
 from boxmaker.session.store import BASELINE_NAME, SessionStore
 
@@ -118,7 +119,7 @@ def breakdown(home: Path, session: str) -> dict[str, float]:
     out: dict[str, float] = {}
     t0 = time.perf_counter()
     fd = os.open(log_path, os.O_RDONLY)
-    data = read_fd(fd)
+    data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
     os.close(fd)
     base = base_path.read_bytes()
     out["read"] = time.perf_counter() - t0

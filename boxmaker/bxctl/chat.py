@@ -18,13 +18,15 @@ answers by retrying (no_such_session for a new --session id) is not printed. Wit
 exit status says whether the turn succeeded.
 
 Whatever the mode, a loopd that is not running, a connection that closes before its final frame,
-or a malformed frame is one line on stderr and exit 1; a bad --session id is exit 2.
+or a malformed frame is one line on stderr and exit 1; a bad --session id is exit 2. So is a
+loopd that does not accept within `--connect-timeout-ms` ($BOXMAKER_CHAT_CONNECT_MS, 5 s) or
+says nothing for `--silence-ms` ($BOXMAKER_CHAT_SILENCE_MS, 15 min) during a turn.
 """
 
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
 
@@ -38,6 +40,8 @@ from boxmaker.proto.wire import WireError
 
 from .approve import approving
 from .client import (
+    CONNECT_MS,
+    SILENCE_MS,
     ChatError,
     ChatSession,
     bad_session_id,
@@ -50,6 +54,27 @@ from .render import Piece, Renderer, Stream, use_color
 HELP = "talk to loopd: one turn per line of stdin, or one turn with --say"
 PROG = "bxctl chat"
 QUIT = "/quit"
+CONNECT_ENV = "BOXMAKER_CHAT_CONNECT_MS"
+SILENCE_ENV = "BOXMAKER_CHAT_SILENCE_MS"
+MAX_MS = 86_400_000  # a day: any bound past it is a typo
+
+
+def _ms(flag: str, arg: int | None, env_name: str, default: int, environ: Mapping[str, str]) -> int:
+    """The flag, else the environment variable, else the default; 1 ms to a day.
+
+    Raises:
+        ValueError: naming the flag or variable and the allowed range.
+    """
+    where, raw = (flag, str(arg)) if arg is not None else (env_name, environ.get(env_name))
+    if raw is None or raw == "":
+        return default
+    try:
+        value = int(raw)
+    except ValueError:
+        value = 0
+    if not 1 <= value <= MAX_MS:
+        raise ValueError(f"{where}: expected a whole number of ms from 1 to {MAX_MS}, got {raw!r}")
+    return value
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -92,6 +117,20 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--owner-socket",
         type=Path,
         help="brokerd's owner.sock: answer tool approvals here (a line of stdin each)",
+    )
+    parser.add_argument(
+        "--connect-timeout-ms",
+        type=int,
+        metavar="MS",
+        help=f"give up when loopd does not accept within MS (default: ${CONNECT_ENV}, else "
+        f"{CONNECT_MS})",
+    )
+    parser.add_argument(
+        "--silence-ms",
+        type=int,
+        metavar="MS",
+        help=f"give up when loopd sends nothing for MS during a turn (default: ${SILENCE_ENV}, "
+        f"else {SILENCE_MS}; keep it above loopd's [inference] busy_wait_ms)",
     )
 
 
@@ -155,12 +194,22 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     if args.say is not None and not args.say.strip():
         env.stderr.write(f"{PROG}: --say needs some text to say\n")
         return ExitStatus.USAGE
+    try:
+        connect_ms = _ms(
+            "--connect-timeout-ms", args.connect_timeout_ms, CONNECT_ENV, CONNECT_MS, env.environ
+        )
+        silence_ms = _ms("--silence-ms", args.silence_ms, SILENCE_ENV, SILENCE_MS, env.environ)
+    except ValueError as e:
+        env.stderr.write(f"{PROG}: {e}\n")
+        return ExitStatus.USAGE
     new = args.session is None
     chat = ChatSession(
         path=socket_from(args.socket, env.environ),
         session=new_session_id() if new else args.session,
         resume=not new,
         thinking=args.thinking,
+        connect_ms=connect_ms,
+        silence_ms=silence_ms,
     )
     view: _TextView | _JsonView = (
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)

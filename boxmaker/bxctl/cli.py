@@ -3,9 +3,11 @@ shape). Every command writes only to the injected Environment's streams, so test
 in-process.
 
     bxctl chat [--socket <path>] [--session <id>] [--thinking|--no-thinking] [--say <text>] [--json]
+               [--connect-timeout-ms <ms>] [--silence-ms <ms>]
         Talks to loopd over loop.sock, one connection per turn (chat.py says what each line
-        means). Exit 0; 1 when loopd is not running, a connection closes early, a frame is
-        malformed, or (with --say) the turn ends in an error; 2 for a bad session id.
+        means). Exit 0; 1 when loopd is not running or does not accept in time, a connection
+        closes early or goes silent past the bound, a frame is malformed, or (with --say) the
+        turn ends in an error; 2 for a bad session id or bound.
 
     bxctl sessions [--home <path>] [--json]
         Lists the sessions on disk, newest first, each checked as verify checks one. Exit 0, or
@@ -17,10 +19,12 @@ in-process.
         session id or bad arguments. When a torn last line is the only fault, it says so and
         names `bxctl repair`.
 
-    bxctl repair <session> [--home <path>]
-        Cuts a torn last line (never acknowledged) off a session's log, keeping the original as
-        0.jsonl.torn-<UTC time>; refuses any other fault and a session open in loopd. Exit 0 when
-        repaired or nothing to repair, 1 when refused, busy or missing, 2 for a bad session id.
+    bxctl repair <session> [--home <path>] [--wait [SECONDS]]
+        Cuts the last line off a session's log when it is the only fault (torn, damaged or
+        duplicated: never acknowledged), keeping the original as 0.jsonl.<kind>-<UTC time>; sets
+        aside a log with no whole line; refuses any other fault. A session open in loopd is busy:
+        it names the holder, and --wait waits for it. Exit 0 when repaired or nothing to repair,
+        1 when refused, busy or missing, 2 for a bad session id.
 
     bxctl verify-broker <log>
         Checks brokerd's decision log's hash chain (issue 22). Exit 0 when it holds, 1 when a

@@ -11,6 +11,11 @@ loopd refuses because the session's existence is not what `resume` said (`no_suc
 `--session <id>` creates an unknown id and a first turn that failed after creating its session
 does not strand the next one.
 
+Two bounds, so a chat never hangs: `connect_ms` for the connection to be accepted, `silence_ms`
+for the longest gap between two frames of a turn. loopd says nothing while a turn waits for a
+busy slot (up to `[inference] busy_wait_ms`, 10 minutes by default) or while the server reads a
+long prompt without progress events, so the default silence bound, 15 minutes, is above those.
+
 `thinking` is sent only when the owner said (`--thinking`, `--no-thinking`); left out, loopd uses
 its `[loop] thinking`.
 """
@@ -20,6 +25,7 @@ from __future__ import annotations
 import errno
 import secrets
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +46,9 @@ from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
 from boxmaker.proto.wire import ErrorCode, WireError
 
 RECV_BYTES = 65536
+CONNECT_MS = 5000  # a loopd accepts at once; only a wedged one (a full backlog) takes longer
+CONNECT_RETRY_S = 0.05
+SILENCE_MS = 900_000  # above loopd's own silent waits (busy_wait_ms 600 s by default)
 
 START_HINT = (
     "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
@@ -111,34 +120,56 @@ def check_socket(path: Path) -> None:
         raise not_running(path, "no socket file")
 
 
-def _connect(path: Path) -> socket.socket:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-    try:
-        sock.connect(str(path))
-    except (FileNotFoundError, ConnectionRefusedError) as e:
-        sock.close()
-        why = "no socket file" if isinstance(e, FileNotFoundError) else "nothing is listening"
-        raise not_running(path, why) from None
-    except OSError as e:
-        sock.close()
-        if e.errno == errno.EACCES:
-            raise ChatError(
-                f"cannot connect to loopd at {path}: permission denied "
-                "(loop.sock is for loopd's own user)"
-            ) from None
-        raise ChatError(f"cannot connect to loopd at {path}: {e.strerror or e}") from None
-    return sock
+def _connect(path: Path, connect_ms: int) -> socket.socket:
+    deadline = time.monotonic() + connect_ms / 1000
+    while True:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(connect_ms / 1000)
+        try:
+            sock.connect(str(path))
+            return sock
+        except BlockingIOError:  # a full backlog: EAGAIN at once to a timed connect
+            sock.close()
+            if time.monotonic() < deadline:
+                time.sleep(CONNECT_RETRY_S)
+                continue
+            raise _not_accepted(path, connect_ms) from None
+        except TimeoutError:
+            sock.close()
+            raise _not_accepted(path, connect_ms) from None
+        except (FileNotFoundError, ConnectionRefusedError) as e:
+            sock.close()
+            why = "no socket file" if isinstance(e, FileNotFoundError) else "nothing is listening"
+            raise not_running(path, why) from None
+        except OSError as e:
+            sock.close()
+            if e.errno == errno.EACCES:
+                raise ChatError(
+                    f"cannot connect to loopd at {path}: permission denied "
+                    "(loop.sock is for loopd's own user)"
+                ) from None
+            raise ChatError(f"cannot connect to loopd at {path}: {e.strerror or e}") from None
 
 
-def exchange(path: Path, frame: bytes) -> Iterator[tuple[Frame, ChannelBody]]:
+def _not_accepted(path: Path, connect_ms: int) -> ChatError:
+    return ChatError(
+        f"loopd did not accept the connection at {path} within {connect_ms} ms (it is wedged or "
+        "flooded); --connect-timeout-ms or $BOXMAKER_CHAT_CONNECT_MS sets the bound"
+    )
+
+
+def exchange(
+    path: Path, frame: bytes, connect_ms: int = CONNECT_MS, silence_ms: int = SILENCE_MS
+) -> Iterator[tuple[Frame, ChannelBody]]:
     """Runs one turn: yields each frame loopd sends, with its typed body, up to and including
     the final one; the connection is closed when the generator ends.
 
     Raises:
-        ChatError: not running, the connection broke or closed before the final frame, or a
-            frame or body was malformed.
+        ChatError: not running, not accepting within `connect_ms`, silent for `silence_ms`, the
+            connection broke or closed before the final frame, or a frame or body was malformed.
     """
-    sock = _connect(path)
+    sock = _connect(path, connect_ms)
+    sock.settimeout(silence_ms / 1000)
     try:
         try:
             sock.sendall(frame)
@@ -154,6 +185,12 @@ def exchange(path: Path, frame: bytes) -> Iterator[tuple[Frame, ChannelBody]]:
             if got is NEED_DATA:
                 try:
                     data = sock.recv(RECV_BYTES)
+                except TimeoutError:
+                    raise ChatError(
+                        f"loopd sent nothing for {silence_ms} ms during the turn ({seen} frames "
+                        "received); gave up waiting. The turn may still finish and be logged "
+                        "(`bxctl verify`); --silence-ms or $BOXMAKER_CHAT_SILENCE_MS sets the bound"
+                    ) from None
                 except OSError as e:
                     raise ChatError(f"the connection to loopd broke: {e.strerror or e}") from None
                 decoder.receive_data(data)
@@ -192,6 +229,8 @@ class ChatSession:
     session: str
     resume: bool
     thinking: bool | None = None  # None: loopd's [loop] thinking
+    connect_ms: int = CONNECT_MS
+    silence_ms: int = SILENCE_MS
 
     def turn(self, content: str, show: Show) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
@@ -206,7 +245,8 @@ class ChatSession:
         while True:
             frame = turn_frame(self.session, content, resume=self.resume, thinking=self.thinking)
             last: tuple[Frame, TurnDone | WireError] | None = None
-            for got, body in exchange(self.path, frame):  # ends after the final frame
+            frames = exchange(self.path, frame, self.connect_ms, self.silence_ms)
+            for got, body in frames:  # ends after the final frame
                 if isinstance(body, TurnDone | WireError):
                     last = got, body
                 else:

@@ -1,8 +1,15 @@
-"""`bxctl repair <session> [--home <path>]`: cuts a torn last line off a session's log.
+"""`bxctl repair <session> [--home <path>] [--wait [SECONDS]]`: cuts a faulty last line off a
+session's log (`session.repair`).
 
-The operator's explicit way out of a torn tail (`session.repair`): only a final line
-without its newline is cut, the original is kept as `0.jsonl.torn-<UTC time>` beside it, and a
-session open in loopd or a worker is refused. Any other fault is refused and left as it is.
+The operator's explicit way out of a power cut's shapes: the last line torn, damaged or
+duplicated is cut when every line before it verifies, the original kept as
+`0.jsonl.<kind>-<UTC time>` beside it; a log with no whole line is set aside. Any other fault is
+refused and left as it is.
+
+A session open in loopd or a worker is busy, and repair says who holds it: loopd's worker keeps
+its session's log for `[channel] worker_idle_ms` after the last turn (5 minutes by default).
+`--wait` waits for it to let go (330 s, or SECONDS), trying again every 0.2 s.
+
 Exit 0 when the log was repaired or had nothing to repair; 1 when refused, busy or missing; 2 for
 a bad session id.
 """
@@ -10,17 +17,22 @@ a bad session id.
 from __future__ import annotations
 
 import argparse
+import os
+import time
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.errors import RepairRefused, SessionBusy, SessionError
-from boxmaker.session.repair import repair_session
+from boxmaker.session.paths import LOG_NAME, session_dir
+from boxmaker.session.repair import Repaired, repair_session
 
 from .verify import home_from
 
-HELP = "cut a torn last line (a record never acknowledged) off a session's log, keeping a copy"
+HELP = "cut a faulty last line (never acknowledged) off a session's log, keeping a copy"
+WAIT_S = 330.0  # [channel] worker_idle_ms's default (300 s), and some slack
+RETRY_S = 0.2
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -30,34 +42,99 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         type=Path,
         help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
     )
+    parser.add_argument(
+        "--wait",
+        type=float,
+        nargs="?",
+        const=WAIT_S,
+        metavar="SECONDS",
+        help="when the session is busy, wait for its holder to let go (default "
+        f"{WAIT_S:g} s: loopd's idle worker keeps the log for [channel] worker_idle_ms)",
+    )
+
+
+def holder(log: Path) -> str:
+    """Who holds the log's flock, from /proc/locks: `pid N (what it runs)`, or a vaguer phrase."""
+    try:
+        st = os.stat(log)
+        with open("/proc/locks") as f:
+            rows = f.read().splitlines()
+    except OSError:
+        return "loopd, a worker or another process"
+    for row in rows:
+        parts = row.split()
+        if len(parts) < 6 or parts[1] != "FLOCK" or parts[-3].count(":") != 2:
+            continue
+        if parts[-3].rsplit(":", 1)[1] != str(st.st_ino):
+            continue
+        pid = parts[4]
+        try:
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+        except OSError:
+            cmd = ""
+        if "boxmaker.loopd.workers.worker" in cmd:
+            return f"pid {pid}, loopd's worker for this session"
+        return f"pid {pid}" + (f" ({cmd[:80]})" if cmd else "")
+    return "loopd, a worker or another process"
+
+
+def busy_message(session: str, who: str) -> str:
+    return (
+        f"session {session} is busy: its log is held by {who}. loopd's worker keeps its "
+        "session's log for [channel] worker_idle_ms after the last turn (300000 ms, 5 minutes, "
+        f"by default), then lets go: run `bxctl repair {session} --wait` to wait for it, or stop "
+        "loopd"
+    )
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     home = home_from(args.home)
     session = args.session
-    try:
-        repaired = repair_session(home, session)
-    except SessionIdError as e:
-        env.stderr.write(f"bxctl repair: {e}\n")
-        return ExitStatus.USAGE
-    except SessionBusy:
-        env.stderr.write(
-            f"bxctl repair: session {session} is busy (its log is open in loopd or a worker): "
-            "stop loopd or wait until the session is idle, then run repair again\n"
-        )
-        return ExitStatus.ERROR
-    except RepairRefused as e:
-        env.stderr.write(f"bxctl repair: refused: {e}\n")
-        return ExitStatus.ERROR
-    except SessionError as e:
-        env.stderr.write(f"bxctl repair: {e}\n")
-        return ExitStatus.ERROR
+    deadline = None if args.wait is None else time.monotonic() + args.wait
+    said = False
+    while True:
+        try:
+            repaired = repair_session(home, session)
+            break
+        except SessionIdError as e:
+            env.stderr.write(f"bxctl repair: {e}\n")
+            return ExitStatus.USAGE
+        except SessionBusy:
+            who = holder(session_dir(home, session) / LOG_NAME)
+            if deadline is None or time.monotonic() >= deadline:
+                env.stderr.write(f"bxctl repair: {busy_message(session, who)}\n")
+                return ExitStatus.ERROR
+            if not said:
+                env.stderr.write(
+                    f"bxctl repair: waiting up to {args.wait:g} s for {who} to let go of "
+                    f"session {session}'s log\n"
+                )
+                env.stderr.flush()
+                said = True
+            time.sleep(RETRY_S)
+        except RepairRefused as e:
+            env.stderr.write(f"bxctl repair: refused: {e}\n")
+            return ExitStatus.ERROR
+        except SessionError as e:
+            env.stderr.write(f"bxctl repair: {e}\n")
+            return ExitStatus.ERROR
     if repaired is None:
         env.stdout.write(f"nothing to repair: session {session} verifies\n")
-        return ExitStatus.OK
-    env.stdout.write(
-        f"repaired: session {session}: removed line {repaired.line} ({repaired.removed} bytes, "
-        f"torn and never acknowledged) from {repaired.log}; {repaired.records} records remain "
-        f"and verify; the original is kept as {repaired.kept}\n"
-    )
+    else:
+        env.stdout.write(done_line(session, repaired))
     return ExitStatus.OK
+
+
+def done_line(session: str, r: Repaired) -> str:
+    if r.set_aside:
+        what = f"its only line, {r.why}" if r.kind else "the log is empty"
+        return (
+            f"set aside: session {session}: {r.log} holds no whole line ({what}; {r.removed} "
+            f"bytes), so nothing in it was ever acknowledged; the session's folder is now "
+            f"{r.kept}, and the next turn with this id starts it anew\n"
+        )
+    return (
+        f"repaired: session {session}: removed line {r.line} ({r.removed} bytes, {r.why}) from "
+        f"{r.log}; {r.records} records remain and verify; the original is kept as {r.kept}\n"
+    )

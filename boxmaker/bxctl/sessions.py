@@ -25,6 +25,9 @@ from boxmaker._cli import Environment, ExitStatus
 from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import is_session_id
 from boxmaker.proto.rfc3339 import format_time, is_time
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import errno_name, read_regular
+from boxmaker.session.paths import LOG_MAX_BYTES
 from boxmaker.session.store import LOG_NAME, SESSIONS_DIR, verify_session
 
 from .verify import home_from
@@ -68,9 +71,11 @@ def _salvage(log: Path) -> tuple[int, str | None]:
     """For a log that does not verify: its complete lines, and the last activity as well as it
     can be told (the last complete line's time, else the file's modification time)."""
     try:
-        data = log.read_bytes()
-        mtime = log.stat().st_mtime
-    except OSError:
+        data = read_regular(log, LOG_MAX_BYTES)  # never a FIFO's hang or /dev/zero's flood
+        mtime = os.stat(log, follow_symlinks=False).st_mtime
+    except (OSError, SessionError):
+        return 0, None
+    if data is None:
         return 0, None
     lines = data.split(b"\n")[:-1]  # what follows the last newline is not a complete line
     for line in reversed(lines):
@@ -85,16 +90,33 @@ def _salvage(log: Path) -> tuple[int, str | None]:
     return len(lines), format_time(datetime.fromtimestamp(mtime, UTC))
 
 
+class Unreadable(Exception):
+    """The sessions folder cannot be listed; str() is one line for a person."""
+
+
 def list_sessions(home: Path) -> list[Listed] | None:
-    """The sessions under `home`, newest first; None when `<home>/sessions` does not exist."""
+    """The sessions under `home`, newest first; None when `<home>/sessions` does not exist.
+
+    Raises:
+        Unreadable: the folder is there but cannot be listed (another user's home, not a folder).
+    """
     root = home / SESSIONS_DIR
     try:
         names = os.listdir(root)
     except FileNotFoundError:
         return None
+    except OSError as e:
+        hint = " (run bxctl as the user loopd runs as)" if isinstance(e, PermissionError) else ""
+        raise Unreadable(f"{root}: cannot list it: {errno_name(e)}{hint}") from e
     found: list[Listed] = []
     for name in names:
-        if not is_session_id(name) or not (root / name).is_dir():
+        if not is_session_id(name):
+            continue
+        try:
+            is_dir = (root / name).is_dir()
+        except OSError:
+            is_dir = True  # let verify say what is wrong with it
+        if not is_dir:
             continue
         f = verify_session(home, name)
         if f.ok:
@@ -127,7 +149,11 @@ def _table(listed: list[Listed]) -> str:
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     home = home_from(args.home)
-    listed = list_sessions(home)
+    try:
+        listed = list_sessions(home)
+    except Unreadable as e:
+        env.stderr.write(f"bxctl sessions: {e}\n")
+        return ExitStatus.ERROR
     if not listed:
         if not args.json:
             where = home / SESSIONS_DIR

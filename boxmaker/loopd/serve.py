@@ -1,5 +1,8 @@
 """`loopd serve --config <path>`: the self-test, then the channel on loop.sock (M2b section 8).
 
+First `<home>/loopd.lock` is flocked for serve's life: one loopd per home (two keepers would
+overwrite each other's state), so a second serve on the same home exits 1 saying so.
+
 In order: a stale socket file at `[channel] socket` is removed (so clients see "not running"
 rather than "connection refused" while the self-test runs); the self-test runs, and a failure
 exits 1 with its findings; the socket is bound 0600 in a 0700 folder; one start line names the
@@ -21,9 +24,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import os
 import time
 from collections.abc import Callable
 from contextlib import AbstractContextManager
+from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon import SetupError
@@ -43,6 +48,8 @@ from boxmaker.loopd.llama.retry import is_retryable
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.loopd.workers.pool import Pool
 from boxmaker.proto.errors import EncodeError
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import FILE_MODE, ensure_dir, try_lock
 
 PROG = "loopd"
 SETTING = "[channel] socket"
@@ -87,8 +94,45 @@ def wait_until_loaded(
         sleep(LOAD_POLL_S)
 
 
+HOME_LOCK = "loopd.lock"  # under [paths] home: flocked for serve's whole life
+
+
+def lock_home(home: Path) -> int:
+    """Takes the home's lock, or says which loopd holds it: one loopd per home, since two
+    keepers would overwrite each other's state. The lock dies with the process.
+
+    Raises:
+        SetupError: another loopd serve holds it, or the file cannot be made.
+    """
+    path = home / HOME_LOCK
+    try:
+        ensure_dir(home)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, FILE_MODE)
+    except (OSError, SessionError) as e:
+        raise SetupError(f"cannot take the home's lock {path}: {e}") from e
+    if not try_lock(fd):
+        os.close(fd)
+        raise SetupError(
+            f"another loopd serve is running on the home {home} (it holds {path}); "
+            "one loopd per home: stop it first, or give this one another [paths] home"
+        )
+    return fd
+
+
 def run(source: ConfigSource, config: Config, env: Environment) -> ExitStatus:
     log = DaemonLog(PROG, env.stdout, env.stderr)
+    try:
+        home_lock = lock_home(config.paths.home)
+    except SetupError as exc:
+        log.warn(f"serve: {exc}")
+        return ExitStatus.ERROR
+    try:
+        return _run(source, config, log)
+    finally:
+        os.close(home_lock)
+
+
+def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
     path = str(config.channel.socket)
     try:
         remove_stale_socket(path, SETTING)

@@ -23,9 +23,15 @@ import orjson
 
 from boxmaker.proto import BodyError, EncodeError, ToolSchema, sha256_hex
 
-from .errors import BaselineError, BaselineTooLarge
+from .errors import BaselineError, BaselineTooLarge, SessionError
+from .files import read_regular
 
 BASELINE_TOKEN_LIMIT = 3000  # the brief's budget for the system text and the tool schemas
+# The most bytes `0.baseline.json`, `system.md` or `memory/core.md` may hold, tied to the budget:
+# no text within 3,000 tokens comes near 64 bytes a token, even written as JSON escapes. A file
+# past it is refused before it is read, so a planted 50 MB baseline cannot pass on resume, where
+# the budget is not counted again.
+BASELINE_MAX_BYTES = BASELINE_TOKEN_LIMIT * 64
 CORE_MEMORY = Path("memory") / "core.md"  # under the home
 
 _KEYS = ("system", "tools")
@@ -111,13 +117,17 @@ def _check_names(tools: Sequence[ToolSchema], source: str) -> None:
         seen.add(tool.name)
 
 
-def _read_text(path: Path, what: str) -> str:
+def _read_text(path: Path, what: str, *, follow: bool) -> str | None:
+    """The file's text; None when it is missing. Never blocks on a FIFO, never reads past the
+    bound; `follow` only for the config's own file (the home's are never followed out)."""
     try:
-        data = path.read_bytes()
-    except FileNotFoundError:
-        raise BaselineError(f"{path}: no such file ({what})") from None
+        data = read_regular(path, BASELINE_MAX_BYTES, follow=follow)
+    except SessionError as e:  # a link, a FIFO, a device, a folder, too big, unreadable
+        raise BaselineError(f"{e} ({what})") from None
     except OSError as e:
         raise BaselineError(f"{path}: cannot read it ({e.strerror}; {what})") from None
+    if data is None:
+        return None
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as e:
@@ -135,14 +145,16 @@ def assemble_baseline(system_path: Path, home: Path, tools: Sequence[ToolSchema]
         BaselineError: `system_path` is missing, unreadable, not UTF-8 or blank; `core.md` exists
             but cannot be read; or two tools share a name.
     """
-    system = _read_text(system_path, "the system prompt, [baseline] system in the config").rstrip()
+    what = "the system prompt, [baseline] system in the config"
+    text = _read_text(system_path, what, follow=True)
+    if text is None:
+        raise BaselineError(f"{system_path}: no such file ({what})")
+    system = text.rstrip()
     if not system:
         raise BaselineError(f"{system_path}: the system prompt is empty")
-    core_path = home / CORE_MEMORY
-    if core_path.exists():
-        core = _read_text(core_path, "the owner's core memory").rstrip()
-        if core:
-            system = f"{system}\n\n{core}"
+    core = _read_text(home / CORE_MEMORY, "the owner's core memory", follow=False)
+    if core and core.rstrip():
+        system = f"{system}\n\n{core.rstrip()}"
     schemas = tuple(tools)
     _check_names(schemas, "tools")
     return Baseline(system, schemas)

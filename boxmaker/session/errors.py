@@ -41,6 +41,12 @@ class AppendFailed(SessionError):
     """
 
 
+class LogReplaced(SessionError):
+    """The log's path no longer names the file this open log writes to (an editor's save, a
+    `mv` over it, a restore from a backup): nothing was written, and the log was closed, so the
+    next open reads and checks the file that is there now."""
+
+
 class RepairRefused(SessionError):
     """`bxctl repair` found a fault it does not cut: only a torn last line is ever repaired."""
 

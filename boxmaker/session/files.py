@@ -68,27 +68,6 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-def read_fd(fd: int) -> bytes:
-    chunks: list[bytes] = []
-    size = os.fstat(fd).st_size
-    while True:
-        chunk = os.read(fd, max(size + 1, _READ_BYTES))
-        if not chunk:
-            return b"".join(chunks)
-        chunks.append(chunk)
-
-
-def read_maybe(path: Path) -> bytes | None:
-    try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return None
-    try:
-        return read_fd(fd)
-    finally:
-        os.close(fd)
-
-
 def try_lock(fd: int) -> bool:
     try:
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -109,14 +88,16 @@ def _kind(mode: int) -> str:
     return "not a regular file"
 
 
-def open_regular(path: Path, flags: int = os.O_RDONLY) -> int:
+def open_regular(path: Path, flags: int = os.O_RDONLY, *, follow: bool = False) -> int:
     """Opens `path` as a regular file without following a final symlink or blocking on a FIFO.
 
     Raises FileNotFoundError when it is missing, NotARegularFile when it is a link, a FIFO, a
-    device or a folder (O_NONBLOCK means a FIFO with no writer cannot hang the open).
+    device or a folder (O_NONBLOCK means a FIFO with no writer cannot hang the open). `follow`
+    lets a final symlink through (a file named by the config, outside the home), still checked.
     """
+    nofollow = 0 if follow else os.O_NOFOLLOW
     try:
-        fd = os.open(path, flags | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+        fd = os.open(path, flags | nofollow | os.O_NONBLOCK | os.O_CLOEXEC)
     except OSError as e:
         if e.errno == errno.ELOOP:
             raise NotARegularFile(
@@ -152,11 +133,11 @@ def read_bounded(fd: int, limit: int, name: str) -> bytes:
             raise NotARegularFile(f"{name}: is over its bound of {limit:,} bytes; nothing was read")
 
 
-def read_regular(path: Path, limit: int) -> bytes | None:
+def read_regular(path: Path, limit: int, *, follow: bool = False) -> bytes | None:
     """A home file's bytes: None when missing; NotARegularFile for a link, special file or one
     over `limit` bytes. The one way loopd, brokerd and bxctl read a file under the home."""
     try:
-        fd = open_regular(path)
+        fd = open_regular(path, follow=follow)
     except FileNotFoundError:
         return None
     try:

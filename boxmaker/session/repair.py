@@ -1,14 +1,16 @@
-"""`bxctl repair`'s work: cut a torn last line off a session's log, keeping the original.
+"""`bxctl repair`'s work: cut the last line off a session's log when it is the only fault,
+keeping the original.
 
-Only a final line without its newline is cut. Such a line was never acknowledged: a line's event
-goes out after its fsync, and a line whose write failed was meant to be cut back by the store
-(`SessionLog.append`), which only a crash or a failing disk can have prevented. Every other fault
-(a bad complete line, a broken chain, a baseline that does not match) is refused: those are
-damage or tampering, and cutting would hide them.
+Only the last line is ever cut, and only when every line before it verifies: torn (no newline),
+damaged (a complete line that does not decode or chain) or duplicated (the line before, twice).
+Such a line was never acknowledged (torn.py says why). A log with no whole line at all (empty, or
+its first line torn or damaged) held nothing ever acknowledged: its folder is set aside as
+`sessions/.<id>.set-aside-<UTC time>`, so the id starts anew. Every other fault (a bad line
+further up, a broken chain, a baseline that does not match) is refused: damage or tampering.
 
 The session's flock is taken first, so a log open in loopd or a worker is never touched. The
-original stays as `0.jsonl.torn-<UTC time>` (a hard link to the same bytes, 0600); the cut log is
-written to a temporary file, fsynced, renamed over `0.jsonl`, and the folder fsynced.
+original stays as `0.jsonl.<kind>-<UTC time>` (a hard link to the same bytes, 0600); the cut log
+is written to a temporary file, fsynced, renamed over `0.jsonl`, and the folder fsynced.
 """
 
 from __future__ import annotations
@@ -22,11 +24,14 @@ from pathlib import Path
 
 from .check import check_session
 from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
-from .files import FILE_MODE, create_file, fsync_dir, read_fd, read_maybe, write_all
-from .paths import BASELINE_NAME, LOG_NAME, open_locked, session_dir
-from .torn import torn_tail
+from .files import FILE_MODE, create_file, fsync_dir, read_bounded, write_all
+from .paths import LOG_MAX_BYTES, LOG_NAME, cannot_reach, open_locked, read_baseline, session_dir
+from .torn import WHY, last_line, repairable_cut
 
-ONLY_TORN = "repair only cuts a torn last line (a final line without its newline)"
+ONLY_LAST = (
+    "repair only cuts the last line, when the lines before it verify (torn, damaged or "
+    "duplicated: a power cut's shapes)"
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -38,30 +43,39 @@ class Repaired:
     line: int  # the cut line's number, from 1
     removed: int  # bytes cut
     records: int  # records left, all verified
+    kind: str  # torn.TORN, DAMAGED or DUPLICATED; "" for an empty log
+    set_aside: bool = False  # the whole folder was moved to `kept`: no whole line was left
+
+    @property
+    def why(self) -> str:
+        return WHY.get(self.kind, "empty")
 
 
 def repair_session(home: Path, session_id: str, now: datetime | None = None) -> Repaired | None:
-    """Cuts the log's torn last line; None when the log verifies (nothing to repair).
+    """Cuts the log's faulty last line, or sets an empty session aside; None when the log
+    verifies (nothing to repair).
 
     Raises:
         SessionIdError: a bad id, before anything is touched.
         NoSuchSession: the session's folder does not exist.
         SessionBusy: the log is open in loopd, a worker or another process.
-        RepairRefused: the log has a fault other than a torn last line; nothing was changed.
+        RepairRefused: the log has a fault other than its last line; nothing was changed.
         LogCorrupt, SessionError: the log is missing or the files cannot be read or written.
     """
     path = session_dir(home, session_id)
-    if not path.is_dir():
-        raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    try:
+        if not path.is_dir():
+            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    except OSError as e:
+        raise SessionError(cannot_reach(path, e)) from e
     log_path = path / LOG_NAME
-    base_path = path / BASELINE_NAME
     fd = open_locked(session_id, path)
     try:
-        data = read_fd(fd)
-        base_data = read_maybe(base_path)
+        data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
+        base_path, base_data = read_baseline(path)
 
         def check(log_data: bytes) -> int:
-            args = (session_id, str(log_path), log_data, str(base_path), base_data)
+            args = (session_id, str(log_path), log_data, base_path, base_data)
             return len(check_session(*args).records)
 
         try:
@@ -69,23 +83,33 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
             return None
         except LogCorrupt as e:
             fault = str(e)
-        cut = torn_tail(data)
-        if cut is None:
-            raise RepairRefused(f"{fault}; {ONLY_TORN}: nothing was changed")
-        try:
-            records = check(data[:cut])
-        except LogCorrupt as e:
-            raise RepairRefused(
-                f"{e}; without its torn last line the log still fails, and {ONLY_TORN}: "
-                "nothing was changed"
-            ) from None
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-        kept = path / f"{LOG_NAME}.torn-{stamp}"
-        _replace(fd, log_path, kept, data[:cut])
-        line = data.count(b"\n", 0, cut) + 1
-        return Repaired(log_path, kept, line, len(data) - cut, records)
+        cut = repairable_cut(session_id, str(log_path), data, base_path, base_data)
+        if not data or (cut is not None and not cut.keep):
+            # Not one whole line: nothing in this session was ever acknowledged.
+            aside = path.parent / f".{session_id}.set-aside-{stamp}"
+            _set_aside(path, aside)
+            line, kind = (cut.line, cut.kind) if cut else (0, "")
+            return Repaired(log_path, aside, line, len(data), 0, kind, set_aside=True)
+        if cut is None:
+            last = last_line(data)
+            also = "" if last is None else "; without its last line the log still fails"
+            raise RepairRefused(f"{fault}{also}; {ONLY_LAST}: nothing was changed")
+        records = check(data[: cut.keep])
+        kept = path / f"{LOG_NAME}.{cut.kind}-{stamp}"
+        _replace(fd, log_path, kept, data[: cut.keep])
+        return Repaired(log_path, kept, cut.line, len(data) - cut.keep, records, cut.kind)
     finally:
         os.close(fd)
+
+
+def _set_aside(path: Path, aside: Path) -> None:
+    """Moves the session's folder to a hidden name (never an id), so the id can start anew."""
+    try:
+        os.rename(path, aside)
+        fsync_dir(path.parent)
+    except OSError as e:
+        raise SessionError(f"{path}: cannot set it aside as {aside}: {e.strerror}") from e
 
 
 def _replace(fd: int, log_path: Path, kept: Path, data: bytes) -> None:

@@ -15,7 +15,11 @@ Rules (M2b brief section 2, DECISIONS.md "Sessions"):
   dirty pages, so the next append first reopens the log from disk and checks all of it; a log
   that cannot be cut back or reopened stays closed, and every later append says why.
 - `open` reads and checks everything (`check.check_session`): a log that fails is refused with
-  the file, the line and the fault, and nothing is repaired.
+  the file, the line and the fault, and nothing is repaired. Both files are read as every home
+  file is (`files.read_regular`: no final symlink, regular only, a size bound).
+- Before every append the log's path must still name the open file (device, inode): else a log
+  replaced under a live writer (an editor's save, a restore) takes acknowledged records into an
+  unlinked file. LogReplaced: nothing written, the log closed, the next open checks the new file.
 
 `create` builds the session's folder under a hidden name and renames it into place complete, its
 log already locked, so nobody ever sees a session without its first line.
@@ -43,11 +47,13 @@ from boxmaker.proto.log import LogRecord
 
 from . import crashpoint
 from .baseline import Baseline
-from .check import CheckedLog, Finding, check_session, finding
+from .check import CheckedLog, check_session
 from .errors import (
     AppendFailed,
     LogCorrupt,
+    LogReplaced,
     NoSuchSession,
+    NotARegularFile,
     SessionBusy,
     SessionError,
     SessionExists,
@@ -59,12 +65,23 @@ from .files import (
     ensure_dir,
     errno_name,
     fsync_dir,
-    read_fd,
-    read_maybe,
+    open_regular,
+    read_bounded,
     write_all,
 )
-from .paths import BASELINE_NAME, LOG_NAME, SESSIONS_DIR, open_locked, session_dir
-from .torn import repairable_cut
+from .paths import (
+    BASELINE_NAME,
+    LOG_MAX_BYTES,
+    LOG_NAME,
+    SESSIONS_DIR,
+    cannot_reach,
+    identity,
+    identity_at,
+    open_locked,
+    read_baseline,
+    session_dir,
+)
+from .verify import verify_session
 
 __all__ = [
     "BASELINE_NAME",
@@ -72,6 +89,7 @@ __all__ = [
     "SESSIONS_DIR",
     "AppendFailed",
     "LogCorrupt",
+    "LogReplaced",
     "NoSuchSession",
     "SessionBusy",
     "SessionError",
@@ -161,16 +179,16 @@ class SessionStore:
             LogCorrupt: the log or its baseline file is refused; the message names file and line.
         """
         path = session_dir(self.home, session_id)
-        if not path.is_dir():
-            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+        try:
+            if not path.is_dir():
+                raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+        except OSError as e:
+            raise SessionError(cannot_reach(path, e)) from e
         fd = open_locked(session_id, path)
         try:
             log_path = path / LOG_NAME
-            data = read_fd(fd)
-            base_path = path / BASELINE_NAME
-            checked = check_session(
-                session_id, str(log_path), data, str(base_path), read_maybe(base_path)
-            )
+            data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
+            checked = check_session(session_id, str(log_path), data, *read_baseline(path))
         except BaseException:
             os.close(fd)
             raise
@@ -191,6 +209,7 @@ class SessionLog:
         ops: FileOps = os,
     ) -> None:
         self._fd = fd
+        self._identity = identity(fd)  # what the log's path must still name at every append
         # After a reopen the first descriptor stays open only to hold the flock (it belongs to
         # the open file description), so no other writer can slip in between close and relock.
         self._lock_fd = -1
@@ -238,6 +257,12 @@ class SessionLog:
         if type(record) is SessionStart:
             raise SessionError(f"{self.log_path}: only create writes a session_start")
         line = encode_line(record, self._next_seq, self._next_prev)
+        if self._size + len(line) > LOG_MAX_BYTES:
+            raise SessionError(
+                f"{self.log_path}: full: this record would pass {LOG_MAX_BYTES:,} bytes, the most "
+                "a log may hold; nothing was written (start a new session)"
+            )
+        self._check_identity()
         if self._stale:
             self._reopen()
         step = "write"
@@ -257,6 +282,25 @@ class SessionLog:
         self._next_seq += 1
         self._next_prev = next_prev(line)
         self._size += len(line)
+
+    def _check_identity(self) -> None:
+        """Raises LogReplaced, and closes the log, when its path names another file now."""
+        try:
+            now = identity_at(self.log_path)
+        except OSError as e:  # the folder cannot be searched any more: as good as gone
+            now, why = None, errno_name(e)
+        else:
+            why = "nothing is there" if now is None else "another file is there"
+        if now == self._identity:
+            return
+        self._close_for_good(
+            f"{self.log_path} was replaced while this session was open ({why}: an editor's "
+            "save, a move over it, a restore?); nothing more is written to the old file"
+        )
+        raise LogReplaced(
+            f"{self._shut}; this record was not written and this turn is not acknowledged. The "
+            "next turn opens and checks the file now at that path (`bxctl verify` it first)"
+        )
 
     def _cut_back(self, step: str, e: OSError) -> NoReturn:
         """Cuts the file back to the size before the append, then raises AppendFailed."""
@@ -288,22 +332,24 @@ class SessionLog:
         """
         where = f"{self.log_path}: reopening after a failed fsync"
         try:
-            fd = os.open(self.log_path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
-        except OSError as e:
-            self._close_for_good(f"{where}: cannot open it: {errno_name(e)}")
+            fd = open_regular(self.log_path, os.O_RDWR | os.O_APPEND)
+        except (OSError, SessionError) as e:
+            why = errno_name(e) if isinstance(e, OSError) else str(e)
+            self._close_for_good(f"{where}: cannot open it: {why}")
             raise SessionError(f"{self.log_path}: the log is closed: {self._shut}") from e
         try:
-            data = read_fd(fd)
-            base_path = self.path / BASELINE_NAME
+            if identity(fd) != self._identity:
+                raise LogCorrupt(f"{self.log_path}: was replaced by another file meanwhile")
+            data = read_bounded(fd, LOG_MAX_BYTES, str(self.log_path))
             checked = check_session(
-                self.session_id, str(self.log_path), data, str(base_path), read_maybe(base_path)
+                self.session_id, str(self.log_path), data, *read_baseline(self.path)
             )
             if (checked.next_seq, checked.next_prev) != (self._next_seq, self._next_prev):
                 raise LogCorrupt(
                     f"{self.log_path}: holds {checked.next_seq} lines ending elsewhere than the "
                     f"{self._next_seq} acknowledged ones"
                 )
-        except (OSError, LogCorrupt) as e:
+        except (OSError, LogCorrupt, NotARegularFile) as e:
             os.close(fd)
             self._close_for_good(f"{where}: {errno_name(e) if isinstance(e, OSError) else e}")
             raise SessionError(f"{self.log_path}: the log is closed: {self._shut}") from e
@@ -341,39 +387,6 @@ class SessionLog:
     def __del__(self) -> None:
         # A log dropped without close() still releases its lock (and its fd) when collected.
         self.close()
-
-
-def verify_session(home: Path, session_id: str) -> Finding:
-    """Checks a session from disk, read-only and without its lock (a running writer is fine).
-
-    Raises:
-        SessionIdError: a bad id, before anything is touched.
-    """
-    path = session_dir(home, session_id)
-    log_path = path / LOG_NAME
-    if not path.is_dir():
-        return Finding(session_id, str(log_path), error=f"no such session ({path} does not exist)")
-    try:
-        fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
-    except FileNotFoundError:
-        return Finding(session_id, str(log_path), error=f"{log_path}: missing; no log")
-    except OSError as e:
-        return Finding(session_id, str(log_path), error=f"{log_path}: cannot read: {e.strerror}")
-    try:
-        data = read_fd(fd)
-    finally:
-        os.close(fd)
-    base_path = path / BASELINE_NAME
-    try:
-        checked = check_session(
-            session_id, str(log_path), data, str(base_path), read_maybe(base_path)
-        )
-    except LogCorrupt as e:
-        error = str(e)
-        if repairable_cut(session_id, str(log_path), data, str(base_path), read_maybe(base_path)):
-            error += f"; this torn last line is the only fault: `bxctl repair {session_id}` cuts it"
-        return Finding(session_id, str(log_path), error=error)
-    return finding(session_id, str(log_path), checked)
 
 
 def _undo_create(fd: int, tmp: Path) -> None:

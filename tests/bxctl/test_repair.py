@@ -5,6 +5,7 @@ one real `python -m boxmaker.bxctl repair`, and a real second process holding th
 from __future__ import annotations
 
 import os
+import signal
 import stat
 import subprocess
 import sys
@@ -23,11 +24,11 @@ from boxmaker.session.store import (
 )
 from tests.session.cases import CONVERSATION, make_session, t
 from tests.support.cli import Result, run_cli
-from tests.support.procs import Daemon, python_module
+from tests.support.procs import Daemon, python_module, wait_for
 
 LAST = len(CONVERSATION) + 1  # the last line's number
 WRITER = [sys.executable, str(Path(__file__).parents[1] / "session/writer.py")]
-ONLY_TORN = "repair only cuts a torn last line"
+ONLY_TORN = "repair only cuts the last line, when the lines before it verify"
 
 
 @pytest.fixture(autouse=True)
@@ -109,8 +110,8 @@ def torn_and_tampered(log: Path) -> None:
         f.write(b'{"type":"user","ti')
 
 
-def only_a_torn_first_line(log: Path) -> None:
-    log.write_bytes(log.read_bytes()[:40])
+def a_user_line_only(log: Path) -> None:
+    log.write_bytes(b'{"type":"user"}\n')
 
 
 REFUSALS = {
@@ -118,7 +119,7 @@ REFUSALS = {
     "bad complete line": (bad_last_line, f"line {LAST + 1}: "),
     "baseline mismatch": (edited_baseline, "the baseline file was changed"),
     "torn and tampered": (torn_and_tampered, "line 3: prev is"),
-    "torn first line": (only_a_torn_first_line, "empty; a log starts with its session_start"),
+    "a whole JSON first line": (a_user_line_only, "0.jsonl: line 1: "),
 }
 
 
@@ -148,10 +149,13 @@ def test_a_session_held_by_another_process_is_busy(tmp_path: Path) -> None:
         before = folder_state(log)
         r = repair(tmp_path)
         assert r.status == ExitStatus.ERROR
-        assert r.stderr == (
-            "bxctl repair: session s1 is busy (its log is open in loopd or a worker): stop loopd "
-            "or wait until the session is idle, then run repair again\n"
+        assert r.stderr.startswith(
+            f"bxctl repair: session s1 is busy: its log is held by pid {holder.pid} ("
         )
+        assert "keeps its session's log for [channel] worker_idle_ms after the last turn" in (
+            r.stderr
+        )
+        assert "run `bxctl repair s1 --wait` to wait for it, or stop loopd" in r.stderr
         assert folder_state(log) == before
     finally:
         holder.kill()
@@ -202,3 +206,73 @@ def test_a_real_bxctl_repair_process(tmp_path: Path) -> None:
     [copy] = torn_copies(log)
     assert copy.read_bytes() == whole + b'{"type":"user","time":"2026'
     assert verify_session(tmp_path, "s1").ok
+
+
+def test_a_damaged_last_line_ending_in_a_newline_is_cut(tmp_path: Path) -> None:
+    log = make_session(tmp_path)
+    whole = log.read_bytes()
+    log.write_bytes(whole + b"\0" * 57 + b"\n")  # a power cut: the size grew, the bytes did not
+    r = repair(tmp_path)
+    assert r.status == ExitStatus.OK, r
+    assert f"removed line {LAST + 1} (58 bytes, damaged: a line is acknowledged after its" in (
+        r.stdout
+    )
+    assert log.read_bytes() == whole
+    (kept,) = log.parent.glob("0.jsonl.damaged-*")
+    assert kept.read_bytes() == whole + b"\0" * 57 + b"\n"
+
+
+def test_a_duplicated_last_line_is_cut_and_nothing_is_lost(tmp_path: Path) -> None:
+    log = make_session(tmp_path)
+    whole = log.read_bytes()
+    last = whole[whole.rfind(b"\n", 0, len(whole) - 1) + 1 :]
+    log.write_bytes(whole + last)
+    found = verify_session(tmp_path, "s1")
+    assert found.error is not None
+    assert found.error.endswith(
+        "this duplicated last line is the only fault: `bxctl repair s1` cuts it"
+    )
+    r = repair(tmp_path)
+    assert r.status == ExitStatus.OK, r
+    assert f"removed line {LAST + 1} ({len(last)} bytes, a copy of the line before it" in r.stdout
+    assert log.read_bytes() == whole
+
+
+@pytest.mark.parametrize("content", [b"", b'{"type":"session_st', b"\0\0\0\0\n"])
+def test_a_log_with_no_whole_line_is_set_aside(tmp_path: Path, content: bytes) -> None:
+    log = make_session(tmp_path)
+    log.write_bytes(content)
+    found = verify_session(tmp_path, "s1")
+    assert found.error is not None
+    assert found.error.endswith(
+        "nothing in it was ever acknowledged: `bxctl repair s1` sets the session aside"
+    )
+    r = repair(tmp_path)
+    assert r.status == ExitStatus.OK, r
+    assert r.stdout.startswith(f"set aside: session s1: {log} holds no whole line (")
+    (aside,) = (tmp_path / "sessions").glob(".s1.set-aside-*")
+    assert (aside / "0.jsonl").read_bytes() == content
+    assert (aside / BASELINE_NAME).exists()
+    assert not log.parent.exists()  # the id is free: a new session may take it
+    make_session(tmp_path)
+    assert verify_session(tmp_path, "s1").ok
+
+
+def test_repair_wait_waits_for_the_holder_to_let_go(tmp_path: Path) -> None:
+    make_session(tmp_path)
+    holder = Daemon([*WRITER, "hold", str(tmp_path), "s1"])
+    try:
+        holder.wait_for_line("locked")
+        waiter = Daemon(
+            python_module("boxmaker.bxctl", "repair", "s1", "--home", str(tmp_path), "--wait", "30")
+        )
+        wait_for(
+            lambda: any("waiting up to 30 s for pid" in ln for ln in waiter.err_lines),
+            "repair to say it waits",
+        )
+        assert waiter.proc.poll() is None  # still waiting while the lock is held
+        holder.proc.send_signal(signal.SIGUSR1)  # the holder appends once more and closes
+        assert waiter.wait(20) == 0
+        assert waiter.lines == ["nothing to repair: session s1 verifies"]
+    finally:
+        holder.kill()

@@ -152,7 +152,7 @@ def test_a_log_that_cannot_be_opened_for_writing_is_a_session_error(tmp_path: Pa
     path = make_session(tmp_path)
     path.unlink()
     path.mkdir()  # EISDIR even for root, where a file mode would not stop the open
-    with pytest.raises(SessionError, match="cannot open it to append: Is a directory"):
+    with pytest.raises(SessionError, match=r"0.jsonl: is a folder, not a file \(move it away\)"):
         SessionStore(tmp_path).open("s1")
 
 

@@ -18,6 +18,7 @@ from boxmaker.session.store import BASELINE_NAME, LogCorrupt, SessionStore, veri
 
 from .cases import BASELINE, CONVERSATION, T0, make_session, t
 
+KINDS = ("torn", "damaged", "duplicated")
 Lines = list[bytes]
 
 
@@ -130,9 +131,10 @@ def refused(home: Path, path: Path, line: int | None, words: str) -> str:
     assert words in message, message
     found = verify_session(home, "s1")
     assert not found.ok
-    # verify adds a hint only when cutting a torn last line would leave a good log.
-    hint = "; this torn last line is the only fault: `bxctl repair s1` cuts it"
-    assert found.error in (message, message + hint)
+    # verify adds a hint only when cutting the last line would leave a good log, or no log.
+    hints = [f"; this {k} last line is the only fault: `bxctl repair s1` cuts it" for k in KINDS]
+    hints.append("; nothing in it was ever acknowledged: `bxctl repair s1` sets the session aside")
+    assert found.error in (message, *(message + h for h in hints))
     assert {p.name: p.read_bytes() for p in folder.iterdir()} == before  # nothing repaired
     return message
 
