@@ -22,19 +22,10 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from boxmaker.brokerd import netcheck
+from boxmaker.brokerd.config import FETCH_BOUNDS
 from boxmaker.brokerd.tools.htmltext import html_to_text
-from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto.tool import ResultClass, ToolResponse
 
-SCHEMA = ToolSchema(
-    name="fetch",
-    description="Fetches a web page (http or https) and returns its readable text.",
-    parameters={
-        "type": "object",
-        "properties": {"url": {"type": "string", "description": "an http:// or https:// URL"}},
-        "required": ["url"],
-        "additionalProperties": False,
-    },
-)
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
@@ -50,11 +41,7 @@ class FetchLimits:
     max_redirects: int = 5
 
     def __post_init__(self) -> None:
-        for name, low, high in (
-            ("max_bytes", 1 << 10, 1 << 30),
-            ("timeout_ms", 100, 600_000),
-            ("max_redirects", 0, 20),
-        ):
+        for name, (low, high) in FETCH_BOUNDS.items():
             value = getattr(self, name)
             if type(value) is not int or not low <= value <= high:
                 raise ValueError(f"fetch limit {name} = {value!r}: give an integer {low}..{high}")
@@ -270,7 +257,10 @@ def _as_text(body: bytes, ctype: str) -> str:
 
 
 def call(
-    args: Any, limits: FetchLimits | None = None, allow: frozenset[netcheck.Address] = frozenset()
+    args: Any,
+    limits: FetchLimits | None = None,
+    allow: frozenset[netcheck.Address] = frozenset(),
+    class_: ResultClass = ResultClass.PUBLIC,
 ) -> tuple[ToolResponse, FetchResult | None]:
     """One `fetch` call, for brokerd: the response and (when one was tried) the fetch."""
     try:
@@ -278,4 +268,4 @@ def call(
     except Refused as err:
         return ToolResponse(f"fetch: {err}", ResultClass.PUBLIC, False, False), None
     result = fetch(url, limits, allow)
-    return result.to_response(), result
+    return result.to_response(class_), result
