@@ -4,6 +4,7 @@ started with `python -m boxmaker.brokerd serve`, and clients for its two sockets
 from __future__ import annotations
 
 import os
+import pwd
 import secrets
 import shutil
 import socket
@@ -139,6 +140,15 @@ class Rig:
         if self.daemon is not None:
             self.daemon.stop()
             self.daemon = None
+
+
+def sandbox_workspace(rig: Rig) -> None:
+    """The workspace made for `shell`: as root, brokerd's sandbox runs as nobody (RLIMIT_NPROC
+    does not hold for root), which must be able to write it."""
+    rig.workspace.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(rig.workspace, nobody.pw_uid, nobody.pw_gid)
 
 
 def short_base() -> Path:
