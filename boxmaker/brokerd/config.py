@@ -37,7 +37,7 @@ class BrokerConfig:
     approval_timeout_ms: int = 120_000
     result_cap_bytes: int = 16_384
     max_file_bytes: int = 64 * 1024 * 1024
-    max_write_bytes: int = 4 * 1024 * 1024
+    max_write_bytes: int = 1_000_000  # at most what one frame carries
     shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
 

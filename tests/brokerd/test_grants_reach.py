@@ -6,11 +6,13 @@ shell, and a tainted session's writes asking with the reason, in the live decisi
 from __future__ import annotations
 
 import ipaddress
+import re
+from pathlib import Path
 
 import orjson
 import pytest
 
-from boxmaker.brokerd.config import ConfigError, parse_config
+from boxmaker.brokerd.config import FETCH_BOUNDS, SHELL_BOUNDS, ConfigError, parse_config
 from boxmaker.brokerd.grants import (
     GrantsError,
     Mode,
@@ -200,3 +202,27 @@ def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
     with pytest.raises(LogError) as info:
         replay(_log(records))
     assert "line 8: replay decides allow" in str(info.value)
+
+
+def test_the_examples_and_the_local_profile_say_what_the_code_does() -> None:
+    conf = Path(__file__).resolve().parents[2] / "conf"
+    # every commented limit in the example, uncommented, is the default it claims to be
+    text = (conf / "brokerd.toml.example").read_text()
+    shown = re.sub(r"^#(\w+ = \d+)$", r"\1", text, flags=re.M)
+    config = parse_config(shown.encode(), str(conf))
+    assert SandboxLimits(**config.shell) == SandboxLimits()
+    assert FetchLimits(**config.fetch) == FetchLimits()
+    assert len(config.shell) == len(SHELL_BOUNDS)
+    assert len(config.fetch) == len(FETCH_BOUNDS)
+    example = parse_grants((conf / "grants.toml.example").read_bytes())
+    assert decision(example, "fetch", "docs.python.org").mode is Mode.ALLOW
+    assert decision(example, "shell", "").mode is Mode.ASK
+    # make run: reads allowed in the workspace, writes, commands and the web asked about
+    local = parse_config((conf / "brokerd.local.toml").read_bytes(), str(conf))
+    assert local.workspace == str(conf.parent / "run" / "workspace")
+    starter = parse_grants((conf / "grants.local.toml").read_bytes())
+    assert decision(starter, "read_file", ("a",)).mode is Mode.ALLOW
+    assert decision(starter, "list_dir", ()).mode is Mode.ALLOW
+    for tool, target in [("write_file", ("a",)), ("edit_file", ("a",)), ("note", "notes"),
+                         ("shell", ""), ("fetch", "example.org")]:  # fmt: skip
+        assert decision(starter, tool, target).mode is Mode.ASK, tool
