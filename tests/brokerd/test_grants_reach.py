@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import ipaddress
 import re
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import orjson
@@ -16,6 +17,7 @@ from boxmaker.brokerd.config import FETCH_BOUNDS, SHELL_BOUNDS, ConfigError, par
 from boxmaker.brokerd.grants import (
     GrantsError,
     Mode,
+    Rule,
     allowed_addresses,
     always_rule,
     decision,
@@ -51,7 +53,7 @@ hosts = ["evil.example"]
 """
 
 
-def rules():  # type: ignore[no-untyped-def]
+def rules() -> tuple[Rule, ...]:
     return parse_grants(GRANTS)
 
 
@@ -165,7 +167,7 @@ def test_a_tainted_session_asks_before_it_writes_with_the_reason() -> None:
     )
 
 
-def _log(records: list[tuple[str, dict[str, object]]]) -> bytes:
+def _log(records: Sequence[tuple[str, Mapping[str, object]]]) -> bytes:
     out, prev = b"", GENESIS_PREV
     for seq, (kind, fields) in enumerate(records):
         line = encode_line(kind, seq, prev, {"time": "t", **fields})
@@ -173,9 +175,10 @@ def _log(records: list[tuple[str, dict[str, object]]]) -> bytes:
     return out
 
 
-def _request(
-    call_id: str, session: str, tool: str, args: dict[str, object]
-) -> tuple[str, dict[str, object]]:
+Line = tuple[str, Mapping[str, object]]
+
+
+def _request(call_id: str, session: str, tool: str, args: Mapping[str, object]) -> Line:
     text = orjson.dumps(args).decode()
     d = decide(parse_grants(GRANTS), tool, text, WS)
     return "request", {"id": call_id, "session": session, "epoch": 0, "tool": tool,
@@ -186,7 +189,7 @@ def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
     ask = "write_file asks because the session read untrusted content from shell at call 1; "
     ask += "write_file can write or send"
     write = {"path": "a", "content": "x"}
-    records = [
+    records: list[Line] = [
         ("start", {"grants": GRANTS.decode(), "workspace": WS}),
         _request("1", "s1", "shell", {"command": "ls"}),
         ("decision", {"id": "1", "mode": "allow", "reason": "grant: shell allow on any command"}),
@@ -223,6 +226,9 @@ def test_the_examples_and_the_local_profile_say_what_the_code_does() -> None:
     starter = parse_grants((conf / "grants.local.toml").read_bytes())
     assert decision(starter, "read_file", ("a",)).mode is Mode.ALLOW
     assert decision(starter, "list_dir", ()).mode is Mode.ALLOW
-    for tool, target in [("write_file", ("a",)), ("edit_file", ("a",)), ("note", "notes"),
-                         ("shell", ""), ("fetch", "example.org")]:  # fmt: skip
+    asked: list[tuple[str, tuple[str, ...] | str]] = [
+        ("write_file", ("a",)), ("edit_file", ("a",)), ("note", "notes"), ("shell", ""),
+        ("fetch", "example.org"),
+    ]  # fmt: skip
+    for tool, target in asked:
         assert decision(starter, tool, target).mode is Mode.ASK, tool
