@@ -16,11 +16,20 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from boxmaker.brokerd.approvals import Approvals, Held
 from boxmaker.brokerd.config import BrokerConfig
-from boxmaker.brokerd.grants import Mode, Rule, allowed_addresses, always_rule, listed, parse_grants
+from boxmaker.brokerd.grants import (
+    Mode,
+    Rule,
+    allowed_addresses,
+    always_rule,
+    listed,
+    parse_grants,
+    redirect_refusal,
+)
 from boxmaker.brokerd.log import DecisionLog, now
 from boxmaker.brokerd.paths import PathRefused, Workspace
 from boxmaker.brokerd.policy import APPROVING, Decided, Ledger, decide, request_fields, rule_json
@@ -162,7 +171,8 @@ class Broker:
                 resp = self._capped(shell.call(self.sandbox, args, class_))
             elif tool == "fetch":
                 allow = allowed_addresses(self.rules)
-                resp, got = fetch.call(args, self.fetch_limits, allow, class_)
+                hop_ok = partial(redirect_refusal, self.rules, target)
+                resp, got = fetch.call(args, self.fetch_limits, allow, class_, hop_ok)
                 resp = self._capped(resp)
                 host = got.hosts[0] if got is not None and got.hosts else None
             else:

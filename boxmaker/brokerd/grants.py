@@ -264,6 +264,19 @@ def decision(rules: Sequence[Rule], tool: str, target: tuple[str, ...] | str) ->
     return Decision(mode, f"grant: {tool} {mode} on {shown}", class_)
 
 
+def redirect_refusal(rules: Sequence[Rule], host: str | tuple[str, ...], url: str) -> str | None:
+    """Why a fetch of `host` may not follow a redirect to `url`, or None. The same host, or one
+    the grants allow: nobody can be asked mid-fetch, so a host that would ask (or is denied)
+    ends the fetch, and the model can fetch that URL itself (then the owner is asked)."""
+    try:
+        to = url_host(url)
+    except BadPath as exc:
+        return f"a redirect to {url}: {exc}"
+    if to == host or decision(rules, "fetch", to).mode is Mode.ALLOW:
+        return None
+    return f"a redirect to {url}: no grant allows {to}; fetch that URL to be asked about it"
+
+
 def listed(rules: Sequence[Rule], tool: str) -> bool:
     """Whether find_tool offers `tool`: some rule grants it something other than deny (fetch:
     unless a deny covers every host, since it asks by default)."""

@@ -81,6 +81,14 @@ def call(rig: Rig, session: str, tool: str, args: dict[str, Any]) -> dict[str, A
 def page() -> Iterator[int]:
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            if self.path in ("/same", "/away"):
+                self.send_response(302)
+                port = str(self.headers["Host"]).rsplit(":", 1)[1]
+                there = "/" if self.path == "/same" else f"http://localhost:{port}/"
+                self.send_header("Location", there)
+                self.send_header("Content-Length", "0")
+                self.end_headers()
+                return
             self.send_response(200)
             self.send_header("Content-Type", "text/html")
             self.send_header("Content-Length", str(len(SECRET_PAGE)))
@@ -180,3 +188,15 @@ def test_fetch_to_loopback_not_granted_by_address_is_refused(rig: Rig, page: int
     got = call(rig, "s1", "fetch", {"url": f"http://localhost:{page}/"})
     assert "127.0.0.1 is a loopback address; only a grant naming exactly" in got["content"]
     assert got["untrusted"] is False  # nothing came from a server
+
+
+def test_a_redirect_to_a_host_the_grants_do_not_allow_is_not_followed(rig: Rig, page: int) -> None:
+    rig.grants_text = grants()  # fetch allows 127.0.0.1 only
+    rig.start()
+    same = call(rig, "s1", "fetch", {"url": f"http://127.0.0.1:{page}/same"})
+    assert same["content"].startswith(f"[http://127.0.0.1:{page}/: HTTP 200]")
+    away = call(rig, "s2", "fetch", {"url": f"http://127.0.0.1:{page}/away"})
+    assert away["content"] == (
+        f"fetch http://localhost:{page}/: a redirect to http://localhost:{page}/: no grant allows "
+        "localhost; fetch that URL to be asked about it"
+    )

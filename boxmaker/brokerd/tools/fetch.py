@@ -32,6 +32,7 @@ HTML_TYPES = ("text/html", "application/xhtml+xml")
 CHUNK = 65536
 
 Connect = Callable[[tuple[str, int], float], socket.socket]
+HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is not followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,8 +149,10 @@ def fetch(
     *,
     connect: Connect = _connect,
     tls: ssl.SSLContext | None = None,
+    hop_ok: HopCheck | None = None,
 ) -> FetchResult:
-    """GETs `url`; every failure is a FetchResult with `error`, never an exception."""
+    """GETs `url`; every failure is a FetchResult with `error`, never an exception. `hop_ok`
+    judges each redirect's URL before it is followed (brokerd: the grants of its host)."""
     limits = limits or FetchLimits()
     deadline = time.monotonic() + limits.timeout_ms / 1000
     hosts: list[str] = []
@@ -161,6 +164,8 @@ def fetch(
             )
             if status in REDIRECTS and location:
                 current = urljoin(current, location)
+                if hop_ok is not None and (why := hop_ok(current)) is not None:
+                    raise Refused(why)
                 continue
             return FetchResult(current, _as_text(body, ctype), status, cut, None, tuple(hosts))
         raise Refused(f"more than {limits.max_redirects} redirects")
@@ -261,11 +266,12 @@ def call(
     limits: FetchLimits | None = None,
     allow: frozenset[netcheck.Address] = frozenset(),
     class_: ResultClass = ResultClass.PUBLIC,
+    hop_ok: HopCheck | None = None,
 ) -> tuple[ToolResponse, FetchResult | None]:
     """One `fetch` call, for brokerd: the response and (when one was tried) the fetch."""
     try:
         url = parse_arguments(args)
     except Refused as err:
         return ToolResponse(f"fetch: {err}", ResultClass.PUBLIC, False, False), None
-    result = fetch(url, limits, allow)
+    result = fetch(url, limits, allow, hop_ok=hop_ok)
     return result.to_response(class_), result
