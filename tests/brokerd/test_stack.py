@@ -12,6 +12,7 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
+import orjson
 import pytest
 
 from boxmaker.bxctl.cli import main
@@ -265,3 +266,10 @@ def test_shell_fetch_then_a_write_that_the_taint_makes_ask(
     assert all(reason in p.split("\n")[1] for p in prompts), out.stderr
     assert "write_file asks because" in prompts[-1]
     assert (rig.workspace / "out.txt").read_text() == "done"
+    # loopd named the session on every call; the taint is brokerd's, from these lines
+    lines = [orjson.loads(line) for line in rig.log.read_bytes().splitlines()]
+    requests = [r for r in lines if r["type"] == "request"]
+    assert [(r["session"], r["tool"]) for r in requests] == [
+        ("s3", "shell"), ("s3", "shell"), ("s3", "fetch"), ("s3", "write_file"),
+    ]  # fmt: skip
+    assert [r["untrusted"] for r in lines if r["type"] == "result"] == [True, True, True, False]
