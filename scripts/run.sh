@@ -7,6 +7,8 @@
 #   UPSTREAM=host:port   use a llama-server that is already running instead of the local one;
 #                        needs CONFIG, a loopd config written for that server
 #   CONFIG=path.toml     loopd's config (default conf/loopd.local.toml)
+#   BROKERD_CONFIG=path.toml  brokerd's config (default conf/brokerd.local.toml): its workspace
+#                        is created, and conf/grants.local.toml copied to its grants when missing
 #   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
 #   BOXMAKER_RUN         the run folder (default: the checkout's run/); the tests use a temporary
 #                        one, with CONFIG naming sockets in it (make status/ctl/stop honor it too)
@@ -62,6 +64,29 @@ export BOXMAKER_SOCKET
 for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET; do
   printf '%s=%q\n' "$name" "${!name}"
 done >"$BOXMAKER_RUN/run.env"
+
+# brokerd (issues 22, 23): the tools, under supervisord before loopd; its owner.sock is where
+# `bxctl chat` answers approvals. Its workspace is created and the starter grants copied (never
+# over the owner's own: "always" answers append to that file).
+BROKERD_CONFIG=${BROKERD_CONFIG:-conf/brokerd.local.toml}
+[ -f "$BROKERD_CONFIG" ] || fail "BROKERD_CONFIG=$BROKERD_CONFIG: no such file"
+export BOXMAKER_BROKERD_CONFIG
+BOXMAKER_BROKERD_CONFIG=$(realpath "$BROKERD_CONFIG")
+BROKERD_PATHS=$("$PY" -c 'import os, sys
+from boxmaker.brokerd.config import ConfigError, parse_config
+try:
+    c = parse_config(open(sys.argv[1], "rb").read(), os.path.dirname(sys.argv[1]))
+except ConfigError as e:
+    sys.exit(f"run: {sys.argv[1]}: {e}")
+for path in (c.owner_socket, c.workspace, c.grants):
+    print(path)' "$BOXMAKER_BROKERD_CONFIG")
+{ read -r BOXMAKER_OWNER_SOCKET; read -r WORKSPACE; read -r GRANTS; } <<<"$BROKERD_PATHS"
+mkdir -p "$WORKSPACE"
+[ -e "$GRANTS" ] || install -m 0600 conf/grants.local.toml "$GRANTS"
+cp conf/programs/brokerd.conf "$BOXMAKER_RUN/supervisord.d/"
+PROGRAMS="brokerd $PROGRAMS"
+printf 'BOXMAKER_BROKERD_CONFIG=%q\nBOXMAKER_OWNER_SOCKET=%q\n' "$BOXMAKER_BROKERD_CONFIG" \
+  "$BOXMAKER_OWNER_SOCKET" >>"$BOXMAKER_RUN/run.env"
 CONF=$ROOT/conf/supervisord.conf
 CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 
@@ -108,8 +133,9 @@ PYEOF
 "${CTL[@]}" status
 
 if [ -t 0 ]; then
-  exec "$ROOT/.venv/bin/bxctl" chat
+  exec "$ROOT/.venv/bin/bxctl" chat --owner-socket "$BOXMAKER_OWNER_SOCKET"
 else
   echo "run: standard input is not a terminal, so no chat; try:"
-  echo "  BOXMAKER_SOCKET=$BOXMAKER_SOCKET $ROOT/.venv/bin/bxctl chat --say 'Hello.'"
+  echo "  BOXMAKER_SOCKET=$BOXMAKER_SOCKET $ROOT/.venv/bin/bxctl chat --say 'Hello.'" \
+    "--owner-socket $BOXMAKER_OWNER_SOCKET"
 fi

@@ -105,17 +105,21 @@ RULES: dict[str, frozenset[str]] = {
     # tools.spec, taint, netcheck) sit below its shells; it never imports loopd, nor loopd it.
     BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
-    | frozenset({f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.config": frozenset(),  # [core]
     f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
     f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
-    f"{BROKERD}.policy": frozenset({PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.tools.spec"}),
-    f"{BROKERD}.sandbox": frozenset(),  # bwrap's command line and one run: stdlib only
+    f"{BROKERD}.policy": frozenset(
+        {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.tools.spec"}
+    ),
+    # bwrap's command line and one run: stdlib, and the limits' bounds from the config
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
     # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores
     f"{BROKERD}.tools": frozenset(
-        {PROTO, SESSION, f"{BROKERD}.paths", f"{BROKERD}.sandbox", f"{BROKERD}.netcheck"}
+        {PROTO, SESSION, f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.sandbox"}
+        | {f"{BROKERD}.netcheck", f"{BROKERD}.tools.spec"}
     ),
     f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons

@@ -2,6 +2,11 @@
 
 Every step is appended to the decision log before brokerd acts on it. Errors are data: whatever
 goes wrong, the caller gets a ToolResponse whose content says what, and the turn goes on.
+
+Taint: the session's taint is read from the Ledger (fed by the log) under the log's lock, and the
+request is appended under the same lock, so the taint a decision saw is the one the records
+before its line give: what `replay` recomputes. The result's line carries `untrusted` (and the
+host a fetch reached) before the result leaves, so a taint is on disk before its content is.
 """
 
 from __future__ import annotations
@@ -11,15 +16,26 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
+from functools import partial
 from typing import Any
 
 from boxmaker.brokerd.approvals import Approvals, Held
 from boxmaker.brokerd.config import BrokerConfig
-from boxmaker.brokerd.grants import Mode, Rule, always_rule, parse_grants
+from boxmaker.brokerd.grants import (
+    Mode,
+    Rule,
+    allowed_addresses,
+    always_rule,
+    listed,
+    parse_grants,
+    redirect_refusal,
+)
 from boxmaker.brokerd.log import DecisionLog, now
 from boxmaker.brokerd.paths import PathRefused, Workspace
-from boxmaker.brokerd.policy import APPROVING, decide, request_fields, rule_json
-from boxmaker.brokerd.tools.files import FileTools, error
+from boxmaker.brokerd.policy import APPROVING, Decided, Ledger, decide, request_fields, rule_json
+from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
+from boxmaker.brokerd.tools import fetch, shell
+from boxmaker.brokerd.tools.files import FileTools, error, response
 from boxmaker.brokerd.tools.note import append_note, note_summary
 from boxmaker.brokerd.tools.spec import CLOCK, SCHEMAS
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
@@ -39,7 +55,10 @@ class Broker:
         self.files = FileTools(
             self.ws, config.result_cap_bytes, config.max_file_bytes, config.max_write_bytes
         )
-        self.log = DecisionLog(config.log)
+        self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
+        self.fetch_limits = fetch.FetchLimits(**config.fetch)
+        self.ledger = Ledger()
+        self.log = DecisionLog(config.log, self.ledger.feed)
         self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
@@ -51,16 +70,18 @@ class Broker:
     def tools(self) -> list[ToolSchema]:
         """clock, and the tools granted something other than deny somewhere (find_tool lists
         only these)."""
-        return [
-            s
-            for name, s in SCHEMAS.items()
-            if name == CLOCK or any(r.tool == name and r.mode is not Mode.DENY for r in self.rules)
-        ]
+        return [s for name, s in SCHEMAS.items() if name == CLOCK or listed(self.rules, name)]
 
-    def call(self, tool: str, arguments: str, notify: Notify) -> ToolResponse:
+    def call(
+        self, tool: str, arguments: str, notify: Notify, session: str = "", epoch: int = 0
+    ) -> ToolResponse:
+        """One call of `session` (loopd names it; the taint is brokerd's own, from its log)."""
         call_id = secrets.token_hex(8)
-        decided = decide(self.rules, tool, arguments, self.config.workspace)
-        self.log.append("request", **request_fields(call_id, tool, arguments, decided))
+        with self.log.lock:
+            taint = self.ledger.taint(session, epoch)
+            decided = decide(self.rules, tool, arguments, self.config.workspace, taint)
+            fields = request_fields(call_id, tool, arguments, decided, session, epoch)
+            self.log.append("request", **fields)
         d = decided.decision
         self.log.append("decision", id=call_id, mode=str(d.mode), reason=d.reason)
         if d.mode is Mode.DENY:
@@ -69,29 +90,35 @@ class Broker:
         assert args is not None  # a decision other than deny has both
         assert target is not None
         if d.mode is Mode.ASK:
-            answer = self._ask(call_id, tool, args, target, decided.hash, notify)
+            answer = self._ask(call_id, tool, decided, notify)
             if answer not in APPROVING:
-                return error(f"denied: the owner did not approve ({answer})")
-        return self._run(call_id, tool, args, target)
+                why = f"; it asked because {decided.tainted}" if decided.tainted else ""
+                return error(f"denied: the owner did not approve ({answer}){why}")
+        return self._run(call_id, tool, args, target, ResultClass(d.class_))
 
-    def _ask(
-        self,
-        call_id: str,
-        tool: str,
-        args: dict[str, Any],
-        target: tuple[str, ...] | str,
-        call_hash: str,
-        notify: Notify,
-    ) -> str:
+    def _summary(self, tool: str, target: tuple[str, ...] | str, args: dict[str, Any]) -> str:
+        if tool == "note":
+            return note_summary(args)
+        if tool == "shell":
+            return shell.summary(args)
+        if tool == "fetch":
+            return fetch.summary(args)
+        assert isinstance(target, tuple)
+        return self.files.summary(tool, target, args)
+
+    def _ask(self, call_id: str, tool: str, decided: Decided, notify: Notify) -> str:
+        args, target, call_hash = decided.args, decided.target, decided.hash
+        assert args is not None
+        assert target is not None
         try:
-            if isinstance(target, str):
-                summary = note_summary(args)
-            else:
-                summary = self.files.summary(tool, target, args)
+            summary = self._summary(tool, target, args)
         except (PathRefused, OSError) as exc:
             summary = f"{tool} (cannot say what it would do: {exc})"
+        if decided.tainted:  # the owner sees why a call its grant allows is asked about
+            summary += f"\n{decided.tainted}"
         rule = always_rule(tool, target)
-        shown = "(nothing: this file is asked about every time)" if rule is None else rule.to_toml()
+        what = "command" if tool == "shell" else "file"
+        shown = rule.to_toml() if rule else f"(nothing: this {what} is asked about every time)"
         held = self.approvals.hold(call_id, tool, summary, call_hash, shown)
         with contextlib.suppress(OSError):
             notify(held)
@@ -109,7 +136,7 @@ class Broker:
         return answer
 
     def _add_grant(self, rule: Rule) -> None:
-        with self._grants_lock:
+        with self._grants_lock, self.log.lock:  # no decision between the line and the rules
             self.log.append("grant", rule=rule_json(rule))
             self.rules = (*self.rules, rule)
             text = self.grants_text + b"\n# added by brokerd: the owner answered always\n"
@@ -124,8 +151,14 @@ class Broker:
             self.grants_text = text
 
     def _run(
-        self, call_id: str, tool: str, args: dict[str, Any], target: tuple[str, ...] | str
+        self,
+        call_id: str,
+        tool: str,
+        args: dict[str, Any],
+        target: tuple[str, ...] | str,
+        class_: ResultClass,
     ) -> ToolResponse:
+        host = None
         try:
             if tool == CLOCK:
                 resp = ToolResponse(now(), ResultClass.PUBLIC, untrusted=False, truncated=False)
@@ -134,6 +167,14 @@ class Broker:
                 if size > self.config.max_write_bytes:
                     raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")
                 resp = append_note(self.config.home, args)
+            elif tool == "shell":
+                resp = self._capped(shell.call(self.sandbox, args, class_))
+            elif tool == "fetch":
+                allow = allowed_addresses(self.rules)
+                hop_ok = partial(redirect_refusal, self.rules, target)
+                resp, got = fetch.call(args, self.fetch_limits, allow, class_, hop_ok)
+                resp = self._capped(resp)
+                host = got.hosts[0] if got is not None and got.hosts else None
             else:
                 resp = getattr(self.files, tool)(target, args)
         except PathRefused as exc:
@@ -148,5 +189,14 @@ class Broker:
             error=resp.content.startswith("error: "),
             truncated=resp.truncated,
             chars=len(resp.content),
+            untrusted=resp.untrusted,
+            host=host,
+            **{"class": str(resp.class_)},
         )
         return resp
+
+    def _capped(self, resp: ToolResponse) -> ToolResponse:
+        """The loop's cap ([broker] result_cap_bytes) over a shell's or a fetch's own caps."""
+        cut = response(resp.content, self.config.result_cap_bytes, untrusted=resp.untrusted)
+        truncated = resp.truncated or cut.truncated
+        return ToolResponse(cut.content, resp.class_, untrusted=resp.untrusted, truncated=truncated)

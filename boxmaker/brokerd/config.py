@@ -1,14 +1,17 @@
 """brokerd's config: the `[broker]` table, strict (unknown keys refused, bounds). [core]
 
-Relative paths are taken from the config file's folder. `loopd_uid` and `owner_uid` default to
-brokerd's own uid (the shell fills them in: this module does no I/O).
+Two sub-tables hold the limits of the tools that reach out: `[broker.shell]` (the sandbox's,
+SHELL_BOUNDS) and `[broker.fetch]` (FETCH_BOUNDS); sandbox.py and tools/fetch.py check their
+limits against the same bounds. Relative paths are taken from the config file's folder.
+`loopd_uid` and `owner_uid` default to brokerd's own uid (the shell fills them in: this module
+does no I/O).
 """
 
 from __future__ import annotations
 
 import posixpath
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 MAX_MS = 86_400_000  # one day
@@ -34,7 +37,28 @@ class BrokerConfig:
     approval_timeout_ms: int = 120_000
     result_cap_bytes: int = 16_384
     max_file_bytes: int = 64 * 1024 * 1024
-    max_write_bytes: int = 4 * 1024 * 1024
+    max_write_bytes: int = 1_000_000  # at most what one frame carries
+    shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
+    fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
+
+
+# [broker.shell]: key -> (minimum, maximum). The defaults are SandboxLimits'.
+SHELL_BOUNDS: dict[str, tuple[int, int]] = {
+    "timeout_ms": (100, 3_600_000),  # the wall clock, and the most a call's timeout_ms may ask
+    "cpu_seconds": (1, 3600),
+    "memory_bytes": (64 << 20, 64 << 30),  # RLIMIT_AS, per process
+    "processes": (8, 65536),  # RLIMIT_NPROC: a fork bomb stops here
+    "file_bytes": (1 << 10, 1 << 40),  # RLIMIT_FSIZE
+    "open_files": (16, 65536),
+    "output_bytes": (1 << 10, 64 << 20),  # then the command is stopped (the result is capped too)
+    "tmp_bytes": (1 << 20, 16 << 30),  # the sandbox's /tmp, a tmpfs
+}
+# [broker.fetch]: key -> (minimum, maximum). The defaults are FetchLimits'.
+FETCH_BOUNDS: dict[str, tuple[int, int]] = {
+    "max_bytes": (1 << 10, 1 << 30),  # of the body read; the rest is not read
+    "timeout_ms": (100, 600_000),  # the whole fetch, redirects included
+    "max_redirects": (0, 20),
+}
 
 
 # key -> (kind, minimum, maximum); a path kind has no bounds but its own.
@@ -77,8 +101,8 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
     table = doc.get("broker")
     if not isinstance(table, dict):
         raise ConfigError("missing [broker] table")
-    if unknown := sorted(table.keys() - {*_PATHS, *_INTS}):
-        known = ", ".join([*_PATHS, *_INTS])
+    if unknown := sorted(table.keys() - {*_PATHS, *_INTS, "shell", "fetch"}):
+        known = ", ".join([*_PATHS, *_INTS, "[broker.shell]", "[broker.fetch]"])
         raise ConfigError(f"[broker]: unknown key(s) {', '.join(unknown)} (known: {known})")
     if missing := [k for k in _PATHS if k not in table]:
         raise ConfigError(f"[broker]: missing key(s) {', '.join(missing)}")
@@ -92,6 +116,24 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
                 f"[broker] {key}: expected a whole number {lo} to {hi}, got {value!r}"
             )
         values[key] = value
+    for name, bounds in (("shell", SHELL_BOUNDS), ("fetch", FETCH_BOUNDS)):
+        values[name] = _limits(name, table.get(name, {}), bounds)
     if values["socket"] == values["owner_socket"]:
         raise ConfigError("[broker] socket and owner_socket must be two different paths")
     return BrokerConfig(**values)
+
+
+def _limits(name: str, sub: Any, bounds: dict[str, tuple[int, int]]) -> dict[str, int]:
+    if not isinstance(sub, dict):
+        raise ConfigError(f"[broker.{name}]: expected a table")
+    if unknown := sorted(sub.keys() - bounds.keys()):
+        raise ConfigError(
+            f"[broker.{name}]: unknown key(s) {', '.join(unknown)} (known: {', '.join(bounds)})"
+        )
+    for key, value in sub.items():
+        lo, hi = bounds[key]
+        if type(value) is not int or not lo <= value <= hi:
+            raise ConfigError(
+                f"[broker.{name}] {key}: expected a whole number {lo} to {hi}, got {value!r}"
+            )
+    return dict(sub)

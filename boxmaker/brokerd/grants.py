@@ -7,9 +7,16 @@ A grants file is TOML, a list of rules:
     mode = "ask"            # allow | ask | deny
     paths = ["notes/"]      # file tools: path prefixes inside the workspace ("" = all of it)
 
-`note` rules take `files = ["notes"]` or `["core"]` instead of paths. Decisions are made on the
-tool's name and its PARSED arguments, never on a string: a path is split into components and
-matched component by component, so "docs" covers "docs/a.md" but not "docs-old/a.md".
+`note` rules take `files = ["notes"]` or `["core"]` instead of paths. `fetch` rules take `hosts`
+(exact host names, or IP addresses, or "*" for any host; lower case), `shell` rules nothing (a
+command is never matched as a string: it runs in the sandbox). Both may say `class` (the class
+of their results; today only "public"). A host that no fetch rule covers is `ask`, not deny (the
+issue's default); an IP address named in a fetch rule that is not deny is also the only way
+fetch reaches a loopback, private or link-local address (`allowed_addresses`).
+
+Decisions are made on the tool's name and its PARSED arguments, never on a string: a path is
+split into components and matched component by component, so "docs" covers "docs/a.md" but not
+"docs-old/a.md".
 
 The order of rules never matters: a covering `deny` always wins; otherwise the most specific
 covering rule decides (the longest path prefix; on a tie the stricter, ask over allow), so the
@@ -20,11 +27,14 @@ file "core") is never better than ask, so "always" adds nothing there.
 
 from __future__ import annotations
 
+import contextlib
 import enum
+import ipaddress
 import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
 import orjson
 
@@ -34,7 +44,9 @@ MAX_PATH_BYTES = 4095  # Linux's PATH_MAX less the NUL
 MAX_NAME_BYTES = 255  # NAME_MAX
 PATH_TOOLS = ("read_file", "list_dir", "write_file", "edit_file")
 NOTE_FILES = ("notes", "core")
-TOOLS = (*PATH_TOOLS, "note")
+TOOLS = (*PATH_TOOLS, "note", "shell", "fetch")
+ANY_HOST = "*"
+CLASSES = ("public",)  # proto.ResultClass's values
 
 
 class Mode(enum.StrEnum):
@@ -60,11 +72,17 @@ class Rule:  # hashable: decision() keys a dict by rule
     mode: Mode
     paths: tuple[tuple[str, ...], ...] = ()  # component tuples; () = the whole workspace
     files: tuple[str, ...] = ()
+    hosts: tuple[str, ...] = ()  # fetch: exact hosts, or ANY_HOST
+    class_: str = "public"
 
     def covers(self, tool: str, target: tuple[str, ...] | str) -> int:
         """How many components of the longest prefix that covers `target`; -1 for none."""
         if tool != self.tool:
             return -1
+        if tool == "shell":
+            return 0
+        if tool == "fetch":
+            return 1 if target in self.hosts else 0 if ANY_HOST in self.hosts else -1
         if isinstance(target, str):
             return 0 if target in self.files else -1
         return max((len(p) for p in self.paths if target[: len(p)] == p), default=-1)
@@ -73,8 +91,12 @@ class Rule:  # hashable: decision() keys a dict by rule
         lines = ["[[grant]]", f'tool = "{self.tool}"', f'mode = "{self.mode}"']
         if self.tool == "note":
             lines.append("files = " + orjson.dumps(list(self.files)).decode())
-        else:
+        elif self.tool == "fetch":
+            lines.append("hosts = " + orjson.dumps(list(self.hosts)).decode())
+        elif self.tool != "shell":
             lines.append("paths = " + orjson.dumps(["/".join(p) for p in self.paths]).decode())
+        if self.class_ != "public":
+            lines.append(f'class = "{self.class_}"')
         return "\n".join(lines) + "\n"
 
 
@@ -82,6 +104,7 @@ class Rule:  # hashable: decision() keys a dict by rule
 class Decision:
     mode: Mode
     reason: str
+    class_: str = "public"  # the deciding rule's: the class the result carries
 
 
 def split_path(path: str, workspace: str) -> tuple[str, ...]:
@@ -135,9 +158,20 @@ def _rule(obj: Any, where: str) -> Rule:
         raise GrantsError(f"{where}: tool must be one of {', '.join(TOOLS)}, got {tool!r}")
     if mode not in tuple(Mode):
         raise GrantsError(f"{where}: mode must be allow, ask or deny, got {mode!r}")
-    field = "files" if tool == "note" else "paths"
-    if unknown := sorted(obj.keys() - {"tool", "mode", field}):
+    field = {"note": "files", "fetch": "hosts", "shell": ""}.get(tool, "paths")
+    known = {"tool", "mode", field} | ({"class"} if tool in ("shell", "fetch") else set())
+    if unknown := sorted(obj.keys() - known - {""}):
         raise GrantsError(f"{where}: unknown key(s) {', '.join(unknown)} for {tool}")
+    class_ = obj.get("class", "public")
+    if class_ not in CLASSES:
+        raise GrantsError(f"{where}: class must be one of {', '.join(CLASSES)}, got {class_!r}")
+    if tool == "shell":
+        return Rule(tool, Mode(mode), class_=class_)
+    if tool == "fetch":
+        hosts = obj.get("hosts", [ANY_HOST])
+        if not isinstance(hosts, list) or not hosts:
+            raise GrantsError(f"{where}: hosts must be a non-empty list")
+        return Rule(tool, Mode(mode), hosts=tuple(_host(h, where) for h in hosts), class_=class_)
     values = obj.get(field, [""] if field == "paths" else list(NOTE_FILES))
     if not isinstance(values, list) or not values:
         raise GrantsError(f"{where}: {field} must be a non-empty list")
@@ -146,6 +180,20 @@ def _rule(obj: Any, where: str) -> Rule:
             raise GrantsError(f"{where}: files may hold notes and core, got {bad!r}")
         return Rule(tool, Mode(mode), files=tuple(values))
     return Rule(tool, Mode(mode), paths=tuple(_prefix(p, f"{where}.paths") for p in values))
+
+
+def _host(text: Any, where: str) -> str:
+    if text == ANY_HOST:
+        return ANY_HOST
+    if not isinstance(text, str) or not text or text != text.lower():
+        raise GrantsError(f"{where}.hosts: a host is a lower-case name or address, got {text!r}")
+    try:
+        return str(ipaddress.ip_address(text.strip("[]")))  # ::1 and [::1] alike
+    except ValueError:
+        pass
+    if any(not (c.isalnum() or c in "-.") for c in text):
+        raise GrantsError(f"{where}.hosts: {text!r} is not a host name (no scheme, port or path)")
+    return text
 
 
 def parse_grants(data: bytes) -> tuple[Rule, ...]:
@@ -167,19 +215,40 @@ def parse_grants(data: bytes) -> tuple[Rule, ...]:
 
 
 def target_of(tool: str, args: Mapping[str, Any], workspace: str) -> tuple[str, ...] | str:
-    """What a rule is matched against: the path's components, or note's file."""
+    """What a rule is matched against: the path's components, note's file, fetch's host (lower
+    case, an IP address in its plain form), or "" for shell."""
     if tool == "note":
         return str(args.get("file", "notes"))
+    if tool == "shell":
+        return ""
+    if tool == "fetch":
+        return url_host(args["url"])
     return split_path(args["path"], workspace)
+
+
+def url_host(url: str) -> str:
+    """The host a URL names, as grants write it; BadPath when it names none."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError as exc:
+        raise BadPath(f"not a URL ({exc}); give an http:// or https:// URL") from None
+    if not host:
+        raise BadPath("the URL names no host; give an http:// or https:// URL")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
 
 
 def decision(rules: Sequence[Rule], tool: str, target: tuple[str, ...] | str) -> Decision:
     """allow, ask or deny for `tool` on `target` (from `target_of`), with the reason."""
+    if tool == "fetch" and not any(r.covers(tool, target) >= 0 for r in rules):
+        return Decision(Mode.ASK, f"no grant for fetch covers {target}: fetch asks by default")
     if not any(r.tool == tool for r in rules):
         return Decision(Mode.DENY, f"no grant for {tool}: the owner has not granted this tool")
     depth = {r: r.covers(tool, target) for r in rules}
     covering = [r for r, d in depth.items() if d >= 0]
-    shown = "/".join(target) or "." if isinstance(target, tuple) else target
+    shown = "/".join(target) or "." if isinstance(target, tuple) else target or "any command"
     if not covering:
         return Decision(Mode.DENY, f"no grant for {tool} covers {shown}")
     if any(r.mode is Mode.DENY for r in covering):
@@ -190,12 +259,57 @@ def decision(rules: Sequence[Rule], tool: str, target: tuple[str, ...] | str) ->
         mode = max(modes, key=_STRICTNESS.__getitem__)
     if tool == "note" and target == "core" and mode is Mode.ALLOW:
         return Decision(Mode.ASK, "memory/core.md goes into every baseline: the owner approves")
-    return Decision(mode, f"grant: {tool} {mode} on {shown}")
+    deciding = [r for r in covering if r.mode is mode]
+    class_ = deciding[0].class_ if deciding else "public"
+    return Decision(mode, f"grant: {tool} {mode} on {shown}", class_)
+
+
+def redirect_refusal(rules: Sequence[Rule], host: str | tuple[str, ...], url: str) -> str | None:
+    """Why a fetch of `host` may not follow a redirect to `url`, or None. The same host, or one
+    the grants allow: nobody can be asked mid-fetch, so a host that would ask (or is denied)
+    ends the fetch, and the model can fetch that URL itself (then the owner is asked)."""
+    try:
+        to = url_host(url)
+    except BadPath as exc:
+        return f"a redirect to {url}: {exc}"
+    if to == host or decision(rules, "fetch", to).mode is Mode.ALLOW:
+        return None
+    return f"a redirect to {url}: no grant allows {to}; fetch that URL to be asked about it"
+
+
+def listed(rules: Sequence[Rule], tool: str) -> bool:
+    """Whether find_tool offers `tool`: some rule grants it something other than deny (fetch:
+    unless a deny covers every host, since it asks by default)."""
+    if tool == "fetch":
+        shut = (r for r in rules if r.tool == tool and r.mode is Mode.DENY)
+        return not any(ANY_HOST in r.hosts for r in shut)
+    return any(r.tool == tool and r.mode is not Mode.DENY for r in rules)
+
+
+Address = ipaddress.IPv4Address | ipaddress.IPv6Address
+
+
+def allowed_addresses(rules: Sequence[Rule]) -> frozenset[Address]:
+    """The addresses fetch may reach though netcheck would refuse them: those a fetch rule that
+    is not deny names exactly (a local test server, a box on the LAN)."""
+    found: set[Address] = set()
+    for r in rules:
+        if r.tool == "fetch" and r.mode is not Mode.DENY:
+            for h in r.hosts:
+                with contextlib.suppress(ValueError):  # a name: netcheck judges what it resolves to
+                    found.add(ipaddress.ip_address(h))
+    return frozenset(found)
 
 
 def always_rule(tool: str, target: tuple[str, ...] | str) -> Rule | None:
-    """The rule an "always" answer adds: this tool, this exact path (or note file), allow.
-    None for memory/core.md, which is asked about every time."""
+    """The rule an "always" answer adds: this tool, this exact path (or note file, or fetch's
+    host), allow. None for memory/core.md, which is asked about every time, and for shell: an
+    "always" would allow every command (the peers' "always allow" that recorded the shell)."""
+    if tool == "shell":
+        return None
+    if tool == "fetch":
+        assert isinstance(target, str)
+        return Rule(tool, Mode.ALLOW, hosts=(target,))
     if isinstance(target, str):
         return None if target == "core" else Rule(tool, Mode.ALLOW, files=(target,))
     return Rule(tool, Mode.ALLOW, paths=(target,))

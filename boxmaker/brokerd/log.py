@@ -1,7 +1,9 @@
 """brokerd's decision log: one line per request, decision, approval, added grant and result,
 each written with one write() and fsync'd before brokerd acts on it. The chain is
 session.chain's, the replay policy.py's. The file is opened once, flock'd (one brokerd per
-log), checked whole, and continued.
+log), checked whole, and continued. `listener` (the broker's taint Ledger) is fed every
+record, the past ones at open and each new one under the same lock as its write, so what it
+holds is always the log's order.
 """
 
 from __future__ import annotations
@@ -9,6 +11,7 @@ from __future__ import annotations
 import fcntl
 import os
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,7 +25,7 @@ def now() -> str:
 
 
 class DecisionLog:
-    def __init__(self, path: str) -> None:
+    def __init__(self, path: str, listener: Callable[[dict[str, Any]], None] | None = None) -> None:
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
         self.fd = os.open(
             path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
@@ -44,14 +47,21 @@ class DecisionLog:
             os.close(self.fd)
             raise LogError(f"{path}: {exc}") from None
         self.seq = len(records)
-        self._lock = threading.Lock()
+        self.lock = threading.RLock()  # the broker holds it across a decision and its request
         self.path = path
+        self._listener = listener
+        if listener is not None:
+            for rec in records:
+                listener(rec)
 
     def append(self, kind: str, **fields: Any) -> None:
-        with self._lock:
-            line = encode_line(kind, self.seq, self.prev, {"time": now(), **fields})
+        with self.lock:
+            rec = {"time": now(), **fields}
+            line = encode_line(kind, self.seq, self.prev, rec)
             os.write(self.fd, line)
             os.fsync(self.fd)
+            if self._listener is not None:
+                self._listener({"type": kind, "seq": self.seq, **rec})
             self.seq += 1
             self.prev = sha256_hex(line)
 

@@ -3,10 +3,16 @@
 `decide` is the only path from a request to allow/ask/deny: brokerd runs it live, `replay` runs it
 again over the log, so a replay reproduces every decision or names the first line that differs.
 
+Taint enters the decision the same way both times: `Ledger` reads the log's records in order
+(brokerd feeds it each record as it appends it, and the whole log at start; replay feeds it as
+it goes), and a request is decided with its session's taint as the records before it give it.
+So a restart recomputes the taint from the log, and a replay reproduces every taint-driven ask.
+
 The log (`log.py` writes it) is a file of JSON lines chained like a session log
 (`session.chain`: each line's `prev` is the hex SHA-256 of the line before). The records:
-`start` (the grants file's text), `request`, `decision`, `approval`, `grant` (a rule an
-"always" added), `result`.
+`start` (the grants file's text), `request` (with the session and its epoch), `decision`,
+`approval`, `grant` (a rule an "always" added), `result` (with `untrusted`, and the host a fetch
+reached).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from boxmaker.brokerd.grants import (
     parse_grants,
     target_of,
 )
+from boxmaker.brokerd.taint import Record, Taint, must_ask, taint_of
 from boxmaker.brokerd.tools.spec import CLOCK, parse_arguments
 from boxmaker.session.chain import ChainError, verify_chain
 
@@ -37,10 +44,14 @@ class Decided:
     args: dict[str, Any] | None  # None when the arguments did not parse
     target: tuple[str, ...] | str | None
     hash: str
+    tainted: str | None = None  # why the taint made this call ask (shown to the owner)
 
 
-def decide(rules: tuple[Rule, ...], tool: str, arguments: str, workspace: str) -> Decided:
-    """The decision on one request as it arrived (the tool's name, the arguments' JSON text)."""
+def decide(
+    rules: tuple[Rule, ...], tool: str, arguments: str, workspace: str, taint: Taint | None = None
+) -> Decided:
+    """The decision on one request as it arrived (the tool's name, the arguments' JSON text),
+    in a session whose taint is `taint`: a call the taint stops asks, whatever its grant."""
     args = parse_arguments(tool, arguments)
     if isinstance(args, str):
         return Decided(
@@ -55,8 +66,39 @@ def decide(rules: tuple[Rule, ...], tool: str, arguments: str, workspace: str) -
     try:
         target = target_of(tool, args, workspace)
     except BadPath as exc:
-        return Decided(Decision(Mode.DENY, f"bad path: {exc}"), args, None, call_hash(tool, args))
-    return Decided(decision(rules, tool, target), args, target, call_hash(tool, args))
+        what = "bad URL" if tool == "fetch" else "bad path"
+        return Decided(Decision(Mode.DENY, f"{what}: {exc}"), args, None, call_hash(tool, args))
+    d = decision(rules, tool, target)
+    host = target if tool == "fetch" and isinstance(target, str) else None
+    tainted = must_ask(taint, tool, host) if d.mode is not Mode.DENY else None
+    if tainted is not None:
+        d = Decision(Mode.ASK, tainted, d.class_)
+    return Decided(d, args, target, call_hash(tool, args), tainted)
+
+
+class Ledger:
+    """Each session's calls, per epoch, as taint needs them: fed the log's records in order."""
+
+    def __init__(self) -> None:
+        self._calls: dict[tuple[str, int], list[Record]] = {}
+        self._count: dict[tuple[str, int], int] = {}
+        self._open: dict[str, tuple[tuple[str, int], int, str]] = {}  # id -> key, call, tool
+
+    def feed(self, rec: dict[str, Any]) -> None:
+        kind = rec["type"]
+        if kind == "request":
+            key = (rec.get("session", ""), rec.get("epoch", 0))
+            self._count[key] = n = self._count.get(key, 0) + 1
+            self._open[rec["id"]] = (key, n, rec["tool"])
+        elif kind in ("decision", "approval") and rec["mode"] == "deny":
+            self._open.pop(rec["id"], None)  # nothing will be returned but the refusal
+        elif kind == "result" and (call := self._open.pop(rec["id"], None)) is not None:
+            key, n, tool = call
+            record = Record(n, tool, bool(rec.get("untrusted")), rec.get("host"))
+            self._calls.setdefault(key, []).append(record)
+
+    def taint(self, session: str, epoch: int = 0) -> Taint | None:
+        return taint_of(self._calls.get((session, epoch), ()))
 
 
 def rule_json(rule: Rule) -> dict[str, Any]:
@@ -65,12 +107,15 @@ def rule_json(rule: Rule) -> dict[str, Any]:
         "mode": str(rule.mode),
         "paths": ["/".join(p) for p in rule.paths],
         "files": list(rule.files),
+        "hosts": list(rule.hosts),
+        "class": rule.class_,
     }
 
 
 def rule_from_json(obj: dict[str, Any]) -> Rule:
     paths = tuple(tuple(p for p in s.split("/") if p) for s in obj["paths"])
-    return Rule(obj["tool"], Mode(obj["mode"]), paths=paths, files=tuple(obj["files"]))
+    hosts, class_ = tuple(obj.get("hosts", ())), obj.get("class", "public")
+    return Rule(obj["tool"], Mode(obj["mode"]), paths, tuple(obj["files"]), hosts, class_)
 
 
 class LogError(Exception):
@@ -89,13 +134,17 @@ def replay(data: bytes) -> int:
     hashes: dict[str, str] = {}  # request id -> its hash
     asked: dict[str, str] = {}  # the requests that asked -> their hash, for the approvals
     pending: dict[str, Decided] = {}
+    ledger = Ledger()
     count = 0
     for n, rec in enumerate(records, 1):
         kind = rec["type"]
+        session = (rec.get("session", ""), rec.get("epoch", 0))
+        taint = ledger.taint(*session) if kind == "request" else None  # before this record
+        ledger.feed(rec)
         if kind == "start":
             rules, workspace = parse_grants(rec["grants"].encode()), rec["workspace"]
         elif kind == "request":
-            pending[rec["id"]] = decide(rules, rec["tool"], rec["arguments"], workspace)
+            pending[rec["id"]] = decide(rules, rec["tool"], rec["arguments"], workspace, taint)
             if pending[rec["id"]].hash != rec["hash"]:
                 raise LogError(f"line {n}: the call's hash differs from the one logged")
             hashes[rec["id"]] = rec["hash"]
@@ -120,10 +169,14 @@ def replay(data: bytes) -> int:
     return count
 
 
-def request_fields(call_id: str, tool: str, arguments: str, decided: Decided) -> dict[str, Any]:
+def request_fields(
+    call_id: str, tool: str, arguments: str, decided: Decided, session: str, epoch: int
+) -> dict[str, Any]:
     shown = arguments if decided.args is None else canonical_args(decided.args)
     return {
         "id": call_id,
+        "session": session,
+        "epoch": epoch,
         "tool": tool,
         "arguments": arguments,
         "canonical": shown,

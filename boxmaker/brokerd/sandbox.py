@@ -32,6 +32,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from boxmaker.brokerd.config import SHELL_BOUNDS
+
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {
     "PATH": "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin",
@@ -70,17 +72,7 @@ class SandboxLimits:
     tmp_bytes: int = 64 << 20  # the size of /tmp (tmpfs lives in memory)
 
     def __post_init__(self) -> None:
-        bounds = {
-            "timeout_ms": (100, 3_600_000),
-            "cpu_seconds": (1, 3600),
-            "memory_bytes": (64 << 20, 64 << 30),
-            "processes": (8, 65536),
-            "file_bytes": (1 << 10, 1 << 40),
-            "open_files": (16, 65536),
-            "output_bytes": (1 << 10, 64 << 20),
-            "tmp_bytes": (1 << 20, 16 << 30),
-        }
-        for name, (low, high) in bounds.items():
+        for name, (low, high) in SHELL_BOUNDS.items():
             value = getattr(self, name)
             if not (isinstance(value, int) and low <= value <= high):
                 raise ValueError(f"sandbox limit {name} = {value!r}: give an integer {low}..{high}")

@@ -69,7 +69,7 @@ class Server:
                     if frame.kind == "list":
                         tools = [s.to_json() for s in self.broker.tools()]
                         conn.send("tools", {"tools": tools}, True)
-                    elif frame.kind == "call" and _strings(frame.body, "tool", "arguments"):
+                    elif frame.kind == "call" and _call_body(frame.body):
 
                         def notify(held: Held) -> None:
                             threading.Thread(
@@ -81,11 +81,14 @@ class Server:
                                 False,
                             )
 
-                        resp = self.broker.call(frame.body["tool"], frame.body["arguments"], notify)
+                        b = frame.body
+                        session, epoch = b.get("session", ""), b.get("epoch", 0)
+                        resp = self.broker.call(b["tool"], b["arguments"], notify, session, epoch)
                         conn.send("result", resp.to_json(), True)
                     else:
                         conn.error(
-                            f"broker.sock takes list or call {{tool, arguments}}, got {frame.kind}"
+                            "broker.sock takes list or call {tool, arguments, session?, "
+                            f"epoch?}}, got {frame.kind}"
                         )
                         return
             except (FrameError, OSError) as exc:
@@ -144,6 +147,16 @@ class Server:
                     approvals.deny(call_id, "closed")
 
 
+def _call_body(body: dict[str, object]) -> bool:
+    """{tool, arguments} strings, with the session's id (a string) and its epoch (0 or more)."""
+    extra = {k: body[k] for k in body.keys() - {"tool", "arguments"}}
+    if not _strings({k: body[k] for k in body.keys() - extra.keys()}, "tool", "arguments"):
+        return False
+    epoch = extra.pop("epoch", 0)
+    ok_epoch = type(epoch) is int and 0 <= epoch < 1 << 32
+    return ok_epoch and isinstance(extra.pop("session", ""), str) and not extra
+
+
 def _strings(body: dict[str, object], *keys: str) -> bool:
     return set(body) == set(keys) and all(isinstance(body[k], str) for k in keys)
 
@@ -180,6 +193,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
             f"owner uid {owner_uid}",
             f"workspace {config.workspace}",
             "openat2" if broker.ws.openat2 else "O_NOFOLLOW walk (no openat2)",
+            f"shell off: {no}" if (no := broker.sandbox.probe()) else "shell: sandbox ready",
         )
         try:
             with selectors.DefaultSelector() as sel:

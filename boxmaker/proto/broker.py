@@ -1,8 +1,10 @@
 """The frame kinds on brokerd's two sockets (M3). Frames as on loop.sock (proto.frame).
 
 broker.sock (loopd's uid): loopd sends `list` (answered `tools`, final) or `call`
-`{tool, arguments}` (arguments: JSON text); brokerd may send `approval_needed
-{id, tool, summary}` (not final) while the owner is asked, then `result` (a ToolResponse, final).
+`{tool, arguments, session?, epoch?}` (arguments: JSON text; session: the session's id, epoch
+its epoch, 0 when left out: brokerd keeps each session's taint from its own log); brokerd may
+send `approval_needed {id, tool, summary}` (not final) while the owner is asked, then `result`
+(a ToolResponse, final).
 
 owner.sock (the owner's uid): the owner sends `pending` (answered `pending {calls}`), `claim
 {id}` (answered `call {id, tool, summary, hash, always}`: a claimed call left unanswered when the

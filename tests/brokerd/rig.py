@@ -4,6 +4,8 @@ started with `python -m boxmaker.brokerd serve`, and clients for its two sockets
 from __future__ import annotations
 
 import os
+import pwd
+import secrets
 import shutil
 import socket
 import tempfile
@@ -113,12 +115,16 @@ class Rig:
     def owner(self) -> Conn:
         return self.connect(self.owner_socket, OWNER_KINDS)
 
-    def call(self, tool: str, args: dict[str, Any] | str) -> dict[str, Any]:
-        """One call that is not asked about; the result's body."""
+    def call(
+        self, tool: str, args: dict[str, Any] | str, session: str | None = None
+    ) -> dict[str, Any]:
+        """One call that is not asked about; the result's body. Without a session each call is
+        its own (so one read's taint does not reach the next call)."""
         text = args if isinstance(args, str) else orjson.dumps(args).decode()
         conn = self.loopd()
         with conn.sock:
-            conn.send("call", {"tool": tool, "arguments": text}, True)
+            body = {"tool": tool, "arguments": text, "session": session or secrets.token_hex(4)}
+            conn.send("call", body, True)
             frame = conn.recv()
         assert frame is not None
         assert frame.kind == "result", frame
@@ -134,6 +140,15 @@ class Rig:
         if self.daemon is not None:
             self.daemon.stop()
             self.daemon = None
+
+
+def sandbox_workspace(rig: Rig) -> None:
+    """The workspace made for `shell`: as root, brokerd's sandbox runs as nobody (RLIMIT_NPROC
+    does not hold for root), which must be able to write it."""
+    rig.workspace.mkdir(exist_ok=True)
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        os.chown(rig.workspace, nobody.pw_uid, nobody.pw_gid)
 
 
 def short_base() -> Path:

@@ -118,7 +118,7 @@ def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
 @pytest.mark.parametrize(
     ("text", "message"),
     [
-        (b"[[grant]]\ntool='shell'\nmode='allow'\n", "tool must be one of"),
+        (b"[[grant]]\ntool='exec'\nmode='allow'\n", "tool must be one of"),
         (b"[[grant]]\ntool='call_tool'\nmode='allow'\n", "tool must be one of"),
         (b"[[grant]]\ntool='read_file'\nmode='yes'\n", "mode must be"),
         (b"[[grant]]\ntool='read_file'\nmode='allow'\npath=['a']\n", "unknown key(s) path"),
@@ -173,7 +173,7 @@ def test_decide_refuses_bad_arguments_as_data() -> None:
     assert decide(rules(), "read_file", "not json", WS).decision.mode is Mode.DENY
     d = decide(rules(), "read_file", '{"path": 3}', WS).decision
     assert (d.mode, d.reason) == (Mode.DENY, "bad request: read_file: path must be a string")
-    d = decide(rules(), "shell", '{"cmd": "rm"}', WS).decision
+    d = decide(rules(), "exec", '{"cmd": "rm"}', WS).decision
     assert d.mode is Mode.DENY
     assert "no tool named" in d.reason
     d = decide(rules(), "read_file", '{"path": "a", "offset": -1}', WS).decision

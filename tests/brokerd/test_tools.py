@@ -96,7 +96,8 @@ def test_an_ungranted_tool_is_denied_and_not_listed(rig: Rig) -> None:
         conn.send("list", {}, True)
         tools = conn.recv()
     assert tools is not None
-    assert [t["name"] for t in tools.body["tools"]] == ["clock", "read_file"]  # no write_file
+    # no write_file; fetch asks by default, so it is offered unless a deny covers every host
+    assert [t["name"] for t in tools.body["tools"]] == ["clock", "read_file", "fetch"]
 
 
 def test_a_bad_frame_gets_an_error(rig: Rig) -> None:

@@ -1,7 +1,8 @@
 """What `make run` runs, end to end, started by `make run`'s own script (scripts/run.sh, stdin not
 a terminal): the build script's cached llama-server, the run folder's layout (supervisord.d/ with
-conf/programs/llama-server.conf, home/, run.env), the repository's supervisord config with
-llama-server, inferproxy and loopd (`loopd serve`, which waits for the model to load and
+conf/programs/llama-server.conf and brokerd.conf, home/, workspace/, run.env), the repository's
+supervisord config with brokerd (conf/brokerd.local.toml and the starter grants), llama-server,
+inferproxy and loopd (`loopd serve`, which waits for the model to load and
 self-tests before it listens); three `bxctl chat --say` turns on one session; `supervisorctl
 restart loopd`; a fourth turn that resumes the session from its log and hits llama-server's prompt
 cache; `make status`'s script on that run folder; a second run.sh, which starts it all afresh in
@@ -15,6 +16,7 @@ checkout's run/ folder.
 import os
 import re
 import shutil
+import socket
 import stat
 import subprocess
 import sys
@@ -27,6 +29,8 @@ import pytest
 
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import CacheLoss, Usage, User
+from boxmaker.proto.broker import BROKER_KINDS
+from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.check import check_session
 from boxmaker.verify.stack import free_port, healthy
@@ -37,7 +41,7 @@ REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf" / "supervisord.conf"
 LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"
 BIN = Path(sys.executable).parent
-PROGRAMS = ("inferproxy", "llama-server", "loopd")
+PROGRAMS = ("brokerd", "inferproxy", "llama-server", "loopd")  # `supervisorctl pid all`'s order
 BOUND = 60.0  # seconds for llama-server to load the model on a loaded 2-core machine
 # loopd retries its self-test while llama-server loads (startretries), then passes it.
 LOOPD_BOUND = 3 * BOUND
@@ -53,12 +57,25 @@ def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
 def write_config(run: Path) -> Path:
     """The local profile, with its sockets and home in this run folder."""
     text = LOCAL_PROFILE.read_text()
-    for name in ("infer.sock", "loop.sock", "home"):
+    for name in ("infer.sock", "loop.sock", "home", "broker.sock"):
         old = f'"../run/{name}"'
         assert old in text, f"conf/loopd.local.toml no longer names {old}"
         text = text.replace(old, f'"{run / name}"')
     path = run / "loopd.toml"
     path.write_text(f'{text}\n[baseline]\nsystem = "{REPO / "conf" / "system.md"}"\n')
+    return path
+
+
+def write_brokerd_config(run: Path) -> Path:
+    """brokerd's local profile, with its sockets, workspace, grants, home and log in this run
+    folder."""
+    text = (REPO / "conf" / "brokerd.local.toml").read_text()
+    for name in ("broker.sock", "owner.sock", "workspace", "grants.toml", "home", "broker/"):
+        old = f'"../run/{name}'
+        assert old in text, f"conf/brokerd.local.toml no longer names {old}"
+        text = text.replace(old, f'"{run / name}' + ("/" if name.endswith("/") else ""))
+    path = run / "brokerd.toml"
+    path.write_text(text)
     return path
 
 
@@ -92,17 +109,23 @@ def stack() -> Iterator[Stack]:
     for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
         env.pop(name, None)
     env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_config(run)))
+    env.update(BROKERD_CONFIG=str(write_brokerd_config(run)))
     started = run_sh(env)
     # supervisorctl reads the same file: the names run.sh exported must be set for it to parse.
     env.update(
         BOXMAKER_PYTHON=sys.executable,
         BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
         BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
+        BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
     )
     try:
         assert started.returncode == 0, started.stdout + started.stderr
         assert "standard input is not a terminal, so no chat" in started.stdout
-        assert sorted(p.name for p in (run / "supervisord.d").iterdir()) == ["llama-server.conf"]
+        conf_d = sorted(p.name for p in (run / "supervisord.d").iterdir())
+        assert conf_d == ["brokerd.conf", "llama-server.conf"]
+        assert (run / "grants.toml").read_bytes() == (REPO / "conf/grants.local.toml").read_bytes()
+        assert (run / "workspace").is_dir()
+        assert f"BOXMAKER_OWNER_SOCKET={run / 'owner.sock'}" in (run / "run.env").read_text()
         assert stat.S_IMODE((run / "home").stat().st_mode) == 0o700
         assert f"BOXMAKER_SOCKET={run / 'loop.sock'}" in (run / "run.env").read_text()
         assert healthy("127.0.0.1", port)
@@ -144,6 +167,19 @@ def records(stack: Stack) -> list[LogRecord]:
     return list(checked.records)
 
 
+def tools_offered(path: Path) -> list[str]:
+    """The tools brokerd lists on broker.sock, as loopd asks for them."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(BOUND)
+        sock.connect(str(path))
+        sock.sendall(encode_frame("list", {}, True, BROKER_KINDS))
+        decoder = FrameDecoder(BROKER_KINDS)
+        while (got := decoder.next_frame()) is NEED_DATA:
+            decoder.receive_data(sock.recv(65536))
+    assert isinstance(got, Frame), got
+    return [t["name"] for t in got.body["tools"]]
+
+
 def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -> None:
     def all_running() -> bool:
         status = ctl(stack.env, "status").stdout
@@ -151,6 +187,11 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
 
     wait_for(all_running, f"{', '.join(PROGRAMS)} to be RUNNING", timeout=LOOPD_BOUND)
     assert stat.S_IMODE(stack.sock.stat().st_mode) == 0o600
+    # brokerd serves loopd's tool calls with the starter grants: what find_tool would offer
+    assert tools_offered(stack.run / "broker.sock") == [
+        "clock", "read_file", "list_dir", "write_file", "edit_file", "note", "shell", "fetch",
+    ]  # fmt: skip
+    assert stat.S_IMODE((stack.run / "owner.sock").stat().st_mode) == 0o600
 
     # The same texts every run: temperature 0 and a fixed seed (the local profile) make the tiny
     # model's first answer a known one.

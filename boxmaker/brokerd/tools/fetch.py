@@ -22,25 +22,17 @@ from typing import Any
 from urllib.parse import urljoin, urlsplit
 
 from boxmaker.brokerd import netcheck
+from boxmaker.brokerd.config import FETCH_BOUNDS
 from boxmaker.brokerd.tools.htmltext import html_to_text
-from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto.tool import ResultClass, ToolResponse
 
-SCHEMA = ToolSchema(
-    name="fetch",
-    description="Fetches a web page (http or https) and returns its readable text.",
-    parameters={
-        "type": "object",
-        "properties": {"url": {"type": "string", "description": "an http:// or https:// URL"}},
-        "required": ["url"],
-        "additionalProperties": False,
-    },
-)
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 CHUNK = 65536
 
 Connect = Callable[[tuple[str, int], float], socket.socket]
+HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is not followed
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,11 +42,7 @@ class FetchLimits:
     max_redirects: int = 5
 
     def __post_init__(self) -> None:
-        for name, low, high in (
-            ("max_bytes", 1 << 10, 1 << 30),
-            ("timeout_ms", 100, 600_000),
-            ("max_redirects", 0, 20),
-        ):
+        for name, (low, high) in FETCH_BOUNDS.items():
             value = getattr(self, name)
             if type(value) is not int or not low <= value <= high:
                 raise ValueError(f"fetch limit {name} = {value!r}: give an integer {low}..{high}")
@@ -161,8 +149,10 @@ def fetch(
     *,
     connect: Connect = _connect,
     tls: ssl.SSLContext | None = None,
+    hop_ok: HopCheck | None = None,
 ) -> FetchResult:
-    """GETs `url`; every failure is a FetchResult with `error`, never an exception."""
+    """GETs `url`; every failure is a FetchResult with `error`, never an exception. `hop_ok`
+    judges each redirect's URL before it is followed (brokerd: the grants of its host)."""
     limits = limits or FetchLimits()
     deadline = time.monotonic() + limits.timeout_ms / 1000
     hosts: list[str] = []
@@ -174,6 +164,8 @@ def fetch(
             )
             if status in REDIRECTS and location:
                 current = urljoin(current, location)
+                if hop_ok is not None and (why := hop_ok(current)) is not None:
+                    raise Refused(why)
                 continue
             return FetchResult(current, _as_text(body, ctype), status, cut, None, tuple(hosts))
         raise Refused(f"more than {limits.max_redirects} redirects")
@@ -270,12 +262,16 @@ def _as_text(body: bytes, ctype: str) -> str:
 
 
 def call(
-    args: Any, limits: FetchLimits | None = None, allow: frozenset[netcheck.Address] = frozenset()
+    args: Any,
+    limits: FetchLimits | None = None,
+    allow: frozenset[netcheck.Address] = frozenset(),
+    class_: ResultClass = ResultClass.PUBLIC,
+    hop_ok: HopCheck | None = None,
 ) -> tuple[ToolResponse, FetchResult | None]:
     """One `fetch` call, for brokerd: the response and (when one was tried) the fetch."""
     try:
         url = parse_arguments(args)
     except Refused as err:
         return ToolResponse(f"fetch: {err}", ResultClass.PUBLIC, False, False), None
-    result = fetch(url, limits, allow)
-    return result.to_response(), result
+    result = fetch(url, limits, allow, hop_ok=hop_ok)
+    return result.to_response(class_), result

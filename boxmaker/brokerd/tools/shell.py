@@ -1,28 +1,13 @@
-"""The `shell` tool: its schema, its arguments checked, one sandboxed run, the result as data."""
+"""The `shell` tool (its schema is in spec.py): its arguments checked, one sandboxed run, the
+result as data."""
 
 from __future__ import annotations
 
 from typing import Any
 
 from boxmaker.brokerd.sandbox import Sandbox, ShellResult
-from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto.tool import ResultClass, ToolResponse
 
-SCHEMA = ToolSchema(
-    name="shell",
-    description=(
-        "Runs a command with /bin/sh in a sandbox: the workspace is the current folder "
-        "(read-write), the system is read-only, there is no network. Output is capped."
-    ),
-    parameters={
-        "type": "object",
-        "properties": {
-            "command": {"type": "string", "description": "the shell command line"},
-            "timeout_ms": {"type": "integer", "minimum": 1, "description": "wall-clock limit"},
-        },
-        "required": ["command"],
-        "additionalProperties": False,
-    },
-)
 MAX_COMMAND_BYTES = 64 << 10
 
 
@@ -60,21 +45,21 @@ def summary(args: Any, limit: int = 400) -> str:
     return f"run in the sandbox (workspace read-write, no network{wait}): {shown}"
 
 
-def to_response(result: ShellResult) -> ToolResponse:
+def to_response(result: ShellResult, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
     # A command's output is untrusted: it can be any file of the workspace, and the files there
     # may have come from anywhere (docs/decisions/sandbox.md, "Taint").
     return ToolResponse(
         content=result.text,
-        class_=ResultClass.PUBLIC,
+        class_=class_,
         untrusted=result.refused is None,
         truncated=result.cut,
     )
 
 
-def call(sandbox: Sandbox, args: Any) -> ToolResponse:
+def call(sandbox: Sandbox, args: Any, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
     """One `shell` call: bad arguments and a refused sandbox are results, never exceptions."""
     try:
         command, timeout_ms = parse_arguments(args)
     except ArgumentError as err:
         return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
-    return to_response(sandbox.run(command, timeout_ms))
+    return to_response(sandbox.run(command, timeout_ms), class_)

@@ -74,6 +74,30 @@ SCHEMAS: dict[str, ToolSchema] = {
             "required": ["text"],
         },
     ),
+    "shell": ToolSchema(
+        "shell",
+        "Runs a command with /bin/sh in a sandbox: the workspace is the current folder "
+        "(read-write), the system is read-only, there is no network. Output is capped.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the shell command line"},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "wall-clock limit"},
+            },
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+    ),
+    "fetch": ToolSchema(
+        "fetch",
+        "Fetches a web page (http or https) and returns its readable text.",
+        {
+            "type": "object",
+            "properties": {"url": {"type": "string", "description": "an http:// or https:// URL"}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+    ),
 }
 
 _TYPES: dict[str, dict[str, type]] = {
@@ -83,6 +107,8 @@ _TYPES: dict[str, dict[str, type]] = {
     "write_file": {"path": str, "content": str},
     "edit_file": {"path": str, "old": str, "new": str},
     "note": {"text": str, "file": str},
+    "shell": {"command": str, "timeout_ms": int},
+    "fetch": {"url": str},
 }
 
 

@@ -93,12 +93,17 @@ class BrokerPort:
     tool. While the owner is asked, `on_approval` gets brokerd's `approval_needed` (loopd relays
     it as an event; it cannot answer it)."""
 
-    def __init__(self, socket_path: str, timeout_s: float, on_approval: OnApproval) -> None:
+    def __init__(
+        self, socket_path: str, timeout_s: float, on_approval: OnApproval, session: str = ""
+    ) -> None:
         """Args:
         socket_path: brokerd's broker.sock.
         timeout_s: the longest wait for one frame (above brokerd's approval_timeout_ms).
         on_approval: called from the calling thread for each `approval_needed`.
+        session: the session's id, sent with each call: brokerd keeps each session's taint
+            from its own log (an epoch is sent when compaction makes more than epoch 0).
         """
+        self._session = session
         self._path = socket_path
         self._timeout_s = timeout_s
         self._on_approval = on_approval
@@ -132,7 +137,7 @@ class BrokerPort:
         return None
 
     def call(self, request: ToolRequest) -> ToolResponse:
-        body = {"tool": request.tool, "arguments": request.arguments}
+        body = {"tool": request.tool, "arguments": request.arguments, "session": self._session}
         try:
             for frame in self._exchange("call", body):
                 if frame.kind == "approval_needed":
@@ -166,13 +171,13 @@ def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
 _last_tools: dict[str, tuple[ToolSchema, ...]] = {}
 
 
-def tool_port(config: ToolsConfig, on_approval: OnApproval) -> dict[str, Any]:
+def tool_port(config: ToolsConfig, on_approval: OnApproval, session: str = "") -> dict[str, Any]:
     """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
     when [tools] broker_socket is set, else FakeTools and M2b's registry."""
     if config.broker_socket is None:
         return {"port": FakeTools(), "registry": None}
     path = str(config.broker_socket)
-    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval)
+    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session)
     tools = port.tools()
     if tools is None:
         tools = _last_tools.get(path, (CLOCK_SCHEMA,))

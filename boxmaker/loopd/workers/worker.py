@@ -156,7 +156,7 @@ class Worker:
                 self.log,
                 turn.content,
                 client=self.client,
-                **tool_port(self.config.tools, self.on_approval),
+                **tool_port(self.config.tools, self.on_approval, turn.session),
                 config=self.config.loop,
                 thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                 on_event=self.on_event,
