@@ -145,6 +145,30 @@ class CacheRestoredEvent:
     elapsed_us: int = field(metadata=wire(UINT))
 
 
+@dataclass(frozen=True, slots=True)
+class CompactingEvent:
+    """The session's thread is being folded into a new epoch (issue 21): `reason` is
+    `threshold`, `context_full` or `asked`; `tokens` the context its last completion left."""
+
+    TAG: ClassVar[str] = "compacting"
+    reason: str = field(metadata=wire(STR))
+    tokens: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class CompactedEvent:
+    """The fold is done: epoch `epoch` began; `before` and `after` are the context in tokens (the
+    server's counts: the summary request's prompt, the new epoch's prefix), `elapsed_ms` the whole
+    switch, the pre-warm included. `error` is empty, or why nothing was folded."""
+
+    TAG: ClassVar[str] = "compacted"
+    epoch: int = field(metadata=wire(UINT))
+    before: int = field(metadata=wire(UINT))
+    after: int = field(metadata=wire(UINT))
+    elapsed_ms: int = field(metadata=wire(UINT))
+    error: str = field(metadata=wire(STR))
+
+
 TurnEvent = (
     QueuedEvent
     | WaitingEvent
@@ -158,6 +182,8 @@ TurnEvent = (
     | CacheLossEvent
     | CacheSavedEvent
     | CacheRestoredEvent
+    | CompactingEvent
+    | CompactedEvent
 )
 
 EVENT_TYPES: dict[str, type[TurnEvent]] = {
@@ -175,6 +201,8 @@ EVENT_TYPES: dict[str, type[TurnEvent]] = {
         CacheLossEvent,
         CacheSavedEvent,
         CacheRestoredEvent,
+        CompactingEvent,
+        CompactedEvent,
     )
 }
 

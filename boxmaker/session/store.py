@@ -41,7 +41,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 
-from . import crashpoint
+from . import crashpoint, epoch_files
 from .baseline import Baseline
 from .check import CheckedLog, Finding, check_session, finding
 from .errors import (
@@ -164,17 +164,15 @@ class SessionStore:
         if not path.is_dir():
             raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
         fd = open_locked(session_id, path)
-        try:
-            log_path = path / LOG_NAME
-            data = read_fd(fd)
-            base_path = path / BASELINE_NAME
-            checked = check_session(
-                session_id, str(log_path), data, str(base_path), read_maybe(base_path)
-            )
+        try:  # every epoch checked, a committed switch rolled forward (epoch_files)
+            current, epoch_fd = epoch_files.open_current(session_id, path)
         except BaseException:
             os.close(fd)
             raise
-        return SessionLog(fd, session_id, path, checked, len(data), ops=self._ops)
+        log = SessionLog(fd, session_id, path, current.checked, current.size, ops=self._ops)
+        if current.n:
+            log.enter_epoch(current.n, epoch_fd, current.checked, current.size, current.link)
+        return log
 
 
 class SessionLog:
@@ -205,10 +203,24 @@ class SessionLog:
         self._next_seq = checked.next_seq
         self._next_prev = checked.next_prev
         self._size = size
+        self.epoch, self.link = 0, GENESIS_PREV  # the epoch, its first prev; lock on 0.jsonl
 
     @property
     def log_path(self) -> Path:
-        return self.path / LOG_NAME
+        return self.path / f"{self.epoch}.jsonl"
+
+    next_link = property(lambda self: self._next_prev, doc="the prev of the next line")
+
+    def enter_epoch(self, epoch: int, fd: int, checked: CheckedLog, size: int, link: str) -> None:
+        """Moves appends to epoch `epoch`'s log, open on `fd` (`epoch_files.switch`, `open`)."""
+        old, self._fd = self._fd, fd
+        if self._lock_fd < 0:
+            self._lock_fd = old  # 0.jsonl's open file description holds the flock
+        else:
+            os.close(old)
+        self.epoch, self.link, self.baseline = epoch, link, checked.baseline
+        self._records, self._view = list(checked.records), checked.records
+        self._next_seq, self._next_prev, self._size = checked.next_seq, checked.next_prev, size
 
     @property
     def records(self) -> Sequence[LogRecord]:
@@ -294,9 +306,8 @@ class SessionLog:
             raise SessionError(f"{self.log_path}: the log is closed: {self._shut}") from e
         try:
             data = read_fd(fd)
-            base_path = self.path / BASELINE_NAME
-            checked = check_session(
-                self.session_id, str(self.log_path), data, str(base_path), read_maybe(base_path)
+            checked = epoch_files.check_epoch(
+                self.session_id, self.path, self.epoch, self.link, data
             )
             if (checked.next_seq, checked.next_prev) != (self._next_seq, self._next_prev):
                 raise LogCorrupt(
@@ -353,6 +364,8 @@ def verify_session(home: Path, session_id: str) -> Finding:
     log_path = path / LOG_NAME
     if not path.is_dir():
         return Finding(session_id, str(log_path), error=f"no such session ({path} does not exist)")
+    if (path / "1.jsonl").exists():  # compacted: every epoch and the links (epoch_files)
+        return epoch_files.verify_epochs(session_id, path)
     try:
         fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
     except FileNotFoundError:

@@ -90,6 +90,14 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.state", None),
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),
+    ("compact.enabled", True),
+    ("compact.at", 0.75),
+    ("compact.keep_turns", 2),
+    ("compact.max_attempts", 2),
+    ("compact.min_cut", 0.3),
+    ("compact.owner_chars", 4000),
+    ("compact.summary_tokens", 512),
+    ("compact.prewarm", True),
 ]
 
 

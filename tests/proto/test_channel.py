@@ -10,6 +10,8 @@ from boxmaker.proto.channel import (
     CacheRestoredEvent,
     CacheSavedEvent,
     ChannelBody,
+    CompactedEvent,
+    CompactingEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -88,6 +90,14 @@ EVENTS: list[tuple[Any, bytes]] = [
     (CacheLossEvent(1024, 37), b'{"type":"cache_loss","expected":1024,"got":37}'),
     (CacheSavedEvent(1745, 49865), b'{"type":"cache_saved","tokens":1745,"elapsed_us":49865}'),
     (CacheRestoredEvent(77, 727), b'{"type":"cache_restored","tokens":77,"elapsed_us":727}'),
+    (
+        CompactingEvent("threshold", 1540),
+        b'{"type":"compacting","reason":"threshold","tokens":1540}',
+    ),
+    (
+        CompactedEvent(1, 1602, 705, 8123, ""),
+        b'{"type":"compacted","epoch":1,"before":1602,"after":705,"elapsed_ms":8123,"error":""}',
+    ),
 ]
 for _event, _json in EVENTS:
     CASES.append((_event, b'{"kind":"turn_event","final":false,"body":{"event":' + _json + b"}}"))
@@ -98,7 +108,7 @@ def test_every_event_type_of_the_brief_has_a_case() -> None:
     assert set(EVENT_TYPES) == {
         "queued", "waiting", "progress", "reasoning", "content", "tool_call_started",
         "tool_result", "thinking_capped", "retrying", "cache_loss",
-        "cache_saved", "cache_restored",
+        "cache_saved", "cache_restored", "compacting", "compacted",
     }  # fmt: skip
 
 

@@ -424,7 +424,7 @@ records: st.SearchStrategy[LogRecord] = st.one_of(
     st.builds(CacheLoss, times, uints, uints),
     st.builds(CacheSaved, times, uints, uints, uints, uints),
     st.builds(CacheRestored, times, uints, uints, uints, uints),
-    st.builds(EpochEnd, times, uints),
+    st.builds(EpochEnd, times, uints, texts, uints, hexes, uints, uints, uints),
 )
 
 
