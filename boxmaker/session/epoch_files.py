@@ -75,6 +75,11 @@ def epoch_numbers(path: Path) -> list[int]:
     return found
 
 
+def compacted(path: Path) -> bool:
+    """Whether the folder holds the log of an epoch after 0."""
+    return any((m := _LOG_RE.fullmatch(name)) and m[1] != "0" for name in os.listdir(path))
+
+
 @dataclass(frozen=True, slots=True)
 class Epoch:
     """One checked epoch: its number, the prev its first line carries, its check, its size."""

@@ -364,7 +364,7 @@ def verify_session(home: Path, session_id: str) -> Finding:
     log_path = path / LOG_NAME
     if not path.is_dir():
         return Finding(session_id, str(log_path), error=f"no such session ({path} does not exist)")
-    if (path / "1.jsonl").exists():  # compacted: every epoch and the links (epoch_files)
+    if epoch_files.compacted(path):  # every epoch and the links between them
         return epoch_files.verify_epochs(session_id, path)
     try:
         fd = os.open(log_path, os.O_RDONLY | os.O_CLOEXEC)
