@@ -10,6 +10,7 @@ point rolls forward to the same bytes.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import signal
@@ -70,7 +71,7 @@ def test_generated_sessions_compacted_at_random_points(plans: list[TurnPlan]) ->
             epochs = log.epoch + 1
         # every request within an epoch extends the one before
         for reqs in w.requests.values():
-            for a, b in zip(reqs, reqs[1:], strict=False):
+            for a, b in itertools.pairwise(reqs):
                 assert b[: len(a)] == a
         # the compaction request extends the epoch's last request
         for _epoch, last, compaction in w.compactions:
@@ -121,11 +122,14 @@ def test_a_switch_keeps_epoch_n_and_chains_the_next(home: Path) -> None:
         "User",
     ]  # the last whole turn (usage left behind), then the new message
     new_base = (home / "sessions" / "s1" / "1.baseline.json").read_text()
-    assert EARLIER_HEADING in new_base and "message 0" in new_base and "message 1" in new_base
+    assert EARLIER_HEADING in new_base
+    assert "message 0" in new_base
+    assert "message 1" in new_base
     assert "message 2" not in new_base  # kept verbatim in the log, not in the section
     finding = verify_session(home, "s1")
     assert finding.ok, finding.error
-    assert finding.epochs == 2 and finding.turns == 4
+    assert finding.epochs == 2
+    assert finding.turns == 4
 
 
 def _tamper(path: Path, old: bytes, new: bytes) -> None:
@@ -182,10 +186,13 @@ def test_next_log_refuses_a_log_without_epoch_end_and_the_earlier_section_is_bou
     with pytest.raises(ValueError, match="does not end with an epoch_end"):
         next_log("s1", 0, [User(T0, "x")], GENESIS_PREV)
     text = earlier_section("sum", ["a" * 50, "b" * 50, "c" * 30], 90)
-    assert "c" * 30 in text and "b" * 50 in text and "a" * 50 not in text
+    assert "c" * 30 in text
+    assert "b" * 50 in text
+    assert "a" * 50 not in text
     assert "1 older message left out" in text
     huge = earlier_section("sum", ["z" * 500], 100)
-    assert "z" * 92 + "[...cut]" in huge and "z" * 93 not in huge
+    assert "z" * 92 + "[...cut]" in huge
+    assert "z" * 93 not in huge
     assert cut_index([User(T0, "a")], 1) is None
 
 
