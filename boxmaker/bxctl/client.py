@@ -84,7 +84,9 @@ def bad_session_id(sid: str) -> str | None:
     )
 
 
-def turn_frame(session: str, content: str, *, resume: bool, thinking: bool | None) -> bytes:
+def turn_frame(
+    session: str, content: str, *, resume: bool, thinking: bool | None, compact: bool = False
+) -> bytes:
     """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`; `thinking` left
     out when None).
 
@@ -92,7 +94,7 @@ def turn_frame(session: str, content: str, *, resume: bool, thinking: bool | Non
         ChatError: the message does not fit in a frame.
     """
     try:
-        return channel_frame(Turn(session, content, resume, thinking))
+        return channel_frame(Turn(session, content, resume, thinking, compact or None))
     except EncodeError as e:
         raise ChatError(f"the message cannot be sent: {e}") from None
 
@@ -193,7 +195,7 @@ class ChatSession:
     resume: bool
     thinking: bool | None = None  # None: loopd's [loop] thinking
 
-    def turn(self, content: str, show: Show) -> TurnDone | WireError:
+    def turn(self, content: str, show: Show, *, compact: bool = False) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
 
         Returns:
@@ -204,7 +206,9 @@ class ChatSession:
         """
         retried = False
         while True:
-            frame = turn_frame(self.session, content, resume=self.resume, thinking=self.thinking)
+            frame = turn_frame(
+                self.session, content, resume=self.resume, thinking=self.thinking, compact=compact
+            )
             last: tuple[Frame, TurnDone | WireError] | None = None
             for got, body in exchange(self.path, frame):  # ends after the final frame
                 if isinstance(body, TurnDone | WireError):

@@ -47,12 +47,14 @@ class Turn:
     exist yet; `true` requires that it does. `thinking` (optional): false asks for no reasoning on
     this turn, true for reasoning; left out (None) is loopd's `[loop] thinking`. It changes only
     the generation prompt (DECISIONS.md). None is encoded by leaving the key out, never as null,
-    and a null is refused."""
+    and a null is refused. `compact: true` (issue 21, `/compact`) asks for no turn: the session's
+    thread is folded into a new epoch now, and `content` is ignored; left out is a turn."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))
     resume: bool = field(metadata=wire(BOOL))
     thinking: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
+    compact: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
 
 
 # --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------

@@ -163,7 +163,7 @@ BAD_BODIES: list[tuple[Frame, str]] = [
     ),
     (
         Frame("turn", True, {"session": "s", "content": "x", "resume": True, "think": False}),
-        'turn: unexpected key "think" (the keys are session, content, resume, thinking)',
+        'turn: unexpected key "think" (the keys are session, content, resume, thinking, compact)',
     ),
     (
         Frame("turn_done", True, {"content": 1, "usage": {}}),

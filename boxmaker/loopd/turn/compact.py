@@ -195,6 +195,7 @@ class Switched:
 
     baseline: Baseline
     records: tuple[LogRecord, ...]
+    ended: EpochEnd  # the record that closed the epoch before
 
 
 def full_message(detail: str, failure: str | None) -> str:

@@ -102,14 +102,16 @@ class Compactor:
         key = (log.session_id, log.epoch)
         records = tuple(log.records)
         on_event(CompactingEvent(action.reason, used(_last_usage(records))))
-        if self.tries.get(key, 0) >= self.config.max_attempts:
+        asked = action.reason == "asked"  # by the owner: not bounded by, nor counted in, tries
+        if not asked and self.tries.get(key, 0) >= self.config.max_attempts:
             return self._failed(
                 log,
                 started,
                 on_event,
                 f"[compact] max_attempts ({self.config.max_attempts}) already tried in this epoch",
             )
-        self.tries[key] = self.tries.get(key, 0) + 1
+        if not asked:
+            self.tries[key] = self.tries.get(key, 0) + 1
         try:
             system_now = assemble_baseline(self.system, self.home, ()).system
         except BaselineError as e:
@@ -143,7 +145,7 @@ class Compactor:
         after = self.prewarm(log.baseline, log.records, _slot(records))
         ms = round((self.monotonic() - started) * 1000)
         on_event(CompactedEvent(log.epoch, outcome.before, after, ms, ""))
-        return Switched(log.baseline, tuple(log.records))
+        return Switched(log.baseline, tuple(log.records), outcome.end)
 
     def prewarm(self, baseline: Baseline, records: Sequence[LogRecord], slot: int) -> int:
         """Sends the epoch's prefix; returns its size in tokens as the server counted it (0 when

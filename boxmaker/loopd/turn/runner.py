@@ -35,7 +35,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, default_registry
-from boxmaker.loopd.turn.compact import Compact
+from boxmaker.loopd.turn.compact import Compact, Failed
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (
@@ -48,7 +48,16 @@ from boxmaker.loopd.turn.loop import (
     ToolOutcome,
     TurnLoop,
 )
-from boxmaker.proto import EVENT_TYPES, ToolRequest, ToolResponse, TurnDone, TurnEvent, WireError
+from boxmaker.proto import (
+    EVENT_TYPES,
+    ErrorCode,
+    ToolRequest,
+    ToolResponse,
+    TurnDone,
+    TurnEvent,
+    TurnUsage,
+    WireError,
+)
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
 from boxmaker.session.baseline import Baseline
@@ -152,6 +161,24 @@ def run_turn(
         elif isinstance(action, Done):
             return action.outcome
         action = core.send(result)
+
+
+def run_compaction(
+    log: SessionLogLike, compactor: Compactor | None, on_event: OnEvent = _drop
+) -> TurnDone | WireError:
+    """`/compact`: folds the session's epoch now, whatever its size and past attempts. The
+    final frame is `turn_done` (its content says which epoch began; its usage is the summary's)
+    or `error{session_full}` saying why nothing was folded."""
+    if compactor is None:
+        return WireError(ErrorCode.BAD_REQUEST, "compaction is off ([compact] enabled = false)")
+    got = compactor.run(cast(epoch_files.SessionLog, log), Compact("asked"), on_event)
+    if isinstance(got, Failed):
+        return WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {got.reason}")
+    end = got.ended
+    return TurnDone(
+        f"compacted into epoch {end.epoch + 1}",
+        TurnUsage(end.cache_n, end.prompt_n, end.predicted_n, 0, False),
+    )
 
 
 # ---- the port's calls ---------------------------------------------------------------------------
