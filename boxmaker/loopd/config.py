@@ -247,8 +247,8 @@ class CompactConfig:
     max_attempts: Annotated[int, integer(1, 10, "compactions tried per epoch")] = 2
     # A compaction that would cut less than this share of the context counts as failed.
     min_cut: Annotated[float, number(0.0, 0.95)] = 0.3
-    owner_chars: Annotated[int, integer(0, 1_000_000, "characters")] = 4000
-    summary_tokens: Annotated[int, TOKENS] = 512  # at most [inference] max_tokens
+    owner_chars: Annotated[int, integer(0, 1_000_000, "characters")] = 1600
+    summary_tokens: Annotated[int, TOKENS] = 256  # at most [inference] max_tokens
     prewarm: Annotated[bool, BOOL] = True
 
 

@@ -95,8 +95,8 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("compact.keep_turns", 2),
     ("compact.max_attempts", 2),
     ("compact.min_cut", 0.3),
-    ("compact.owner_chars", 4000),
-    ("compact.summary_tokens", 512),
+    ("compact.owner_chars", 1600),
+    ("compact.summary_tokens", 256),
     ("compact.prewarm", True),
 ]
 

@@ -60,7 +60,7 @@ class Settings:
     at: float = 0.75
     keep_turns: int = 2
     min_cut: float = 0.3
-    owner_chars: int = 4000
+    owner_chars: int = 1600
 
 
 @dataclass(frozen=True, slots=True)
