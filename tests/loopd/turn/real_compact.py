@@ -98,8 +98,7 @@ class CompactStack:
     def chat(self, session: str) -> Chat:
         config = self.config()
         client = Client(config.inference)
-        compactor = Compactor.from_config(config, client)
-        assert compactor is not None
+        compactor = Compactor.from_config(config, client)  # None with enabled = false
         baseline = assemble_baseline(config.baseline.system, config.paths.home, CORE_SCHEMAS)
         store = SessionStore(config.paths.home)
         if store.exists(session):
@@ -119,7 +118,7 @@ def format_time_now() -> str:
 class Chat:
     config: Config
     client: Client
-    compactor: Compactor
+    compactor: Compactor | None
     log: SessionLog
     events: list[TurnEvent] = field(default_factory=list)
 

@@ -1,0 +1,150 @@
+"""Compaction on the REAL llama-server (issue 21): Boxmaker's against the usual cold way.
+
+One llama-server (SmolLM2-135M, -t 1, one slot of 2,048 tokens, --cache-ram 0). A conversation
+is built once, turn by turn through `run_turn` (compaction off), until it holds about 70% of the
+slot. Then, `--runs` times (3), from a copy of that session with the slot holding it (as after
+its last turn):
+
+- boxmaker: `/compact` (`Compactor.run`): the summary request extends the conversation's last
+  request, so the server reads only the instruction; the switch; the pre-warm of the new epoch's
+  prefix; then the owner's next message as a turn;
+- cold, as other agents do: the same conversation as a new prompt (a summariser's system
+  message and the transcript as one user message) with the same instruction, then the next
+  message in a new conversation made of the system prompt, the summary and the message.
+
+Shown for each: the prompt tokens the server read (`prompt_n`, what was not in the cache) and the
+wall time, of the compaction and of the first owner turn after it (medians of the runs), and the
+ratios cold / boxmaker.
+
+`python -m bench.compaction [--runs 3]`
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import statistics
+import time
+from pathlib import Path
+
+from boxmaker.loopd.llama.types import ChatRequest
+from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.turn.compact import INSTRUCTION
+from boxmaker.loopd.turn.runner import run_compaction
+from boxmaker.proto import SystemMessage, TurnDone, UserMessage
+from boxmaker.session.baseline import assemble_baseline
+from boxmaker.session.replay import request_messages
+from tests.loopd.turn.real_compact import CTX, SYSTEM_MD, CompactStack, owner_text
+
+FILL = 0.7  # of the slot, where the conversation stops growing
+NEXT = "Thanks. What was my budget again, and when is the meeting?"
+SUMMARISER = "You summarise conversations for an assistant that will continue them."
+
+
+def drop(_event: object) -> None:
+    pass
+
+
+def build(cs: CompactStack) -> int:
+    """The conversation, session `base`: turns until it fills FILL of the slot. Returns its
+    size in tokens (the last completion's total)."""
+    cs.compact["enabled"] = False
+    chat = cs.chat("base")
+    cs.compact["enabled"] = True
+    total = 0
+    for i in range(200):
+        out = chat.say(owner_text(i))
+        if not isinstance(out, TurnDone):
+            raise SystemExit(f"bench compaction: turn {i} failed: {out}")
+        u = out.usage
+        total = u.cache_n + u.prompt_n + u.predicted_n
+        if total >= FILL * CTX:
+            break
+    chat.log.close()
+    return total
+
+
+def one_run(cs: CompactStack, base_home: Path, run: int) -> dict[str, tuple[int, float]]:
+    cs.home = base_home.parent / f"run{run}"  # a copy of the whole home: the same session
+    shutil.rmtree(cs.home, ignore_errors=True)
+    shutil.copytree(base_home, cs.home)
+    chat = cs.chat("base")
+    log, client = chat.log, chat.client
+    out: dict[str, tuple[int, float]] = {}
+    # the slot as after the conversation's last turn (not measured)
+    warm = ChatRequest(0, tuple(request_messages(log.baseline, log.records)), log.baseline.tools)
+    client.chat_with_retry(warm, drop, extra={"max_tokens": 1})
+    transcript = "\n".join(
+        f"{m.TAG}: {getattr(m, 'content', '') or ''}"
+        for m in request_messages(log.baseline, log.records)[1:]
+    )
+    # boxmaker: /compact, then the next message
+    started = time.perf_counter()
+    done = run_compaction(log, chat.compactor, drop)
+    took = time.perf_counter() - started
+    if not isinstance(done, TurnDone):
+        raise SystemExit(f"bench compaction: boxmaker's compaction failed: {done}")
+    assert chat.compactor is not None
+    prewarm = chat.compactor.prewarms[-1].timings
+    out["boxmaker compaction"] = (done.usage.prompt_n + prewarm.prompt_n, took)
+    started = time.perf_counter()
+    turn = chat.say(NEXT)
+    took = time.perf_counter() - started
+    assert isinstance(turn, TurnDone), turn
+    out["boxmaker first turn"] = (turn.usage.prompt_n, took)
+    log.close()
+    # cold: the conversation as a new prompt, then a new conversation from the summary
+    cold = ChatRequest(
+        0,
+        (SystemMessage(SUMMARISER), UserMessage(f"{transcript}\n\n{INSTRUCTION}")),
+        CORE_SCHEMAS,
+        thinking=False,
+    )
+    started = time.perf_counter()
+    budget = {"max_tokens": chat.compactor.config.summary_tokens}
+    got = client.chat_with_retry(cold, drop, extra=budget)
+    took = time.perf_counter() - started
+    out["cold compaction"] = (got.timings.prompt_n, took)
+    system = f"{assemble_baseline(SYSTEM_MD, cs.home, ()).system}\n\n{got.content or ''}"
+    first = ChatRequest(0, (SystemMessage(system), UserMessage(NEXT)), CORE_SCHEMAS, thinking=False)
+    started = time.perf_counter()
+    got = client.chat_with_retry(first, drop)
+    took = time.perf_counter() - started
+    out["cold first turn"] = (got.timings.prompt_n, took)
+    return out
+
+
+def main(argv: list[str]) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.compaction")
+    parser.add_argument("--runs", type=int, default=3)
+    args = parser.parse_args(argv)
+    with CompactStack(compact={"keep_turns": 1, "min_cut": 0.0}) as cs:
+        size = build(cs)
+        runs = [one_run(cs, cs.home, r) for r in range(args.runs)]
+    print(
+        f"compaction (SmolLM2-135M, -t 1, one slot of {CTX:,} tokens, --cache-ram 0): a "
+        f"conversation of {size:,} tokens, medians of {args.runs} runs"
+    )
+    print(f"  {'':24} {'prompt tokens read':>18} {'wall ms':>9}")
+    med: dict[str, tuple[float, float]] = {}
+    for key in runs[0]:
+        n = statistics.median(r[key][0] for r in runs)
+        ms = statistics.median(r[key][1] for r in runs) * 1000
+        med[key] = (n, ms)
+        print(f"  {key:24} {n:>18,.0f} {ms:>9,.0f}")
+    for what in ("compaction", "first turn"):
+        b, c = med[f"boxmaker {what}"], med[f"cold {what}"]
+        print(
+            f"  {what}: cold / boxmaker = {c[0] / max(b[0], 1):.1f}x the tokens read, "
+            f"{c[1] / max(b[1], 1e-9):.2f}x the time"
+        )
+    print(
+        "  (boxmaker's compaction includes the pre-warm's tokens and time; both first turns "
+        "generate up to the same max_tokens)"
+    )
+
+
+if __name__ == "__main__":
+    import sys
+
+    main(sys.argv[1:])
