@@ -101,17 +101,15 @@ class Compactor:
         started = self.monotonic()
         key = (log.session_id, log.epoch)
         records = tuple(log.records)
-        on_event(CompactingEvent(action.reason, used(_last_usage(records))))
         asked = action.reason == "asked"  # by the owner: not bounded by, nor counted in, tries
         if not asked and self.tries.get(key, 0) >= self.config.max_attempts:
-            return self._failed(
-                log,
-                started,
-                on_event,
-                f"[compact] max_attempts ({self.config.max_attempts}) already tried in this epoch",
+            # Spent: said once, when the last attempt failed; the turn goes on uncompacted.
+            return Failed(
+                f"[compact] max_attempts ({self.config.max_attempts}) already tried in this epoch"
             )
         if not asked:
             self.tries[key] = self.tries.get(key, 0) + 1
+        on_event(CompactingEvent(action.reason, used(_last_usage(records))))
         try:
             system_now = assemble_baseline(self.system, self.home, ()).system
         except BaselineError as e:
