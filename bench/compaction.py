@@ -141,11 +141,14 @@ def main(argv: list[str]) -> None:
             f"  {what}: cold / boxmaker = {c[0] / max(b[0], 1):.1f}x the tokens read, "
             f"{c[1] / max(b[1], 1e-9):.2f}x the time"
         )
-    b = [med[f"boxmaker {w}"] for w in ("compaction", "first turn")]
-    c = [med[f"cold {w}"] for w in ("compaction", "first turn")]
+    both = {
+        way: [sum(med[f"{way} {w}"][i] for w in ("compaction", "first turn")) for i in (0, 1)]
+        for way in ("boxmaker", "cold")
+    }
+    (bn, bt), (cn, ct) = both["boxmaker"], both["cold"]
     print(
-        f"  both together: cold / boxmaker = {(c[0][0] + c[1][0]) / max(b[0][0] + b[1][0], 1):.1f}x"
-        f" the tokens read, {(c[0][1] + c[1][1]) / max(b[0][1] + b[1][1], 1e-9):.2f}x the time"
+        f"  both together: cold / boxmaker = {cn / max(bn, 1):.1f}x the tokens read, "
+        f"{ct / max(bt, 1e-9):.2f}x the time"
     )
     print(
         "  (boxmaker's compaction includes the switch and the pre-warm of the new prefix; every "

@@ -43,8 +43,11 @@ def test_compact_on_the_channel_folds_the_session(env: ServeEnv) -> None:
     assert final.content == "compacted into epoch 1"
     events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
     assert [type(e) for e in events] == [CompactingEvent, CompactedEvent]
-    assert events[0].reason == "asked"
-    assert events[1].epoch == 1 and events[1].error == ""
+    compacting, compacted = events
+    assert isinstance(compacting, CompactingEvent)
+    assert isinstance(compacted, CompactedEvent)
+    assert compacting.reason == "asked"
+    assert (compacted.epoch, compacted.error) == (1, "")
     assert (env.home / "sessions" / "s1" / "1.jsonl").exists()
     env.model.load([say("third answer")])
     assert isinstance(turn(env.socket, "s1", "third")[-1], TurnDone)
