@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import orjson
+
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
@@ -29,6 +31,7 @@ from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import TurnDone, TurnEvent, WireError, format_time
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.store import SessionLog, SessionStore
+from boxmaker.verify.tee import Tee
 from tests.loopd.conftest import Stack
 from tests.support.llama import LlamaServer, ensure_built
 
@@ -72,17 +75,32 @@ class CompactStack:
         )
         self.home = self.dir / f"home-{uuid.uuid4().hex[:6]}"
         self.compact = {"summary_tokens": SUMMARY_TOKENS, "owner_chars": 600} | (compact or {})
+        self.tee: Tee | None = None  # every request body on the wire, when started
 
     def __enter__(self) -> CompactStack:
         self.stack.start()
+        self.tee = Tee(self.dir / "tee.sock", self.stack.socket)
         return self
 
     def __exit__(self, *exc: object) -> None:
+        if self.tee is not None:
+            self.tee.stop()
         self.stack.stop()
         shutil.rmtree(self.dir, ignore_errors=True)
 
+    def chat_bodies(self) -> list[dict[str, Any]]:
+        """Every chat request body the tee saw, in order."""
+        assert self.tee is not None
+        bodies = []
+        for ex in self.tee.chat_exchanges():
+            ex.wait_closed()
+            _, _, body = bytes(ex.request).partition(b"\r\n\r\n")
+            bodies.append(orjson.loads(body))
+        return bodies
+
     def config(self, **inference: Any) -> Config:
         table = self.stack.config_table(
+            socket_path=None if self.tee is None else self.tee.listen,
             inference={"max_tokens": MAX_TOKENS, "slots": [0]} | inference,
             expect={"n_ctx": CTX, "total_slots": 1},
         )

@@ -7,13 +7,16 @@ switch that ran before a turn's message:
 - the first completion of the turn after it read only that turn's message: its `prompt_n` is at
   most the message's own tokens (the server's tokenizer) plus 64 (the template's wrapping), since
   the pre-warm left the new epoch's prefix in the slot;
-and at the end every epoch verifies, with the links between them.
+and, on the wire (a tee in front of inferproxy), the summary request is the previous request's
+messages, the answer to it, then the instruction, with the same tools. At the end every epoch
+verifies, with the links between them.
 """
 
 from __future__ import annotations
 
 import itertools
 
+from boxmaker.loopd.turn.compact import INSTRUCTION
 from boxmaker.proto import CompactedEvent, CompactingEvent, EpochEnd, TurnDone, Usage, User
 from boxmaker.session import epoch_files
 from boxmaker.session.store import verify_session
@@ -31,6 +34,7 @@ def test_a_long_chat_crosses_three_epochs_with_the_cache_hot() -> None:
             assert i < MAX_TURNS, f"only {chat.log.epoch} epochs after {MAX_TURNS} turns"
             epoch = chat.log.epoch
             text = owner_text(i)
+            sent = len(cs.chat_bodies())
             out = chat.say(text)
             assert isinstance(out, TurnDone), (i, out)
             failed = [e.error for e in chat.events if isinstance(e, CompactedEvent) and e.error]
@@ -48,6 +52,12 @@ def test_a_long_chat_crosses_three_epochs_with_the_cache_hot() -> None:
             previous_total = last.cache_n + last.prompt_n + last.predicted_n
             assert end.cache_n >= previous_total - SLACK, (end, last)
             if compacting.reason == "threshold" and chat.events.index(compacting) == 0:
+                before, summary = cs.chat_bodies()[sent - 1 : sent + 1]
+                n = len(before["messages"])
+                assert summary["messages"][:n] == before["messages"]
+                assert summary["messages"][n]["role"] == "assistant"
+                assert summary["messages"][n + 1 :] == [{"role": "user", "content": INSTRUCTION}]
+                assert summary["tools"] == before["tools"]
                 records = list(chat.log.records)
                 user_at = max(n for n, r in enumerate(records) if isinstance(r, User))
                 first = next(r for r in records[user_at:] if isinstance(r, Usage))
