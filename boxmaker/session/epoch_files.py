@@ -112,15 +112,16 @@ def check_epoch(session_id: str, path: Path, n: int, link: str, data: bytes) -> 
     )
 
 
-def check_chain(session_id: str, path: Path) -> list[Epoch]:
-    """Checks every epoch and the links between them; returns them, the current one last.
+def check_chain(session_id: str, path: Path, upto: int | None = None) -> list[Epoch]:
+    """Checks every epoch (those before `upto` when given) and the links between them; returns
+    them, the current one last.
 
     Raises:
         LogCorrupt: naming the file, the line and what is wrong.
     """
     out: list[Epoch] = []
     link = GENESIS_PREV
-    numbers = epoch_numbers(path)
+    numbers = epoch_numbers(path)[:upto]
     if not numbers:
         raise LogCorrupt(f"{path / log_name(0)}: missing; the session's folder holds no log")
     expected: bytes | None = None
@@ -134,7 +135,7 @@ def check_chain(session_id: str, path: Path) -> list[Epoch]:
         checked = check_epoch(session_id, path, n, link, data)
         out.append(Epoch(n, link, checked, len(data)))
         end = checked.records[-1]
-        if n == numbers[-1]:
+        if n == numbers[-1] and upto is None:
             break
         if type(end) is not EpochEnd:
             raise LogCorrupt(
@@ -144,6 +145,20 @@ def check_chain(session_id: str, path: Path) -> list[Epoch]:
         expected = next_log(session_id, checked.start.slot, checked.records, checked.next_prev)
         link = checked.next_prev
     return out
+
+
+def current_epoch(session_id: str, path: Path) -> tuple[int, str]:
+    """The current epoch and the prev its first line must carry, the epochs before it checked
+    (`bxctl repair` works on the current epoch's log only; the others are closed).
+
+    Raises:
+        LogCorrupt: an epoch before the current one fails, or one is missing.
+    """
+    n = epoch_numbers(path)[-1] if compacted(path) else 0
+    if n == 0:
+        return 0, GENESIS_PREV
+    last = check_chain(session_id, path, upto=n)[-1]
+    return n, last.checked.next_prev
 
 
 def _write_new(path: Path, name: str, data: bytes) -> None:

@@ -6,9 +6,11 @@ goes out after its fsync, and a line whose write failed was meant to be cut back
 (a bad complete line, a broken chain, a baseline that does not match) is refused: those are
 damage or tampering, and cutting would hide them.
 
-The session's flock is taken first, so a log open in loopd or a worker is never touched. The
-original stays as `0.jsonl.torn-<UTC time>` (a hard link to the same bytes, 0600); the cut log is
-written to a temporary file, fsynced, renamed over `0.jsonl`, and the folder fsynced.
+The session's flock is taken first, so a log open in loopd or a worker is never touched. In a
+compacted session only the current epoch's log is repaired (the others end with their
+`epoch_end` and are checked first). The original stays as `<epoch>.jsonl.torn-<UTC time>` (a
+hard link to the same bytes, 0600); the cut log is written to a temporary file, fsynced, renamed
+over `<epoch>.jsonl`, and the folder fsynced.
 """
 
 from __future__ import annotations
@@ -20,10 +22,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from . import epoch_files
 from .check import check_session
+from .epochs import baseline_name
 from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
 from .files import FILE_MODE, create_file, fsync_dir, read_fd, read_maybe, write_all
-from .paths import BASELINE_NAME, LOG_NAME, open_locked, session_dir
+from .paths import open_locked, session_dir
 from .torn import torn_tail
 
 ONLY_TORN = "repair only cuts a torn last line (a final line without its newline)"
@@ -53,16 +57,19 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
     path = session_dir(home, session_id)
     if not path.is_dir():
         raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
-    log_path = path / LOG_NAME
-    base_path = path / BASELINE_NAME
-    fd = open_locked(session_id, path)
+    lock = open_locked(session_id, path)
+    fd = -1
     try:
+        epoch, link = epoch_files.current_epoch(session_id, path)  # issue 21
+        log_path = path / f"{epoch}.jsonl"
+        base_path = path / baseline_name(epoch)
+        fd = os.open(log_path, os.O_RDWR | os.O_CLOEXEC) if epoch else lock
         data = read_fd(fd)
         base_data = read_maybe(base_path)
 
         def check(log_data: bytes) -> int:
             args = (session_id, str(log_path), log_data, str(base_path), base_data)
-            return len(check_session(*args).records)
+            return len(check_session(*args, epoch=epoch, first_prev=link).records)
 
         try:
             check(data)
@@ -80,18 +87,20 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
                 "nothing was changed"
             ) from None
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-        kept = path / f"{LOG_NAME}.torn-{stamp}"
+        kept = path / f"{log_path.name}.torn-{stamp}"
         _replace(fd, log_path, kept, data[:cut])
         line = data.count(b"\n", 0, cut) + 1
         return Repaired(log_path, kept, line, len(data) - cut, records)
     finally:
-        os.close(fd)
+        if fd >= 0 and fd != lock:
+            os.close(fd)
+        os.close(lock)
 
 
 def _replace(fd: int, log_path: Path, kept: Path, data: bytes) -> None:
     """Keeps the original under `kept`, then puts `data` in its place atomically."""
     folder = log_path.parent
-    tmp = folder / f".{LOG_NAME}.{os.getpid()}.{secrets.token_hex(4)}.repair"
+    tmp = folder / f".{log_path.name}.{os.getpid()}.{secrets.token_hex(4)}.repair"
     try:
         os.fchmod(fd, FILE_MODE)  # the original keeps the session files' mode under its new name
         os.link(log_path, kept)

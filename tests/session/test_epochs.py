@@ -252,3 +252,28 @@ def test_kill_9_at_every_step_of_the_switch(tmp_path: Path) -> None:
             assert on_disk == before, (point, n)
         assert verify_session(home, "s1").ok
         assert epoch_files.check_chain("s1", home / "sessions" / "s1")
+
+
+def test_repair_cuts_a_torn_line_in_the_current_epoch_only(home: Path) -> None:
+    from boxmaker.session.errors import RepairRefused
+    from boxmaker.session.repair import repair_session
+
+    prepared(home, "s1")
+    with SessionStore(home).open("s1") as log:
+        switch_now(log)
+        log.append(User(T0, "acknowledged"))
+    folder = home / "sessions" / "s1"
+    good = (folder / "1.jsonl").read_bytes()
+    (folder / "1.jsonl").write_bytes(good + b'{"type":"user","seq":3,"pr')
+    assert not verify_session(home, "s1").ok
+    done = repair_session(home, "s1")
+    assert done is not None
+    assert done.log == folder / "1.jsonl"
+    assert done.kept.name.startswith("1.jsonl.torn-")
+    assert (folder / "1.jsonl").read_bytes() == good
+    assert verify_session(home, "s1").ok
+    assert repair_session(home, "s1") is None
+    # a fault in a closed epoch is refused, not cut
+    _tamper(folder / "0.jsonl", b"message 0", b"message X")
+    with pytest.raises((RepairRefused, LogCorrupt)):
+        repair_session(home, "s1")
