@@ -16,7 +16,12 @@ Shown for each: the prompt tokens the server read (`prompt_n`, what was not in t
 wall time, of the compaction and of the first owner turn after it (medians of the runs), and the
 ratios cold / boxmaker.
 
-`python -m bench.compaction [--runs 3]`
+`--soak N` runs instead N scripted owner turns of one session on the same slot, compaction on,
+and prints the session_full answers, the CacheLoss records (over every epoch), whether every
+epoch verifies, the epoch count and the time of each switch (the issue's soak: 300 turns, about
+ten minutes here).
+
+`python -m bench.compaction [--runs 3] [--soak N]`
 """
 
 from __future__ import annotations
@@ -31,9 +36,19 @@ from boxmaker.loopd.llama.types import ChatRequest
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.compact import INSTRUCTION
 from boxmaker.loopd.turn.runner import run_compaction
-from boxmaker.proto import SystemMessage, TurnDone, UserMessage
+from boxmaker.proto import (
+    CacheLoss,
+    CompactedEvent,
+    ErrorCode,
+    SystemMessage,
+    TurnDone,
+    UserMessage,
+    WireError,
+)
+from boxmaker.session import epoch_files
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.replay import request_messages
+from boxmaker.session.store import verify_session
 from tests.loopd.turn.real_compact import CTX, SYSTEM_MD, CompactStack, owner_text
 
 FILL = 0.7  # of the slot, where the conversation stops growing
@@ -116,10 +131,35 @@ def one_run(cs: CompactStack, base_home: Path, run: int) -> dict[str, tuple[int,
     return out
 
 
+def soak(turns: int) -> None:
+    with CompactStack() as cs:
+        chat = cs.chat("soak")
+        full, switches = 0, []
+        started = time.perf_counter()
+        for i in range(turns):
+            out = chat.say(owner_text(i))
+            full += isinstance(out, WireError) and out.code == ErrorCode.SESSION_FULL
+            switches += [e.elapsed_ms for e in chat.events if isinstance(e, CompactedEvent)]
+        took = time.perf_counter() - started
+        chat.log.close()
+        path = cs.home / "sessions" / "soak"
+        chain = epoch_files.check_chain("soak", path)
+        losses = sum(isinstance(r, CacheLoss) for e in chain for r in e.checked.records)
+        finding = verify_session(cs.home, "soak")
+    print(f"compaction soak: {turns} owner turns on one {CTX:,}-token slot in {took:.0f} s")
+    print(f"  session_full: {full}, CacheLoss records: {losses}, verifies: {finding.ok}")
+    ms = ", ".join(str(x) for x in switches)
+    print(f"  epochs: {len(chain)}; each switch (summary, files, pre-warm), ms: {ms}")
+
+
 def main(argv: list[str]) -> None:
     parser = argparse.ArgumentParser(prog="python -m bench.compaction")
     parser.add_argument("--runs", type=int, default=3)
+    parser.add_argument("--soak", type=int, default=0, metavar="N")
     args = parser.parse_args(argv)
+    if args.soak:
+        soak(args.soak)
+        return
     with CompactStack(compact={"keep_turns": 1, "min_cut": 0.0}) as cs:
         size = build(cs)
         runs = [one_run(cs, cs.home, r) for r in range(args.runs)]
