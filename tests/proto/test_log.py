@@ -468,7 +468,7 @@ def test_a_later_epoch_chains_from_the_epoch_end_line() -> None:
     assert verify_log(line, link).records == (start,)
     assert verify_records(line, link) == ([start], next_prev(line))
     for check in (verify_log, verify_records):
-        with pytest.raises(RecordError, match="line 1: prev is abab.*expected 64 zeros"):
+        with pytest.raises(RecordError, match=r"line 1: prev is abab.*expected 64 zeros"):
             check(line)
         with pytest.raises(RecordError, match=r"expected (ab){32} \(the previous epoch_end\)"):
             check(encode_line(start, 0, GENESIS_PREV), link)
