@@ -1,10 +1,10 @@
 """Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]
-[sandbox]` (all by default; slotcache starts the real llama-server)."""
+[sandbox] [compaction]` (all by default; slotcache and compaction start the real llama-server)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "broker", "sandbox")
+SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "broker", "sandbox", "compaction")
 
 
 def main(argv: list[str]) -> int:

@@ -41,9 +41,9 @@ from boxmaker.proto.log_fast import verify_records
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.check import check_session
 from boxmaker.session.files import read_bounded
-from boxmaker.session.paths import LOG_MAX_BYTES
+from boxmaker.session.paths import BASELINE_NAME, LOG_MAX_BYTES
 from boxmaker.session.replay import request_messages
-from boxmaker.session.store import BASELINE_NAME, SessionStore
+from boxmaker.session.store import SessionStore
 
 T0 = "2026-11-30T03:48:37.123Z"
 BASELINE = Baseline(

@@ -2,8 +2,9 @@
 [--json]`.
 
 A chat prints `session <id>` on stdout, then runs one turn per line of stdin until EOF or
-`/quit`; blank lines are skipped. Content streams to stdout as it arrives, reasoning too (dimmed
-on a terminal unless NO_COLOR is set), and tool calls and status events are one line each
+`/quit`; blank lines are skipped; `/compact` folds the session's thread into a new epoch now
+(issue 21) instead of sending a message. Content streams to stdout as it arrives, reasoning too
+(dimmed on a terminal unless NO_COLOR is set), and tool calls and status events are one line each
 (render.py has the table). A turn that ends in an `error` frame prints `error <code>: <message>`
 on stderr and the chat goes on; the exit status is 0 at EOF or `/quit`.
 
@@ -54,6 +55,7 @@ from .render import Piece, Renderer, Stream, use_color
 HELP = "talk to loopd: one turn per line of stdin, or one turn with --say"
 PROG = "bxctl chat"
 QUIT = "/quit"
+COMPACT = "/compact"
 CONNECT_ENV = "BOXMAKER_CHAT_CONNECT_MS"
 SILENCE_ENV = "BOXMAKER_CHAT_SILENCE_MS"
 MAX_MS = 86_400_000  # a day: any bound past it is a typo
@@ -256,4 +258,4 @@ def _loop(
             return
         if not content.strip():
             continue
-        chat.turn(content, show)
+        chat.turn(content, show, compact=content.strip() == COMPACT)

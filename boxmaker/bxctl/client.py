@@ -93,7 +93,9 @@ def bad_session_id(sid: str) -> str | None:
     )
 
 
-def turn_frame(session: str, content: str, *, resume: bool, thinking: bool | None) -> bytes:
+def turn_frame(
+    session: str, content: str, *, resume: bool, thinking: bool | None, compact: bool = False
+) -> bytes:
     """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`; `thinking` left
     out when None).
 
@@ -101,7 +103,7 @@ def turn_frame(session: str, content: str, *, resume: bool, thinking: bool | Non
         ChatError: the message does not fit in a frame.
     """
     try:
-        return channel_frame(Turn(session, content, resume, thinking))
+        return channel_frame(Turn(session, content, resume, thinking, compact or None))
     except EncodeError as e:
         raise ChatError(f"the message cannot be sent: {e}") from None
 
@@ -232,7 +234,7 @@ class ChatSession:
     connect_ms: int = CONNECT_MS
     silence_ms: int = SILENCE_MS
 
-    def turn(self, content: str, show: Show) -> TurnDone | WireError:
+    def turn(self, content: str, show: Show, *, compact: bool = False) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
 
         Returns:
@@ -243,7 +245,9 @@ class ChatSession:
         """
         retried = False
         while True:
-            frame = turn_frame(self.session, content, resume=self.resume, thinking=self.thinking)
+            frame = turn_frame(
+                self.session, content, resume=self.resume, thinking=self.thinking, compact=compact
+            )
             last: tuple[Frame, TurnDone | WireError] | None = None
             frames = exchange(self.path, frame, self.connect_ms, self.silence_ms)
             for got, body in frames:  # ends after the final frame

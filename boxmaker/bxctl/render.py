@@ -22,6 +22,9 @@ What each event becomes:
 | `cache_loss`        | `[cache loss: expected <n> cached tokens, got <m>]`                 |
 | `cache_saved`       | `[cache saved: <n> tokens in <t> ms]`                               |
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
+| `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
+| `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
+|                     | `[compaction failed: <why>]`                                        |
 | `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
 |                     | shows them                                                          |
 | `answer_part`       | nothing itself: the head of an answer too large for one turn_done,  |
@@ -40,6 +43,8 @@ from boxmaker.proto import (
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
+    CompactedEvent,
+    CompactingEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -114,6 +119,12 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[cache saved: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
         case CacheRestoredEvent(tokens=tokens, elapsed_us=us):
             return f"[cache restored: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
+        case CompactingEvent(reason=reason, tokens=tokens):
+            return f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason})]"
+        case CompactedEvent(error=error) if error:
+            return f"[compaction failed: {error}]"
+        case CompactedEvent(epoch=epoch, before=before, after=after, elapsed_ms=ms):
+            return f"[compacted into epoch {epoch}: {before} -> {after} tokens in {ms} ms]"
         case ProgressEvent() | ContentEvent() | ReasoningEvent() | AnswerPartEvent():
             return None
     raise TypeError(f"not a turn event: {event!r}")  # pragma: no cover - the union is closed

@@ -2,7 +2,8 @@
 
 Each session is checked as `bxctl verify` checks one (`session.store.verify_session`):
 read-only, no lock taken, nothing written, so it runs beside a running loopd. A line gives the id,
-the record count, the last activity (the last record's time) and whether the log verifies. For a
+the record count (over every epoch), the epochs (issue 21: 1 until the first compaction), the last
+activity (the last record's time) and whether the log verifies. For a
 log that does not verify, the count is of its complete lines and the last activity is the last
 line's `time` when it has one, else the log file's modification time; the error follows.
 
@@ -27,8 +28,8 @@ from boxmaker.proto import is_session_id
 from boxmaker.proto.rfc3339 import format_time, is_time
 from boxmaker.session.errors import SessionError
 from boxmaker.session.files import errno_name, read_regular
-from boxmaker.session.paths import LOG_MAX_BYTES
-from boxmaker.session.store import LOG_NAME, SESSIONS_DIR, verify_session
+from boxmaker.session.paths import LOG_MAX_BYTES, LOG_NAME, SESSIONS_DIR
+from boxmaker.session.verify import verify_session
 
 from .verify import home_from
 
@@ -51,6 +52,7 @@ class Listed:
     records: int
     last_activity: str | None
     error: str | None
+    epochs: int = 1
 
     @property
     def ok(self) -> bool:
@@ -61,6 +63,7 @@ class Listed:
             "session": self.session,
             "ok": self.ok,
             "records": self.records,
+            "epochs": self.epochs,
             "last_activity": self.last_activity,
             "log": self.log,
             "error": self.error,
@@ -120,7 +123,7 @@ def list_sessions(home: Path) -> list[Listed] | None:
             continue
         f = verify_session(home, name)
         if f.ok:
-            found.append(Listed(name, f.log, f.records, f.last_activity, None))
+            found.append(Listed(name, f.log, f.records, f.last_activity, None, f.epochs))
         else:
             records, last = _salvage(root / name / LOG_NAME)
             found.append(Listed(name, f.log, records, last, f.error))
@@ -131,20 +134,22 @@ def list_sessions(home: Path) -> list[Listed] | None:
 
 
 def _table(listed: list[Listed]) -> str:
-    head = ("SESSION", "RECORDS", "LAST ACTIVITY", "LOG")
+    head = ("SESSION", "RECORDS", "EPOCHS", "LAST ACTIVITY", "LOG")
     rows = [
         (
             s.session,
             str(s.records),
+            str(s.epochs),
             s.last_activity or "-",
             "ok" if s.error is None else f"FAILED: {s.error}",
         )
         for s in listed
     ]
-    w0 = max(len(r[0]) for r in [head, *rows])
-    w1 = max(len(r[1]) for r in [head, *rows])
-    w2 = max(len(r[2]) for r in [head, *rows])
-    return "".join(f"{a:<{w0}}  {b:>{w1}}  {c:<{w2}}  {d}\n" for a, b, c, d in [head, *rows])
+    w = [max(len(r[i]) for r in [head, *rows]) for i in range(4)]
+    return "".join(
+        f"{a:<{w[0]}}  {b:>{w[1]}}  {c:>{w[2]}}  {d:<{w[3]}}  {e}\n"
+        for a, b, c, d, e in [head, *rows]
+    )
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:

@@ -14,7 +14,7 @@ from pathlib import Path
 from boxmaker._cli import Environment, ExitStatus, print_json_line
 from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 
 HELP = "check a session's log and baseline file from disk, and print what was found"
 

@@ -253,6 +253,23 @@ class ToolsConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class CompactConfig:
+    """[compact]: folding a session's thread into epochs when its slot fills (issue 21)."""
+
+    enabled: Annotated[bool, BOOL] = True
+    # After a completion whose cache_n + prompt_n + predicted_n reaches this share of the slot's
+    # context ([expect] n_ctx), the session compacts before its next request.
+    at: Annotated[float, number(0.1, 0.99)] = 0.75
+    keep_turns: Annotated[int, integer(1, 1000, "whole turns kept verbatim")] = 2
+    max_attempts: Annotated[int, integer(1, 10, "compactions tried per epoch")] = 2
+    # A compaction that would cut less than this share of the context counts as failed.
+    min_cut: Annotated[float, number(0.0, 0.95)] = 0.3
+    owner_chars: Annotated[int, integer(0, 1_000_000, "characters")] = 1600
+    summary_tokens: Annotated[int, TOKENS] = 256  # at most [inference] max_tokens
+    prewarm: Annotated[bool, BOOL] = True
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class BaselineConfig:
     """[baseline]: the system prompt file."""
 
@@ -293,6 +310,7 @@ class Config:
     tools: ToolsConfig = field(default_factory=ToolsConfig)
     baseline: BaselineConfig = field(default_factory=BaselineConfig)
     cache: CacheConfig = field(default_factory=CacheConfig)
+    compact: CompactConfig = field(default_factory=CompactConfig)
 
     def _relations(self) -> Iterator[tuple[str, str]]:
         total = self.expect.total_slots

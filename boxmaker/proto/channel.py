@@ -50,12 +50,14 @@ class Turn:
     exist yet; `true` requires that it does. `thinking` (optional): false asks for no reasoning on
     this turn, true for reasoning; left out (None) is loopd's `[loop] thinking`. It changes only
     the generation prompt (DECISIONS.md). None is encoded by leaving the key out, never as null,
-    and a null is refused."""
+    and a null is refused. `compact: true` (issue 21, `/compact`) asks for no turn: the session's
+    thread is folded into a new epoch now, and `content` is ignored; left out is a turn."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))
     resume: bool = field(metadata=wire(BOOL))
     thinking: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
+    compact: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
 
 
 # --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------
@@ -168,6 +170,30 @@ class CacheRestoredEvent:
     elapsed_us: int = field(metadata=wire(UINT))
 
 
+@dataclass(frozen=True, slots=True)
+class CompactingEvent:
+    """The session's thread is being folded into a new epoch (issue 21): `reason` is
+    `threshold`, `context_full` or `asked`; `tokens` the context its last completion left."""
+
+    TAG: ClassVar[str] = "compacting"
+    reason: str = field(metadata=wire(STR))
+    tokens: int = field(metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class CompactedEvent:
+    """The fold is done: epoch `epoch` began; `before` and `after` are the context in tokens (the
+    server's counts: the summary request's prompt, the new epoch's prefix), `elapsed_ms` the whole
+    switch, the pre-warm included. `error` is empty, or why nothing was folded."""
+
+    TAG: ClassVar[str] = "compacted"
+    epoch: int = field(metadata=wire(UINT))
+    before: int = field(metadata=wire(UINT))
+    after: int = field(metadata=wire(UINT))
+    elapsed_ms: int = field(metadata=wire(UINT))
+    error: str = field(metadata=wire(STR))
+
+
 TurnEvent = (
     QueuedEvent
     | WaitingEvent
@@ -183,6 +209,8 @@ TurnEvent = (
     | CacheLossEvent
     | CacheSavedEvent
     | CacheRestoredEvent
+    | CompactingEvent
+    | CompactedEvent
 )
 
 EVENT_TYPES: dict[str, type[TurnEvent]] = {
@@ -202,6 +230,8 @@ EVENT_TYPES: dict[str, type[TurnEvent]] = {
         CacheLossEvent,
         CacheSavedEvent,
         CacheRestoredEvent,
+        CompactingEvent,
+        CompactedEvent,
     )
 }
 

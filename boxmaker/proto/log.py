@@ -149,11 +149,21 @@ class CacheRestored:
 
 @dataclass(frozen=True, slots=True)
 class EpochEnd:
-    """Closes an epoch's log (compaction, M5). Not written in M2b; only its shape is fixed here."""
+    """Closes epoch `epoch`'s log (compaction, issue 21): the last line of `<epoch>.jsonl`, and
+    the commit point of the switch. `summary` is the model's summary of the folded turns;
+    `keep_from` the seq of the first record of this log copied into the next epoch (the folded
+    records are those before it); `baseline` the hex SHA-256 of `<epoch + 1>.baseline.json`,
+    written before this line; the three counts are the summary completion's."""
 
     TAG: ClassVar[str] = "epoch_end"
     time: str = field(metadata=wire(TIME))
     epoch: int = field(metadata=wire(UINT))
+    summary: str = field(metadata=wire(STR))
+    keep_from: int = field(metadata=wire(UINT))
+    baseline: str = field(metadata=wire(HEX64))
+    cache_n: int = field(metadata=wire(UINT))
+    prompt_n: int = field(metadata=wire(UINT))
+    predicted_n: int = field(metadata=wire(UINT))
 
 
 LogRecord = (
@@ -296,16 +306,17 @@ class VerifiedLog:
         return tuple(entry.record for entry in self.lines)
 
 
-def verify_log(data: bytes) -> VerifiedLog:
+def verify_log(data: bytes, first_prev: str = GENESIS_PREV) -> VerifiedLog:
     """Decodes a whole log and checks its chain: seq counts from 0, each prev hashes the line
-    before, the first prev is GENESIS_PREV, and the last line is complete. Empty data is an empty
-    log.
+    before, the first prev is `first_prev` (GENESIS_PREV for epoch 0; for a later epoch the hash
+    of the `epoch_end` line that closed the one before), and the last line is complete. Empty
+    data is an empty log.
 
     Raises:
         RecordError: "line N: ..." with N counted from 1, naming the first line that fails.
     """
     lines: list[LogLine] = []
-    prev = GENESIS_PREV
+    prev = first_prev
     start = 0
     while start < len(data):
         n = len(lines) + 1
@@ -326,7 +337,9 @@ def verify_log(data: bytes) -> VerifiedLog:
                 "(a line is missing, repeated or out of order)"
             )
         if entry.prev != prev:
-            what = "64 zeros" if n == 1 else f"the hash of line {n - 1}, {prev}"
+            what = f"the hash of line {n - 1}, {prev}"
+            if n == 1:
+                what = "64 zeros" if prev == GENESIS_PREV else f"{prev} (the previous epoch_end)"
             raise RecordError(
                 f"line {n}: prev is {entry.prev}, expected {what} (the log was edited or reordered)"
             )

@@ -246,9 +246,19 @@ def _cache_restored(obj: dict[str, Any]) -> LogRecord | None:
 
 
 def _epoch_end(obj: dict[str, Any]) -> LogRecord | None:
-    _, _, _, time, epoch = obj.values()
-    if type(epoch) is int and 0 <= epoch <= MAX_INT:
-        return _epoch_end_of(time, epoch)
+    _, _, _, time, epoch, summary, keep_from, baseline, cache_n, prompt_n, predicted_n = (
+        obj.values()
+    )
+    counts = (epoch, keep_from, cache_n, prompt_n, predicted_n)
+    if (
+        all(type(v) is int and 0 <= v <= MAX_INT for v in counts)
+        and type(summary) is str
+        and type(baseline) is str
+        and _HEX64_RE.fullmatch(baseline)
+    ):
+        return _epoch_end_of(
+            time, epoch, summary, keep_from, baseline, cache_n, prompt_n, predicted_n
+        )
     return None
 
 
@@ -270,7 +280,20 @@ _DECODERS: tuple[tuple[type[LogRecord], tuple[str, ...], _Decoder], ...] = (
     (CacheLoss, ("time", "expected", "got"), _cache_loss),
     (CacheSaved, ("time", "slot", "tokens", "written", "elapsed_us"), _cache_saved),
     (CacheRestored, ("time", "slot", "tokens", "read", "elapsed_us"), _cache_restored),
-    (EpochEnd, ("time", "epoch"), _epoch_end),
+    (
+        EpochEnd,
+        (
+            "time",
+            "epoch",
+            "summary",
+            "keep_from",
+            "baseline",
+            "cache_n",
+            "prompt_n",
+            "predicted_n",
+        ),
+        _epoch_end,
+    ),
 )
 for _cls, _fields, _ in _DECODERS:
     if keys(_cls) != _fields:  # a record type changed: change its decoder with it
@@ -298,7 +321,7 @@ def _gc_paused() -> Iterator[None]:
             gc.enable()
 
 
-def _fast(data: bytes) -> tuple[list[LogRecord], str] | None:
+def _fast(data: bytes, first_prev: str = GENESIS_PREV) -> tuple[list[LogRecord], str] | None:
     """The records and the next prev when every line passes, else None (never raises)."""
     # A CR would let splitlines cut where verify_log does not; orjson never writes a raw one.
     if data[-1:] != b"\n" or b"\r" in data:
@@ -311,7 +334,7 @@ def _fast(data: bytes) -> tuple[list[LogRecord], str] | None:
     )
     records: list[LogRecord] = []
     times: list[object] = []
-    prev = GENESIS_PREV
+    prev = first_prev
     try:
         with _gc_paused():
             for seq, line in enumerate(data.splitlines(keepends=True)):
@@ -338,16 +361,17 @@ def _fast(data: bytes) -> tuple[list[LogRecord], str] | None:
     return records, prev
 
 
-def verify_records(data: bytes) -> tuple[list[LogRecord], str]:
-    """`verify_log(data)`'s records and next prev, decided the fast way when the log is good.
+def verify_records(data: bytes, first_prev: str = GENESIS_PREV) -> tuple[list[LogRecord], str]:
+    """`verify_log(data, first_prev)`'s records and next prev, decided the fast way when the log
+    is good.
 
     Raises:
-        RecordError: exactly what `verify_log(data)` raises (it is what runs on a bad log).
+        RecordError: exactly what `verify_log(data, first_prev)` raises (it runs on a bad log).
     """
     if not data:
-        return [], GENESIS_PREV
-    fast = _fast(data)
+        return [], first_prev
+    fast = _fast(data, first_prev)
     if fast is not None:
         return fast
-    verified = verify_log(data)
+    verified = verify_log(data, first_prev)
     return list(verified.records), verified.next_prev

@@ -5,8 +5,10 @@ A log is refused, and nothing is repaired, when:
 - its last line is incomplete, or any line does not decode, breaks the `prev` chain, or skips or
   repeats a `seq` (`proto.log.verify_log`'s verdict, reached faster on a good log by
   `proto.log_fast.verify_records`; the first failing line named);
-- it is empty, its first line is not the `session_start` of this session in epoch 0, or a later
-  line is a second `session_start`;
+- it is empty, its first line is not the `session_start` of this session in this epoch (whose
+  `prev` is GENESIS_PREV in epoch 0, else the hash of the `epoch_end` that closed the epoch
+  before), a later line is a second `session_start`, or an `epoch_end` is not the last line or
+  does not close this epoch (`epochs.end_problem`);
 - the baseline file is missing, does not hash to what `session_start.baseline` records, or does
   not read back as a baseline.
 
@@ -19,11 +21,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from boxmaker.proto import RecordError, SessionStart, User, sha256_hex
+from boxmaker.proto import GENESIS_PREV, RecordError, SessionStart, User, sha256_hex
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.log_fast import verify_records
 
 from .baseline import Baseline
+from .epochs import end_problem
 from .errors import BaselineError, LogCorrupt
 
 
@@ -44,18 +47,22 @@ def check_session(
     log_data: bytes,
     baseline_name: str,
     baseline_data: bytes | None,
+    *,
+    epoch: int = 0,
+    first_prev: str = GENESIS_PREV,
 ) -> CheckedLog:
-    """Checks a session's log and baseline file.
+    """Checks a session's log and baseline file of one epoch.
 
     Args:
         log_name, baseline_name: the files' paths, for the messages.
         baseline_data: the baseline file's bytes, or None when it does not exist.
+        epoch, first_prev: the epoch, and the prev its first line must carry.
 
     Raises:
         LogCorrupt: "<file>: line N: what is wrong", or "<file>: what is wrong".
     """
     try:
-        listed, next_prev = verify_records(log_data)
+        listed, next_prev = verify_records(log_data, first_prev)
     except RecordError as e:
         raise LogCorrupt(f"{log_name}: {e}") from None
     records = tuple(listed)
@@ -69,11 +76,15 @@ def check_session(
             f"{log_name}: line 1: session_start is for session {start.session!r}, "
             f"not {session_id!r} (the folder was renamed or the log copied)"
         )
-    if start.epoch != 0:
-        raise LogCorrupt(f"{log_name}: line 1: session_start has epoch {start.epoch}; 0.jsonl is 0")
+    if start.epoch != epoch:
+        raise LogCorrupt(
+            f"{log_name}: line 1: session_start has epoch {start.epoch}; this file is {epoch}"
+        )
     for n, record in enumerate(records[1:], start=2):
         if type(record) is SessionStart:
             raise LogCorrupt(f"{log_name}: line {n}: a second session_start")
+    if (why := end_problem(records, epoch)) is not None:
+        raise LogCorrupt(f"{log_name}: {why}")
     if baseline_data is None:
         raise LogCorrupt(f"{baseline_name}: missing; line 1 of {log_name} names its hash")
     got = sha256_hex(baseline_data)
@@ -100,6 +111,7 @@ class Finding:
     started: str | None = None
     last_activity: str | None = None  # the time of the last line
     error: str | None = None
+    epochs: int = 1
 
     @property
     def ok(self) -> bool:
@@ -109,8 +121,9 @@ class Finding:
         """One line for a person: `ok: ...` or `FAILED: ...`."""
         if self.error is not None:
             return f"FAILED: session {self.session_id}: {self.error}"
+        epochs = f" in {self.epochs} epochs" if self.epochs > 1 else ""
         return (
-            f"ok: session {self.session_id}: {self.records} records, {self.turns} turns, "
+            f"ok: session {self.session_id}: {self.records} records{epochs}, {self.turns} turns, "
             f"started {self.started}, last activity {self.last_activity} ({self.log})"
         )
 

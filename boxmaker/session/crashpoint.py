@@ -6,6 +6,14 @@ The store calls `reached(point)` at three points of every append:
     append_after_write    the whole line is written, not yet fsynced (never acknowledged)
     append_after_fsync    the line is durable, its event not yet sent
 
+and the epoch switch (`epoch_files.switch`, issue 21) at its own steps, around the `epoch_end`
+append (the commit point), which passes the three above:
+
+    epoch_file_written    a new epoch file is written and fsynced under its hidden name
+                          (1st: `<n+1>.baseline.json`, 2nd: `<n+1>.jsonl`)
+    epoch_file_renamed    that file is renamed into place, the folder fsynced
+    epoch_baseline_written  the baseline is in place; the epoch_end not yet appended
+
 `BOXMAKER_CRASH_AT=<point>:<n>` makes a process SIGKILL itself the n-th time it reaches `point`
 (counted per process, from 1). With a path instead (`BOXMAKER_CRASH_AT=/tmp/plan`), the file is
 read at every point and holds `<point>:<n>`; the process that fires renames it to `<path>.fired`
@@ -20,6 +28,7 @@ import signal
 
 ENV = "BOXMAKER_CRASH_AT"
 POINTS = ("append_before_write", "append_after_write", "append_after_fsync")
+EPOCH_POINTS = ("epoch_file_written", "epoch_file_renamed", "epoch_baseline_written")
 
 _SETTING = os.environ.get(ENV) or None
 _counts: dict[str, int] = {}
@@ -37,7 +46,7 @@ def _plan() -> tuple[str, int, str | None] | None:
         except OSError:
             return None
     point, _, n = text.partition(":")
-    if point not in POINTS or not n.isdigit():
+    if point not in POINTS + EPOCH_POINTS or not n.isdigit():
         return None
     return point, int(n), path
 

@@ -8,9 +8,11 @@ its first line torn or damaged) held nothing ever acknowledged: its folder is se
 `sessions/.<id>.set-aside-<UTC time>`, so the id starts anew. Every other fault (a bad line
 further up, a broken chain, a baseline that does not match) is refused: damage or tampering.
 
-The session's flock is taken first, so a log open in loopd or a worker is never touched. The
-original stays as `0.jsonl.<kind>-<UTC time>` (a hard link to the same bytes, 0600); the cut log
-is written to a temporary file, fsynced, renamed over `0.jsonl`, and the folder fsynced.
+The session's flock is taken first, so a log open in loopd or a worker is never touched. In a
+compacted session only the current epoch's log is repaired (the others end with their
+`epoch_end` and are checked first). The original stays as `<epoch>.jsonl.<kind>-<UTC time>` (a
+hard link to the same bytes, 0600); the cut log is written to a temporary file, fsynced, renamed
+over `<epoch>.jsonl`, and the folder fsynced.
 """
 
 from __future__ import annotations
@@ -22,10 +24,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from . import epoch_files
+from .baseline import BASELINE_MAX_BYTES
 from .check import check_session
+from .epochs import baseline_name
 from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
-from .files import FILE_MODE, create_file, fsync_dir, read_bounded, write_all
-from .paths import LOG_MAX_BYTES, LOG_NAME, cannot_reach, open_locked, read_baseline, session_dir
+from .files import (
+    FILE_MODE,
+    create_file,
+    fsync_dir,
+    open_regular,
+    read_bounded,
+    read_regular,
+    write_all,
+)
+from .paths import LOG_MAX_BYTES, cannot_reach, open_locked, session_dir
 from .torn import WHY, last_line, repairable_cut
 
 ONLY_LAST = (
@@ -68,15 +81,19 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
             raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
     except OSError as e:
         raise SessionError(cannot_reach(path, e)) from e
-    log_path = path / LOG_NAME
-    fd = open_locked(session_id, path)
+    lock = open_locked(session_id, path)
+    fd = -1
     try:
+        epoch, link = epoch_files.current_epoch(session_id, path)  # issue 21
+        log_path = path / f"{epoch}.jsonl"
+        base_path = str(path / baseline_name(epoch))
+        fd = open_regular(log_path, os.O_RDWR) if epoch else lock
         data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
-        base_path, base_data = read_baseline(path)
+        base_data = read_regular(Path(base_path), BASELINE_MAX_BYTES)
 
         def check(log_data: bytes) -> int:
             args = (session_id, str(log_path), log_data, base_path, base_data)
-            return len(check_session(*args).records)
+            return len(check_session(*args, epoch=epoch, first_prev=link).records)
 
         try:
             check(data)
@@ -84,23 +101,28 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
         except LogCorrupt as e:
             fault = str(e)
         stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
-        cut = repairable_cut(session_id, str(log_path), data, base_path, base_data)
-        if not data or (cut is not None and not cut.keep):
+        cut = repairable_cut(
+            session_id, str(log_path), data, base_path, base_data, epoch=epoch, first_prev=link
+        )
+        if epoch == 0 and (not data or (cut is not None and not cut.keep)):
             # Not one whole line: nothing in this session was ever acknowledged.
             aside = path.parent / f".{session_id}.set-aside-{stamp}"
             _set_aside(path, aside)
             line, kind = (cut.line, cut.kind) if cut else (0, "")
             return Repaired(log_path, aside, line, len(data), 0, kind, set_aside=True)
-        if cut is None:
+        if cut is None or not cut.keep:
+            # A later epoch's first line is its SessionStart, written whole by the switch.
             last = last_line(data)
             also = "" if last is None else "; without its last line the log still fails"
             raise RepairRefused(f"{fault}{also}; {ONLY_LAST}: nothing was changed")
         records = check(data[: cut.keep])
-        kept = path / f"{LOG_NAME}.{cut.kind}-{stamp}"
+        kept = path / f"{log_path.name}.{cut.kind}-{stamp}"
         _replace(fd, log_path, kept, data[: cut.keep])
         return Repaired(log_path, kept, cut.line, len(data) - cut.keep, records, cut.kind)
     finally:
-        os.close(fd)
+        if fd >= 0 and fd != lock:
+            os.close(fd)
+        os.close(lock)
 
 
 def _set_aside(path: Path, aside: Path) -> None:
@@ -115,7 +137,7 @@ def _set_aside(path: Path, aside: Path) -> None:
 def _replace(fd: int, log_path: Path, kept: Path, data: bytes) -> None:
     """Keeps the original under `kept`, then puts `data` in its place atomically."""
     folder = log_path.parent
-    tmp = folder / f".{LOG_NAME}.{os.getpid()}.{secrets.token_hex(4)}.repair"
+    tmp = folder / f".{log_path.name}.{os.getpid()}.{secrets.token_hex(4)}.repair"
     try:
         os.fchmod(fd, FILE_MODE)  # the original keeps the session files' mode under its new name
         os.link(log_path, kept)

@@ -45,16 +45,15 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 
-from . import crashpoint
+from . import crashpoint, epoch_files
 from .baseline import Baseline
-from .check import CheckedLog, check_session
+from .check import CheckedLog
 from .errors import (
     AppendFailed,
     LogCorrupt,
     LogReplaced,
     NoSuchSession,
     NotARegularFile,
-    SessionBusy,
     SessionError,
     SessionExists,
 )
@@ -73,32 +72,12 @@ from .paths import (
     BASELINE_NAME,
     LOG_MAX_BYTES,
     LOG_NAME,
-    SESSIONS_DIR,
     cannot_reach,
     identity,
     identity_at,
     open_locked,
-    read_baseline,
     session_dir,
 )
-from .verify import verify_session
-
-__all__ = [
-    "BASELINE_NAME",
-    "LOG_NAME",
-    "SESSIONS_DIR",
-    "AppendFailed",
-    "LogCorrupt",
-    "LogReplaced",
-    "NoSuchSession",
-    "SessionBusy",
-    "SessionError",
-    "SessionExists",
-    "SessionLog",
-    "SessionStore",
-    "session_dir",
-    "verify_session",
-]
 
 
 class SessionStore:
@@ -185,14 +164,15 @@ class SessionStore:
         except OSError as e:
             raise SessionError(cannot_reach(path, e)) from e
         fd = open_locked(session_id, path)
-        try:
-            log_path = path / LOG_NAME
-            data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
-            checked = check_session(session_id, str(log_path), data, *read_baseline(path))
+        try:  # every epoch checked, a committed switch rolled forward (epoch_files)
+            current, epoch_fd = epoch_files.open_current(session_id, path)
         except BaseException:
             os.close(fd)
             raise
-        return SessionLog(fd, session_id, path, checked, len(data), ops=self._ops)
+        log = SessionLog(fd, session_id, path, current.checked, current.size, ops=self._ops)
+        if current.n:
+            log.enter_epoch(current.n, epoch_fd, current.checked, current.size, current.link)
+        return log
 
 
 class SessionLog:
@@ -224,10 +204,25 @@ class SessionLog:
         self._next_seq = checked.next_seq
         self._next_prev = checked.next_prev
         self._size = size
+        self.epoch, self.link = 0, GENESIS_PREV  # the epoch, its first prev; lock on 0.jsonl
 
     @property
     def log_path(self) -> Path:
-        return self.path / LOG_NAME
+        return self.path / f"{self.epoch}.jsonl"
+
+    next_link = property(lambda self: self._next_prev, doc="the prev of the next line")
+
+    def enter_epoch(self, epoch: int, fd: int, checked: CheckedLog, size: int, link: str) -> None:
+        """Moves appends to epoch `epoch`'s log, open on `fd` (`epoch_files.switch`, `open`)."""
+        old, self._fd = self._fd, fd
+        self._identity = identity(fd)  # appends now check the new epoch's file
+        if self._lock_fd < 0:
+            self._lock_fd = old  # 0.jsonl's open file description holds the flock
+        else:
+            os.close(old)
+        self.epoch, self.link, self.baseline = epoch, link, checked.baseline
+        self._records, self._view = list(checked.records), checked.records
+        self._next_seq, self._next_prev, self._size = checked.next_seq, checked.next_prev, size
 
     @property
     def records(self) -> Sequence[LogRecord]:
@@ -341,8 +336,8 @@ class SessionLog:
             if identity(fd) != self._identity:
                 raise LogCorrupt(f"{self.log_path}: was replaced by another file meanwhile")
             data = read_bounded(fd, LOG_MAX_BYTES, str(self.log_path))
-            checked = check_session(
-                self.session_id, str(self.log_path), data, *read_baseline(self.path)
+            checked = epoch_files.check_epoch(
+                self.session_id, self.path, self.epoch, self.link, data
             )
             if (checked.next_seq, checked.next_prev) != (self._next_seq, self._next_prev):
                 raise LogCorrupt(

@@ -16,6 +16,8 @@ from dataclasses import dataclass
 
 import orjson
 
+from boxmaker.proto import GENESIS_PREV
+
 from .check import check_session
 from .errors import LogCorrupt
 
@@ -84,6 +86,9 @@ def repairable_cut(
     data: bytes,
     baseline_name: str,
     baseline_data: bytes | None,
+    *,
+    epoch: int = 0,
+    first_prev: str = GENESIS_PREV,
 ) -> Cut | None:
     """The cut that leaves a log that passes every check, when its last line is its only fault.
 
@@ -96,7 +101,15 @@ def repairable_cut(
         return None
     if cut.keep:
         try:
-            check_session(session_id, log_name, data[: cut.keep], baseline_name, baseline_data)
+            check_session(
+                session_id,
+                log_name,
+                data[: cut.keep],
+                baseline_name,
+                baseline_data,
+                epoch=epoch,
+                first_prev=first_prev,
+            )
         except LogCorrupt:
             return None
     return cut

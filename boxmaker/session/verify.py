@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+from . import epoch_files
 from .check import Finding, check_session, finding
 from .errors import LogCorrupt, SessionError
 from .files import read_regular
@@ -26,6 +27,8 @@ def verify_session(home: Path, session_id: str) -> Finding:
     name = str(log_path)
     try:
         os.stat(path)
+        if epoch_files.compacted(path):  # every epoch and the links between them (issue 21)
+            return epoch_files.verify_epochs(session_id, path)
     except FileNotFoundError:
         return Finding(session_id, name, error=f"no such session ({path} does not exist)")
     except OSError as e:

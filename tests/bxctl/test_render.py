@@ -19,6 +19,8 @@ from boxmaker.proto import (
     CacheLossEvent,
     CacheRestoredEvent,
     CacheSavedEvent,
+    CompactedEvent,
+    CompactingEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -59,6 +61,15 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (CacheLossEvent(860, 0), "[cache loss: expected 860 cached tokens, got 0]"),
     (CacheSavedEvent(1745, 49_865), "[cache saved: 1745 tokens in 50 ms]"),
     (CacheRestoredEvent(1, 727), "[cache restored: 1 token in 0.7 ms]"),
+    (CompactingEvent("threshold", 1540), "[compacting: 1540 tokens in context (threshold)]"),
+    (
+        CompactedEvent(1, 1602, 705, 8123, ""),
+        "[compacted into epoch 1: 1602 -> 705 tokens in 8123 ms]",
+    ),
+    (
+        CompactedEvent(0, 1602, 1602, 9, "the model's summary was empty"),
+        "[compaction failed: the model's summary was empty]",
+    ),
 ]
 
 

@@ -16,12 +16,10 @@ import pytest
 from boxmaker._cli import ExitStatus
 from boxmaker.bxctl.cli import main
 from boxmaker.proto import User, verify_log
-from boxmaker.session.store import (
-    BASELINE_NAME,
-    LogCorrupt,
-    SessionStore,
-    verify_session,
-)
+from boxmaker.session.errors import LogCorrupt
+from boxmaker.session.paths import BASELINE_NAME
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from tests.session.cases import CONVERSATION, make_session, t
 from tests.support.cli import Result, run_cli
 from tests.support.procs import Daemon, python_module, wait_for

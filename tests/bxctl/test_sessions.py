@@ -33,11 +33,11 @@ def test_lists_sessions_newest_first_with_counts_and_the_verdict(tmp_path: Path)
     status, out, err = sessions("--home", tmp_path)
     assert (status, err) == (ExitStatus.ERROR, "")  # one does not verify
     assert out.splitlines() == [
-        "SESSION  RECORDS  LAST ACTIVITY             LOG",
-        f"new           11  {t(10)}  ok",
-        f"bad            6  {t(6)}  FAILED: {tampered}: line 4: seq is 4, expected 3 "
+        "SESSION  RECORDS  EPOCHS  LAST ACTIVITY             LOG",
+        f"new           11       1  {t(10)}  ok",
+        f"bad            6       1  {t(6)}  FAILED: {tampered}: line 4: seq is 4, expected 3 "
         "(a line is missing, repeated or out of order)",
-        f"old            4  {t(3)}  ok",
+        f"old            4       1  {t(3)}  ok",
     ]
     # Read-only: nothing was written or created.
     assert {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == before
@@ -52,6 +52,7 @@ def test_json_is_one_object_per_line(tmp_path: Path) -> None:
             "session": "s1",
             "ok": True,
             "records": len(CONVERSATION) + 1,
+            "epochs": 1,
             "last_activity": t(10),
             "log": str(log),
             "error": None,
@@ -101,3 +102,17 @@ def test_the_home_comes_from_the_environment(
     status, out, _ = sessions()
     assert status == ExitStatus.OK
     assert out.splitlines()[1].startswith("envy ")
+
+
+def test_a_compacted_session_shows_its_epochs(tmp_path: Path) -> None:
+    from boxmaker.session.store import SessionStore
+    from tests.session.epoch_cases import prepared, switch_now
+
+    prepared(tmp_path, "ep")
+    with SessionStore(tmp_path).open("ep") as log:
+        switch_now(log)
+    status, out, _ = sessions("--home", tmp_path, "--json")
+    assert status == ExitStatus.OK
+    (j,) = [orjson.loads(line) for line in out.splitlines()]
+    assert (j["ok"], j["epochs"], j["records"]) == (True, 2, 11 + 3)
+    assert j["log"].endswith("/ep/1.jsonl")

@@ -147,4 +147,4 @@ def test_bxctl_imports_no_daemon_code() -> None:
     parents = {"boxmaker"}
     outside = [m for m in loaded if m not in parents and not m.startswith(allowed)]
     assert outside == []
-    assert "boxmaker.session.store" in loaded
+    assert "boxmaker.session.verify" in loaded

@@ -137,7 +137,15 @@ def tokenize_reply(request: Recorded) -> Reply:
     return json_reply(200, {"tokens": [1] * (len(body["content"]) // 4 + 1)})
 
 
-def config_text(folder: Path, loop: dict[str, Any] | None = None, **channel: Any) -> str:
+def config_text(
+    folder: Path,
+    loop: dict[str, Any] | None = None,
+    compact: dict[str, Any] | None = None,
+    **channel: Any,
+) -> str:
+    """A loopd.toml for the fake server. [compact] is off unless `compact` is given: the fake
+    counts a byte as a token, so n_ctx = 2048 would fold every session after a turn or two."""
+
     def toml(v: Any) -> str:
         return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
 
@@ -165,6 +173,8 @@ def config_text(folder: Path, loop: dict[str, Any] | None = None, **channel: Any
         *(f"{k} = {toml(v)}" for k, v in channel.items()),
         "[loop]",
         *(f"{k} = {toml(v)}" for k, v in (loop or {}).items()),
+        "[compact]",
+        *(f"{k} = {toml(v)}" for k, v in (compact or {"enabled": False}).items()),
     ]
     return "\n".join(lines) + "\n"
 
@@ -183,16 +193,18 @@ class ServeEnv:
         self.home = folder / "home"
         self.daemons: list[Daemon] = []
 
-    def write_config(self, **channel: Any) -> Path:
+    def write_config(self, compact: dict[str, Any] | None = None, **channel: Any) -> Path:
         path = self.folder / "loopd.toml"
-        path.write_text(config_text(self.folder, **channel))
+        path.write_text(config_text(self.folder, compact=compact, **channel))
         return path
 
-    def start(self, wait: bool = True, **channel: Any) -> Daemon:
-        """`loopd serve` with these [channel] keys; waits for its start line unless told not to."""
-        daemon = Daemon(
-            python_module("boxmaker.loopd", "serve", "--config", str(self.write_config(**channel)))
-        )
+    def start(
+        self, wait: bool = True, compact: dict[str, Any] | None = None, **channel: Any
+    ) -> Daemon:
+        """`loopd serve` with these [channel] keys (and [compact], off by default); waits for its
+        start line unless told not to."""
+        config = self.write_config(compact, **channel)
+        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(config)))
         self.daemons.append(daemon)
         if wait:
             daemon.wait_for_line(START_LINE, BOUND_S)
@@ -268,8 +280,8 @@ def read_frames(sock: socket.socket) -> list[ChannelBody]:
             return out
 
 
-def turn_bytes(session: str, content: str, resume: bool) -> bytes:
-    return channel_frame(Turn(session, content, resume))
+def turn_bytes(session: str, content: str, resume: bool, compact: bool = False) -> bytes:
+    return channel_frame(Turn(session, content, resume, None, compact or None))
 
 
 class TurnClient:
@@ -306,8 +318,11 @@ class TurnClient:
         return self.frames
 
 
-def turn(path: Path, session: str, content: str = "hi", resume: bool = True) -> list[ChannelBody]:
-    """One turn on its own connection: its frames, the final one last."""
+def turn(
+    path: Path, session: str, content: str = "hi", resume: bool = True, compact: bool = False
+) -> list[ChannelBody]:
+    """One turn on its own connection (with `compact`, a `/compact`): its frames, the final one
+    last."""
     with connect(path) as sock:
-        sock.sendall(turn_bytes(session, content, resume))
+        sock.sendall(turn_bytes(session, content, resume, compact))
         return read_frames(sock)

@@ -96,6 +96,15 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     # Issue 22: brokerd.
     ("tools.broker_socket", None),
     ("tools.broker_timeout_ms", 180_000),
+    # Issue 21: compaction.
+    ("compact.enabled", True),
+    ("compact.at", 0.75),
+    ("compact.keep_turns", 2),
+    ("compact.max_attempts", 2),
+    ("compact.min_cut", 0.3),
+    ("compact.owner_chars", 1600),
+    ("compact.summary_tokens", 256),
+    ("compact.prewarm", True),
 ]
 
 

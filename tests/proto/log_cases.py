@@ -75,7 +75,20 @@ LINES: dict[str, tuple[int, str, LogRecord]] = {
     "cache_loss": (11, PREV_ABC, CacheLoss(T, 1_024, 37)),
     "cache_saved": (13, PREV_ABC, CacheSaved(T, 0, 1_745, 14_309_796, 49_865)),
     "cache_restored": (14, PREV_ABC, CacheRestored(T, 1, 1_745, 14_309_796, 42_937)),
-    "epoch_end": (12, PREV_ABC, EpochEnd("2026-12-01T00:00:00.000Z", 0)),
+    "epoch_end": (
+        12,
+        PREV_ABC,
+        EpochEnd(
+            "2026-12-01T00:00:00.000Z",
+            0,
+            "## Goal\nfix the clock\n## Done\nasked for the time",
+            9,
+            BASELINE,
+            1_530,
+            41,
+            96,
+        ),
+    ),
 }
 
 # A short session: start, a tool turn, a cache loss, the answer. Chained from GENESIS_PREV.

@@ -13,6 +13,8 @@ from boxmaker.proto.channel import (
     CacheRestoredEvent,
     CacheSavedEvent,
     ChannelBody,
+    CompactedEvent,
+    CompactingEvent,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -97,6 +99,14 @@ EVENTS: list[tuple[Any, bytes]] = [
     (CacheLossEvent(1024, 37), b'{"type":"cache_loss","expected":1024,"got":37}'),
     (CacheSavedEvent(1745, 49865), b'{"type":"cache_saved","tokens":1745,"elapsed_us":49865}'),
     (CacheRestoredEvent(77, 727), b'{"type":"cache_restored","tokens":77,"elapsed_us":727}'),
+    (
+        CompactingEvent("threshold", 1540),
+        b'{"type":"compacting","reason":"threshold","tokens":1540}',
+    ),
+    (
+        CompactedEvent(1, 1602, 705, 8123, ""),
+        b'{"type":"compacted","epoch":1,"before":1602,"after":705,"elapsed_ms":8123,"error":""}',
+    ),
 ]
 for _event, _json in EVENTS:
     CASES.append((_event, b'{"kind":"turn_event","final":false,"body":{"event":' + _json + b"}}"))
@@ -107,7 +117,8 @@ def test_every_event_type_of_the_brief_has_a_case() -> None:
     assert set(EVENT_TYPES) == {
         "queued", "waiting", "progress", "reasoning", "content", "tool_call_started",
         "tool_result", "thinking_capped", "retrying", "cache_loss",
-        "cache_saved", "cache_restored", "approval_needed", "answer_part",
+        "cache_saved", "cache_restored", "approval_needed", "answer_part", "compacting",
+        "compacted",
     }  # fmt: skip
 
 
@@ -162,7 +173,7 @@ BAD_BODIES: list[tuple[Frame, str]] = [
     ),
     (
         Frame("turn", True, {"session": "s", "content": "x", "resume": True, "think": False}),
-        'turn: unexpected key "think" (the keys are session, content, resume, thinking)',
+        'turn: unexpected key "think" (the keys are session, content, resume, thinking, compact)',
     ),
     (
         Frame("turn_done", True, {"content": 1, "usage": {}}),

@@ -424,7 +424,7 @@ records: st.SearchStrategy[LogRecord] = st.one_of(
     st.builds(CacheLoss, times, uints, uints),
     st.builds(CacheSaved, times, uints, uints, uints, uints),
     st.builds(CacheRestored, times, uints, uints, uints, uints),
-    st.builds(EpochEnd, times, uints),
+    st.builds(EpochEnd, times, uints, texts, uints, hexes, uints, uints, uints),
 )
 
 
@@ -457,3 +457,18 @@ def test_mutated_lines_decode_canonically_or_raise_record_error(
     except RecordError:
         return  # any other exception fails the test
     assert encode_line(entry.record, entry.seq, entry.prev) == bytes(line)
+
+
+def test_a_later_epoch_chains_from_the_epoch_end_line() -> None:
+    from boxmaker.proto.log_fast import verify_records
+
+    link = "ab" * 32
+    start = SessionStart("2026-12-01T00:00:00.000Z", "s1", 1, 0, "cd" * 32)
+    line = encode_line(start, 0, link)
+    assert verify_log(line, link).records == (start,)
+    assert verify_records(line, link) == ([start], next_prev(line))
+    for check in (verify_log, verify_records):
+        with pytest.raises(RecordError, match=r"line 1: prev is abab.*expected 64 zeros"):
+            check(line)
+        with pytest.raises(RecordError, match=r"expected (ab){32} \(the previous epoch_end\)"):
+            check(encode_line(start, 0, GENESIS_PREV), link)

@@ -19,7 +19,8 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import Assistant, ContentEvent, RetryingEvent, TurnDone, TurnEvent, Usage, User
-from boxmaker.session.store import SessionStore, verify_session
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from boxmaker.verify.stack import healthy
 from tests.loopd.conftest import Stack
 from tests.loopd.turn.support import new_session

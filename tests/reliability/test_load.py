@@ -19,7 +19,7 @@ import threading
 from collections import Counter
 
 from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 from tests.loopd.serve_support import ServeEnv, children, connect, read_frames, turn
 from tests.support.crash_rig import start_loopd
 from tests.support.flood import close_all

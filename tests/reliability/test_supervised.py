@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 from tests.loopd.conftest import short_tmpdir
 from tests.loopd.serve_support import ServeEnv, TurnClient, alive, turn
 from tests.support.fakeserver import FakeServer

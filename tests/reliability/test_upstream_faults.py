@@ -5,7 +5,7 @@ the chain verifies, and the next turn works through the new inferproxy."""
 from __future__ import annotations
 
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone, WireError
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 from tests.loopd.serve_support import TurnClient, turn
 from tests.loopd.turn.support import say
 from tests.support.crash_rig import Stall, log_path, start_loopd

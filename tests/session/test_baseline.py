@@ -13,7 +13,8 @@ from boxmaker.session.baseline import (
     check_budget,
 )
 from boxmaker.session.errors import BaselineError, BaselineTooLarge
-from boxmaker.session.store import BASELINE_NAME, SessionStore
+from boxmaker.session.paths import BASELINE_NAME
+from boxmaker.session.store import SessionStore
 
 from .cases import BASELINE, CLOCK, FIND, T0
 

@@ -17,15 +17,9 @@ from pathlib import Path
 import pytest
 
 from boxmaker.proto import User, verify_log
-from boxmaker.session.store import (
-    AppendFailed,
-    LogCorrupt,
-    SessionBusy,
-    SessionError,
-    SessionLog,
-    SessionStore,
-    verify_session,
-)
+from boxmaker.session.errors import AppendFailed, LogCorrupt, SessionBusy, SessionError
+from boxmaker.session.store import SessionLog, SessionStore
+from boxmaker.session.verify import verify_session
 
 from .cases import CONVERSATION, make_session, t
 

@@ -13,7 +13,9 @@ from pathlib import Path
 import pytest
 
 from boxmaker.proto import User, verify_log
-from boxmaker.session.store import AppendFailed, SessionError, SessionStore, verify_session
+from boxmaker.session.errors import AppendFailed, SessionError
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from tests.support.smalldisk import fill, free, small_disk
 
 from .cases import BASELINE, T0, t

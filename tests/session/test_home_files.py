@@ -23,7 +23,8 @@ import pytest
 from boxmaker.proto import User
 from boxmaker.session.baseline import BASELINE_MAX_BYTES, Baseline
 from boxmaker.session.errors import LogReplaced, SessionError
-from boxmaker.session.store import BASELINE_NAME, LOG_NAME, SessionStore
+from boxmaker.session.paths import BASELINE_NAME, LOG_NAME
+from boxmaker.session.store import SessionStore
 from tests.session.cases import CONVERSATION, T0, make_session
 
 BOUND_S = 20.0  # a hang is what is tested: a healthy run takes well under a second

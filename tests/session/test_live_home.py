@@ -18,7 +18,7 @@ import orjson
 import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, User, WireError
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, serve_env, turn
 from tests.support.procs import Daemon, python_module, wait_for
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from boxmaker.proto import User, verify_log
-from boxmaker.session.store import SessionBusy, SessionStore, verify_session
+from boxmaker.session.errors import SessionBusy
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from tests.support.procs import Daemon
 
 from .cases import CONVERSATION, make_session

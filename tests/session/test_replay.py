@@ -62,7 +62,12 @@ def test_each_record_type_gives_its_message_or_nothing() -> None:
     assert message(Assistant(T0, None, None, ())) == AssistantMessage(None, None, ())
     result = ToolResult(T0, 3, "call_0", "12:00", ResultClass.PUBLIC, True, True)
     assert message(result) == ToolMessage("call_0", "12:00")
-    for silent in (START, Usage(T0, 1, 2, 3, 4, True), CacheLoss(T0, 5, 0), EpochEnd(T0, 0)):
+    for silent in (
+        START,
+        Usage(T0, 1, 2, 3, 4, True),
+        CacheLoss(T0, 5, 0),
+        EpochEnd(T0, 0, "s", 1, "0" * 64, 1, 2, 3),
+    ):
         assert message(silent) is None
 
 

@@ -18,16 +18,10 @@ from boxmaker.proto import (
     verify_log,
 )
 from boxmaker.session.baseline import Baseline
-from boxmaker.session.store import (
-    BASELINE_NAME,
-    LOG_NAME,
-    NoSuchSession,
-    SessionBusy,
-    SessionError,
-    SessionExists,
-    SessionStore,
-    verify_session,
-)
+from boxmaker.session.errors import NoSuchSession, SessionBusy, SessionError, SessionExists
+from boxmaker.session.paths import BASELINE_NAME, LOG_NAME
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from tests.support.procs import Daemon
 
 from .cases import BASELINE, CONVERSATION, T0, make_session, t

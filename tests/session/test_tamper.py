@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 
 from boxmaker.proto import SessionStart, User, decode_line, encode_line, next_prev, sha256_hex
-from boxmaker.session.store import BASELINE_NAME, LogCorrupt, SessionStore, verify_session
+from boxmaker.session.errors import LogCorrupt
+from boxmaker.session.paths import BASELINE_NAME
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 
 from .cases import BASELINE, CONVERSATION, T0, make_session, t
 

@@ -21,13 +21,8 @@ from pathlib import Path
 
 from boxmaker.proto import User
 from boxmaker.session.baseline import Baseline
-from boxmaker.session.store import (
-    NoSuchSession,
-    SessionBusy,
-    SessionError,
-    SessionExists,
-    SessionStore,
-)
+from boxmaker.session.errors import NoSuchSession, SessionBusy, SessionError, SessionExists
+from boxmaker.session.store import SessionStore
 
 T = "2026-11-30T03:48:37.123Z"
 

@@ -26,7 +26,7 @@ from typing import Any
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, ToolResultEvent, TurnDone, WireError
 from boxmaker.session.crashpoint import ENV
-from boxmaker.session.store import verify_session
+from boxmaker.session.verify import verify_session
 from tests.loopd.serve_support import START_LINE, ServeEnv, children, config_text, turn
 from tests.support.procs import Daemon, python_module
 from tests.support.recorded import Recorded

@@ -27,6 +27,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.tools.port import FakeTools, utc_now
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     ErrorCode,
@@ -123,6 +124,7 @@ def run_turn_command(
                 config=config.loop,
                 thinking=config.loop.thinking if thinking is None else thinking,
                 on_event=on_event,
+                compactor=Compactor.from_config(config, client),
             )
     except (SessionError, SessionIdError, InferError) as exc:
         outcome = error_for(exc)

@@ -28,6 +28,11 @@ The turn:
 
 An HTTP 400 ends the turn with `session_full` and nothing appended for that request; any other
 inference error ends it with `inference`. What was appended stays, and the session stays usable.
+
+With `compact` settings (issue 21, `turn.compact`), a `Compact` action folds the epoch when the
+last completion filled the slot past `[compact] at`: before the user message and between two
+iterations (every call has its result there; it is not an iteration). A 400 gets one compaction
+and one retry of the request; `session_full` only when that cannot make room.
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ from dataclasses import dataclass
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
+from boxmaker.loopd.turn import compact as comp
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
 from boxmaker.loopd.turn.records import (
     cache_loss,
@@ -105,7 +111,7 @@ class Done:
     outcome: TurnDone | WireError
 
 
-Action = Complete | RunTools | Append | Emit | Done
+Action = Complete | RunTools | Append | Emit | Done | comp.Compact
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +147,10 @@ def unanswered_calls(records: Sequence[LogRecord]) -> tuple[ToolCall, ...]:
     return ()
 
 
+def _full(err: InferError) -> bool:
+    return isinstance(err, HttpStatus) and err.status == CONTEXT_FULL_STATUS
+
+
 def error_outcome(err: InferError) -> WireError:
     if isinstance(err, HttpStatus) and err.status == CONTEXT_FULL_STATUS:
         return WireError(
@@ -167,6 +177,7 @@ class TurnLoop:
         registry: Registry,
         limits: LoopLimits,
         clock: Callable[[], str],
+        compact: comp.Settings | None = None,
     ) -> None:
         """Args:
         baseline: the session's baseline (its system text and tools).
@@ -176,6 +187,7 @@ class TurnLoop:
         registry: the tools the port can run.
         limits: the [loop] limits.
         clock: the time for each record, as RFC 3339 text.
+        compact: the [compact] settings; None never compacts.
         """
         if not records or not isinstance(records[0], SessionStart):
             raise ValueError("a session's log starts with its session_start record")
@@ -188,6 +200,8 @@ class TurnLoop:
         self._registry = registry
         self._limits = limits
         self._now = clock
+        self._compact = compact
+        self._compact_failure: str | None = None
         self._gen = self._turn()
         self._started = False
 
@@ -208,13 +222,34 @@ class TurnLoop:
         yield Append(record)
         self.records.append(record)
 
+    def _compacted(self, reason: str, upto: int | None = None) -> Generator[Action, object, bool]:
+        """Asks for a fold; True when the session moved to its next epoch."""
+        got = yield comp.Compact(reason, upto)
+        if isinstance(got, comp.Switched):
+            self.baseline, self.records = got.baseline, list(got.records)
+            return True
+        if not isinstance(got, comp.Failed):
+            raise TypeError(f"Compact takes Switched or Failed, got {got!r:.80}")
+        self._compact_failure = got.reason
+        return False
+
+    def _due(self) -> bool:
+        return self._compact is not None and comp.due(last_usage(self.records), self._compact)
+
     def _turn(self) -> Generator[Action, object, None]:
         for call in unanswered_calls(self.records):
             yield from self._append(self._note(call, INTERRUPTED_NOTE))
+        if self._due():
+            yield from self._compacted("threshold")
         yield from self._append(User(self._now(), self._content))
         limiter = TurnLimiter(self._limits)
         previous = last_usage(self.records)
+        retried = False
+        first = True
         while True:
+            if not first and self._due() and (yield from self._compacted("threshold")):
+                previous = last_usage(self.records)
+            first = False
             request = ChatRequest(
                 self.slot,
                 tuple(request_messages(self.baseline, self.records)),
@@ -222,6 +257,15 @@ class TurnLoop:
                 thinking=self._thinking,
             )
             got = yield Complete(request)
+            if isinstance(got, InferError) and _full(got) and self._compact and not retried:
+                retried = True  # one compaction and one retry, whatever happens
+                turn_start = max(i for i, r in enumerate(self.records) if type(r) is User)
+                if (yield from self._compacted("context_full", turn_start)):
+                    previous = last_usage(self.records)
+                    continue
+                why = comp.full_message(str(got), self._compact_failure)
+                yield Done(WireError(ErrorCode.SESSION_FULL, why))
+                return
             if isinstance(got, InferError):
                 yield Done(error_outcome(got))
                 return

@@ -15,6 +15,8 @@
   call left behind keeps its thread until the port answers; its answer is dropped.
 - `Append`: `log.append`, durable before it returns, so before the event that reports it.
 - `Emit`: `on_event`.
+- `Compact` (issue 21, only with a `compactor`): `compactor.run`, the summary, the epoch switch
+  and the pre-warm (`turn.compactor`).
 
 A failed append (the disk) raises the store's SessionError (AppendFailed) out of `run_turn`: the
 store has cut the log back to its last acknowledged line, and the turn cannot go on without it.
@@ -26,13 +28,15 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from boxmaker.loopd.config import LoopConfig
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, default_registry
+from boxmaker.loopd.turn.compact import Compact, Failed
+from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (
     Append,
@@ -44,8 +48,18 @@ from boxmaker.loopd.turn.loop import (
     ToolOutcome,
     TurnLoop,
 )
-from boxmaker.proto import EVENT_TYPES, ToolRequest, ToolResponse, TurnDone, TurnEvent, WireError
+from boxmaker.proto import (
+    EVENT_TYPES,
+    ErrorCode,
+    ToolRequest,
+    ToolResponse,
+    TurnDone,
+    TurnEvent,
+    TurnUsage,
+    WireError,
+)
 from boxmaker.proto.log import LogRecord
+from boxmaker.session import epoch_files
 from boxmaker.session.baseline import Baseline
 
 _TURN_EVENTS = tuple(EVENT_TYPES.values())
@@ -89,6 +103,7 @@ def run_turn(
     on_event: OnEvent = _drop,
     registry: Registry | None = None,
     clock: Callable[[], str] = utc_now,
+    compactor: Compactor | None = None,
 ) -> TurnDone | WireError:
     """Runs one turn of the session whose log is open in `log`.
 
@@ -102,6 +117,7 @@ def run_turn(
         on_event: gets every event of the turn, in order, from this thread.
         registry: the tools the port runs; M2b's by default.
         clock: the time for each record.
+        compactor: folds the session into a new epoch when it fills; None never does.
 
     Returns:
         TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference).
@@ -117,6 +133,7 @@ def run_turn(
         registry=registry or default_registry(),
         limits=LoopLimits.from_config(config),
         clock=clock,
+        compact=None if compactor is None else compactor.settings,
     )
 
     def forward(event: ChatEvent) -> None:
@@ -138,9 +155,30 @@ def run_turn(
             log.append(action.record)
         elif isinstance(action, Emit):
             on_event(action.event)
+        elif isinstance(action, Compact):
+            assert compactor is not None  # the core asks only when it has the settings
+            result = compactor.run(cast(epoch_files.SessionLog, log), action, on_event)
         elif isinstance(action, Done):
             return action.outcome
         action = core.send(result)
+
+
+def run_compaction(
+    log: SessionLogLike, compactor: Compactor | None, on_event: OnEvent = _drop
+) -> TurnDone | WireError:
+    """`/compact`: folds the session's epoch now, whatever its size and past attempts. The
+    final frame is `turn_done` (its content says which epoch began; its usage is the summary's)
+    or `error{session_full}` saying why nothing was folded."""
+    if compactor is None:
+        return WireError(ErrorCode.BAD_REQUEST, "compaction is off ([compact] enabled = false)")
+    got = compactor.run(cast(epoch_files.SessionLog, log), Compact("asked"), on_event)
+    if isinstance(got, Failed):
+        return WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {got.reason}")
+    end = got.ended
+    return TurnDone(
+        f"compacted into epoch {end.epoch + 1}",
+        TurnUsage(end.cache_n, end.prompt_n, end.predicted_n, 0, False),
+    )
 
 
 # ---- the port's calls ---------------------------------------------------------------------------

@@ -37,7 +37,8 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.tools.port import tool_port, utc_now
 from boxmaker.loopd.turn.command import error_for, open_session
-from boxmaker.loopd.turn.runner import run_turn
+from boxmaker.loopd.turn.compactor import Compactor
+from boxmaker.loopd.turn.runner import run_compaction, run_turn
 from boxmaker.proto import (
     ApprovalNeededEvent,
     BodyError,
@@ -84,6 +85,7 @@ class Worker:
         self.gate = PipeGate(out.send)
         self.gate.on_cache = self.on_cache
         self.client = Client(config.inference, gate=self.gate)
+        self.compactor = Compactor.from_config(config, self.client)
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
 
@@ -152,15 +154,19 @@ class Worker:
                 self.log = open_session(self.config, self.client, turn.session, not turn.resume)
             elif not turn.resume:
                 raise SessionExists(f"session {turn.session} already exists; resume it")
-            outcome = run_turn(
-                self.log,
-                turn.content,
-                client=self.client,
-                **tool_port(self.config.tools, self.on_approval, turn.session),
-                config=self.config.loop,
-                thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
-                on_event=self.on_event,
-            )
+            if turn.compact:  # `/compact` (issue 21): no turn, the fold alone
+                outcome = run_compaction(self.log, self.compactor, self.on_event)
+            else:
+                outcome = run_turn(
+                    self.log,
+                    turn.content,
+                    client=self.client,
+                    **tool_port(self.config.tools, self.on_approval, turn.session),
+                    config=self.config.loop,
+                    thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
+                    on_event=self.on_event,
+                    compactor=self.compactor,
+                )
         except (SessionError, SessionIdError, InferError) as exc:
             if self.log is not None and self.log.closed:
                 self.log = None  # an append failed and closed it

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 
 from boxmaker.proto import User, verify_log
-from boxmaker.session.store import SessionStore, verify_session
+from boxmaker.session.store import SessionStore
+from boxmaker.session.verify import verify_session
 from tests.loopd.turn.conftest import Env
 from tests.loopd.turn.support import new_session, say
 from tests.support.smalldisk import fill, free, small_disk

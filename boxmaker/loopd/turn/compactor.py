@@ -1,0 +1,181 @@
+"""Runs a compaction (issue 21): `turn.compact`'s summary attempt against the client, then the
+epoch switch (`session.epoch_files.switch`) and the pre-warm.
+
+    compactor = Compactor.from_config(config, client)
+    outcome = run_turn(log, text, ..., compactor=compactor)
+
+One `Compactor` serves a worker (or one `loopd turn`) and counts the attempts of each session's
+epoch: at most `[compact] max_attempts`, failed or not, so no answer of the model can make it
+loop. The summary's own events are not forwarded (its text is not the turn's answer); the channel
+hears `compacting` and `compacted` instead.
+
+The pre-warm sends the new epoch's prefix (its baseline and kept turns, the generation prompt,
+one token to generate) so the owner's next message is read alone; its counts are in the
+`compacted` event (`after` is the prefix's size as the server counted it). An error there is
+only a cold cache for the next turn, never a failed compaction.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from boxmaker.loopd.config import CompactConfig, Config
+from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
+from boxmaker.loopd.tools.port import utc_now
+from boxmaker.loopd.turn.compact import (
+    Compact,
+    Failed,
+    Folded,
+    Settings,
+    Switched,
+    summarise,
+    used,
+)
+from boxmaker.proto import CompactedEvent, CompactingEvent, TurnEvent, Usage
+from boxmaker.proto.log import LogRecord
+from boxmaker.session import epoch_files
+from boxmaker.session.baseline import Baseline, assemble_baseline
+from boxmaker.session.errors import BaselineError
+from boxmaker.session.replay import request_messages
+
+
+class Client(Protocol):
+    def chat_with_retry(
+        self,
+        req: ChatRequest,
+        on_event: Callable[[ChatEvent], None],
+        *,
+        extra: Mapping[str, Any] | None = None,
+    ) -> Completion: ...
+
+
+def _drop(_event: ChatEvent) -> None:
+    pass
+
+
+@dataclass
+class Compactor:
+    client: Client
+    config: CompactConfig
+    n_ctx: int
+    system: Path  # [baseline] system
+    home: Path
+    max_tokens: int  # [inference] max_tokens
+    clock: Callable[[], str] = utc_now
+    monotonic: Callable[[], float] = time.monotonic
+    tries: dict[tuple[str, int], int] = field(default_factory=dict)
+    prewarms: list[Completion] = field(default_factory=list)  # the last one, for tests and bench
+
+    @classmethod
+    def from_config(cls, config: Config, client: Client) -> Compactor | None:
+        """The session's compactor, or None with `[compact] enabled = false`."""
+        if not config.compact.enabled:
+            return None
+        return cls(
+            client,
+            config.compact,
+            config.expect.n_ctx,
+            config.baseline.system,
+            config.paths.home,
+            config.inference.max_tokens,
+        )
+
+    @property
+    def settings(self) -> Settings:
+        c = self.config
+        return Settings(self.n_ctx, c.at, c.keep_turns, c.min_cut, c.owner_chars)
+
+    def run(
+        self, log: epoch_files.SessionLog, action: Compact, on_event: Callable[[TurnEvent], None]
+    ) -> Switched | Failed:
+        """One compaction of `log`'s epoch; the channel hears `compacting` and `compacted`.
+
+        Raises:
+            SessionError: an append or a file of the switch failed (as a turn's append does).
+        """
+        started = self.monotonic()
+        key = (log.session_id, log.epoch)
+        records = tuple(log.records)
+        asked = action.reason == "asked"  # by the owner: not bounded by, nor counted in, tries
+        if not asked and self.tries.get(key, 0) >= self.config.max_attempts:
+            # Spent: said once, when the last attempt failed; the turn goes on uncompacted.
+            return Failed(
+                f"[compact] max_attempts ({self.config.max_attempts}) already tried in this epoch"
+            )
+        if not asked:
+            self.tries[key] = self.tries.get(key, 0) + 1
+        on_event(CompactingEvent(action.reason, used(_last_usage(records))))
+        try:
+            system_now = assemble_baseline(self.system, self.home, ()).system
+        except BaselineError as e:
+            return self._failed(log, started, on_event, str(e))
+        gen = summarise(
+            baseline=log.baseline,
+            records=records,
+            slot=_slot(records),
+            epoch=log.epoch,
+            system_now=system_now,
+            settings=self.settings,
+            now=self.clock(),
+            upto=action.upto,
+        )
+        extra = {"max_tokens": min(self.config.summary_tokens, self.max_tokens)}
+        try:
+            req = next(gen)
+            while True:
+                try:
+                    got: Completion | InferError = self.client.chat_with_retry(
+                        req, _drop, extra=extra
+                    )
+                except InferError as err:
+                    got = err
+                req = gen.send(got)
+        except StopIteration as stop:
+            outcome: Folded | Failed = stop.value
+        if isinstance(outcome, Failed):
+            return self._failed(log, started, on_event, outcome.reason)
+        epoch_files.switch(log, outcome.end, outcome.baseline)
+        after = self.prewarm(log.baseline, log.records, _slot(records))
+        ms = round((self.monotonic() - started) * 1000)
+        on_event(CompactedEvent(log.epoch, outcome.before, after, ms, ""))
+        return Switched(log.baseline, tuple(log.records), outcome.end)
+
+    def prewarm(self, baseline: Baseline, records: Sequence[LogRecord], slot: int) -> int:
+        """Sends the epoch's prefix; returns its size in tokens as the server counted it (0 when
+        it was off or failed)."""
+        if not self.config.prewarm:
+            return 0
+        req = ChatRequest(slot, tuple(request_messages(baseline, records)), baseline.tools)
+        try:
+            got = self.client.chat_with_retry(req, _drop, extra={"max_tokens": 1})
+        except InferError:
+            return 0
+        self.prewarms.append(got)
+        del self.prewarms[:-1]
+        return got.timings.cache_n + got.timings.prompt_n
+
+    def _failed(
+        self,
+        log: epoch_files.SessionLog,
+        started: float,
+        on_event: Callable[[TurnEvent], None],
+        reason: str,
+    ) -> Failed:
+        ms = round((self.monotonic() - started) * 1000)
+        before = used(_last_usage(log.records))
+        on_event(CompactedEvent(log.epoch, before, before, ms, reason))
+        return Failed(reason)
+
+
+def _last_usage(records: Sequence[LogRecord]) -> Usage | None:
+    return next((r for r in reversed(records) if isinstance(r, Usage)), None)
+
+
+def _slot(records: Sequence[LogRecord]) -> int:
+    start = records[0]
+    return getattr(start, "slot", 0)  # epoch n's slot: the seam for a new epoch's slot choice

@@ -1,0 +1,274 @@
+"""The epochs of a session on disk: checking the chain across them, the switch, the roll-forward.
+
+`<home>/sessions/<id>/` holds `<n>.baseline.json` and `<n>.jsonl` for epochs 0..k; the last one
+is the current epoch, the one appends go to. The session's lock stays the flock on `0.jsonl`.
+`epochs` holds the pure rules; this module reads and writes the files:
+
+- `check_chain`: every epoch passes `check.check_session` with its own `prev` link, every epoch
+  before the last ends with an `epoch_end`, and each next log starts with exactly the bytes
+  `epochs.next_log` makes of the one before (so a tampering anywhere, or at a link, is named).
+- `switch`: the switch itself, in this order, each step durable before the next:
+  1. `<n+1>.baseline.json` under a hidden name, fsynced, renamed into place (a crash here leaves
+     epoch n as it was: with no `<n+1>.jsonl`, the file is not part of the session);
+  2. the `epoch_end` append: the commit point;
+  3. `roll_forward`: `<n+1>.jsonl` written under a hidden name, fsynced, renamed, folder fsynced;
+  4. the open log moves to epoch n+1 (`SessionLog.enter_epoch`).
+- `open_current` (the store's `open`) rolls a committed switch forward first: the result is the
+  same bytes as step 3 of a switch that never stopped, because `next_log` reads epoch n alone.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from boxmaker.proto import GENESIS_PREV, EpochEnd, SessionStart, User, sha256_hex
+from boxmaker.proto.log import LogRecord
+
+from . import crashpoint
+from .baseline import BASELINE_MAX_BYTES, Baseline
+from .check import CheckedLog, Finding, check_session
+from .epochs import baseline_name, log_name, next_log
+from .errors import LogCorrupt, SessionError
+from .files import create_file, fsync_dir, open_regular, read_bounded, read_regular, write_all
+from .paths import LOG_MAX_BYTES
+
+
+class SessionLog(Protocol):
+    """What `switch` needs of an open `store.SessionLog`."""
+
+    session_id: str
+    path: Path
+    epoch: int
+    link: str
+    baseline: Baseline
+
+    @property
+    def log_path(self) -> Path: ...
+    @property
+    def next_link(self) -> str: ...
+    @property
+    def records(self) -> Sequence[LogRecord]: ...
+    def append(self, record: LogRecord) -> None: ...
+    def enter_epoch(
+        self, epoch: int, fd: int, checked: CheckedLog, size: int, link: str
+    ) -> None: ...
+
+
+_LOG_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")
+
+
+def epoch_numbers(path: Path) -> list[int]:
+    """The epochs whose log exists, 0..k.
+
+    Raises:
+        LogCorrupt: a gap (an epoch's log missing between two others).
+    """
+    found = sorted(int(m[1]) for name in os.listdir(path) if (m := _LOG_RE.fullmatch(name)))
+    if found != list(range(len(found))):
+        missing = sorted(set(range(max(found, default=0) + 1)) - set(found))
+        raise LogCorrupt(f"{path}: the log of epoch {missing[0]} is missing between the others")
+    return found
+
+
+def compacted(path: Path) -> bool:
+    """Whether the folder holds the log of an epoch after 0."""
+    return any((m := _LOG_RE.fullmatch(name)) and m[1] != "0" for name in os.listdir(path))
+
+
+@dataclass(frozen=True, slots=True)
+class Epoch:
+    """One checked epoch: its number, the prev its first line carries, its check, its size."""
+
+    n: int
+    link: str
+    checked: CheckedLog
+    size: int
+
+
+def _read(path: Path) -> bytes:
+    """An epoch's log: a regular file, no final symlink, read with its bound."""
+    fd = open_regular(path)
+    try:
+        return read_bounded(fd, LOG_MAX_BYTES, str(path))
+    finally:
+        os.close(fd)
+
+
+def _read_baseline(path: Path) -> bytes | None:
+    return read_regular(path, BASELINE_MAX_BYTES)
+
+
+def check_epoch(session_id: str, path: Path, n: int, link: str, data: bytes) -> CheckedLog:
+    """`check_session` of epoch `n`'s log `data`, its first line linked to `link`."""
+    base = path / baseline_name(n)
+    return check_session(
+        session_id,
+        str(path / log_name(n)),
+        data,
+        str(base),
+        _read_baseline(base),
+        epoch=n,
+        first_prev=link,
+    )
+
+
+def check_chain(session_id: str, path: Path, upto: int | None = None) -> list[Epoch]:
+    """Checks every epoch (those before `upto` when given) and the links between them; returns
+    them, the current one last.
+
+    Raises:
+        LogCorrupt: naming the file, the line and what is wrong.
+    """
+    out: list[Epoch] = []
+    link = GENESIS_PREV
+    numbers = epoch_numbers(path)[:upto]
+    if not numbers:
+        raise LogCorrupt(f"{path / log_name(0)}: missing; the session's folder holds no log")
+    expected: bytes | None = None
+    for n in numbers:
+        data = _read(path / log_name(n))
+        if expected is not None and not data.startswith(expected):
+            raise LogCorrupt(
+                f"{path / log_name(n)}: does not start with the session_start and kept turns "
+                f"that the epoch_end of {log_name(n - 1)} makes (edited, or not this session's)"
+            )
+        checked = check_epoch(session_id, path, n, link, data)
+        out.append(Epoch(n, link, checked, len(data)))
+        end = checked.records[-1]
+        if n == numbers[-1] and upto is None:
+            break
+        if type(end) is not EpochEnd:
+            raise LogCorrupt(
+                f"{path / log_name(n)}: epoch {n + 1} exists but this log does not end with an "
+                "epoch_end (a line was cut or the next epoch's files were added)"
+            )
+        expected = next_log(session_id, checked.start.slot, checked.records, checked.next_prev)
+        link = checked.next_prev
+    return out
+
+
+def current_epoch(session_id: str, path: Path) -> tuple[int, str]:
+    """The current epoch and the prev its first line must carry, the epochs before it checked
+    (`bxctl repair` works on the current epoch's log only; the others are closed).
+
+    Raises:
+        LogCorrupt: an epoch before the current one fails, or one is missing.
+    """
+    n = epoch_numbers(path)[-1] if compacted(path) else 0
+    if n == 0:
+        return 0, GENESIS_PREV
+    last = check_chain(session_id, path, upto=n)[-1]
+    return n, last.checked.next_prev
+
+
+def _write_new(path: Path, name: str, data: bytes) -> None:
+    """Writes `data` as `path/name` whole or not at all: a hidden name, fsync, rename, fsync."""
+    tmp = path / f".{name}.new"
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(tmp)  # left by a crash
+    fd = create_file(tmp)
+    try:
+        write_all(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    crashpoint.reached("epoch_file_written")
+    os.rename(tmp, path / name)
+    fsync_dir(path)
+    crashpoint.reached("epoch_file_renamed")
+
+
+def roll_forward(session_id: str, path: Path, last: Epoch) -> Epoch:
+    """Writes `<n+1>.jsonl` for the committed switch `last` ends with; returns the new epoch.
+
+    Raises:
+        LogCorrupt: the next baseline file is missing or not the one the epoch_end names.
+    """
+    end = last.checked.records[-1]
+    assert type(end) is EpochEnd
+    n = last.n + 1
+    base = path / baseline_name(n)
+    got = _read_baseline(base)
+    if got is None or sha256_hex(got) != end.baseline:
+        raise LogCorrupt(
+            f"{base}: {'missing' if got is None else 'not the file'} the epoch_end of "
+            f"{log_name(last.n)} names (hash {end.baseline}); the switch cannot be completed"
+        )
+    data = next_log(
+        session_id, last.checked.start.slot, last.checked.records, last.checked.next_prev
+    )
+    _write_new(path, log_name(n), data)
+    checked = check_epoch(session_id, path, n, last.checked.next_prev, data)
+    return Epoch(n, last.checked.next_prev, checked, len(data))
+
+
+def open_current(session_id: str, path: Path) -> tuple[Epoch, int]:
+    """Checks the chain, rolls a committed switch forward, and opens the current epoch's log
+    for appending; returns the epoch and the descriptor (-1 for epoch 0: the caller holds
+    0.jsonl open and locked).
+
+    Raises:
+        LogCorrupt: as `check_chain` and `roll_forward`.
+    """
+    current = check_chain(session_id, path)[-1]
+    if type(current.checked.records[-1]) is EpochEnd:
+        current = roll_forward(session_id, path, current)
+    if current.n == 0:
+        return current, -1  # 0.jsonl: the caller's locked descriptor appends to it
+    fd = open_regular(path / log_name(current.n), os.O_RDWR | os.O_APPEND)
+    return current, fd
+
+
+def switch(log: SessionLog, end: EpochEnd, baseline: Baseline) -> None:
+    """Closes the log's epoch with `end` and moves the log into the next one, `baseline` its
+    baseline (`end.baseline` must be its hash).
+
+    Raises:
+        ValueError: `end` does not fit the log (its epoch, its baseline hash).
+        SessionError: a write failed; before the commit point epoch n is as it was.
+    """
+    n = log.epoch
+    if end.epoch != n or end.baseline != baseline.hash:
+        raise ValueError("the epoch_end does not close this epoch with this baseline")
+    _write_new(log.path, baseline_name(n + 1), baseline.to_bytes())
+    crashpoint.reached("epoch_baseline_written")
+    log.append(end)  # the commit point
+    records = tuple(log.records)
+    start = records[0]
+    assert type(start) is SessionStart
+    checked = CheckedLog(log.baseline, start, records, len(records), log.next_link)
+    last = Epoch(n, log.link, checked, log.log_path.stat().st_size)
+    new = roll_forward(log.session_id, log.path, last)
+    fd = open_regular(log.path / log_name(new.n), os.O_RDWR | os.O_APPEND)
+    log.enter_epoch(new.n, fd, new.checked, new.size, new.link)
+
+
+def verify_epochs(session_id: str, path: Path) -> Finding:
+    """`bxctl verify` for a session with more than one epoch: every epoch and every link."""
+    log = str(path / log_name(0))
+    try:
+        chain = check_chain(session_id, path)
+    except (SessionError, OSError) as e:  # LogCorrupt, NotARegularFile, unreadable
+        return Finding(session_id, log, error=str(e))
+    turns = 0
+    for ep in chain:
+        recs = ep.checked.records
+        end = recs[-1]
+        upto = end.keep_from if type(end) is EpochEnd else len(recs)
+        turns += sum(1 for r in recs[:upto] if type(r) is User)
+    last = chain[-1]
+    return Finding(
+        session_id,
+        str(path / log_name(last.n)),
+        records=sum(len(ep.checked.records) for ep in chain),
+        turns=turns,
+        started=chain[0].checked.start.time,
+        last_activity=last.checked.records[-1].time,
+        epochs=len(chain),
+    )

@@ -1,0 +1,187 @@
+"""The epoch switch as a pure function of epoch n's files and the config (issue 21). [core]
+
+A session's thread is folded into epochs. Epoch n is `<n>.baseline.json` and `<n>.jsonl`; a
+compaction closes it with an `epoch_end` line and starts epoch n+1:
+
+- `<n+1>.baseline.json` (`next_baseline`): the system text as it is now (system.md, then
+  memory/core.md: memory edits take effect here), epoch n's tools, and an "earlier in this
+  conversation" section: the model's summary, then the owner's own messages of the folded turns,
+  verbatim, newest kept first within `owner_chars` (so a weak summary cannot lose what the owner
+  said). Written before the `epoch_end` line, whose `baseline` is its hash.
+- `<n+1>.jsonl` (`next_log`): a `session_start` of epoch n+1 whose `prev` is the hash of the
+  `epoch_end` line (the chain runs across epochs; its time is the `epoch_end`'s), then the
+  conversation records (user, assistant, tool_result) from `epoch_end.keep_from` on, verbatim,
+  re-chained. Accounting records (usage, cache_*) stay with the epoch whose completions they
+  count, so the next epoch's first usage is its own.
+
+`next_log` depends on epoch n's log alone, so after the `epoch_end` append (the commit point) a
+resume rolls forward to the same bytes a switch that never stopped writes. A cut falls only at
+the start of a turn (a `user` record), never between a tool call and its result; epoch n's files
+are never changed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from boxmaker.proto import (
+    Assistant,
+    EpochEnd,
+    SessionStart,
+    ToolResult,
+    User,
+    encode_line,
+    next_prev,
+)
+from boxmaker.proto.log import LogRecord
+
+from .baseline import Baseline
+
+EARLIER_HEADING = "## Earlier in this conversation"
+_SUMMARY_INTRO = (
+    "The turns before the ones that follow were folded to save room. Your summary of them "
+    "(refine it when asked to summarise again):"
+)
+_OWNER_INTRO = "The owner's own messages in those turns, verbatim, oldest first:"
+_CONVERSATION = (User, Assistant, ToolResult)
+CUT_MARK = "[...cut]"
+
+
+def log_name(epoch: int) -> str:
+    return f"{epoch}.jsonl"
+
+
+def baseline_name(epoch: int) -> str:
+    return f"{epoch}.baseline.json"
+
+
+def turn_starts(records: Sequence[LogRecord]) -> list[int]:
+    """The indexes (= seqs) of the `user` records: where each turn starts."""
+    return [i for i, r in enumerate(records) if type(r) is User]
+
+
+def cut_index(records: Sequence[LogRecord], keep_turns: int) -> int | None:
+    """The seq of the first record kept when the last `keep_turns` turns are kept whole, or None
+    when that folds no turn (the log holds `keep_turns` turns or fewer)."""
+    starts = turn_starts(records)
+    if keep_turns < 1 or len(starts) <= keep_turns:
+        return None
+    return starts[len(starts) - keep_turns]
+
+
+def owner_messages(records: Sequence[LogRecord], keep_from: int) -> list[str]:
+    """The owner's messages of the folded turns (the `user` records before `keep_from`)."""
+    return [r.content for r in records[:keep_from] if type(r) is User]
+
+
+def earlier_section(summary: str, owner: Sequence[str], owner_chars: int) -> str:
+    """The "earlier in this conversation" text: the summary, then as many of the owner's messages
+    as fit in `owner_chars`, newest first kept (the newest alone is cut at a character if it is
+    longer), shown oldest first."""
+    kept: list[str] = []
+    room = owner_chars
+    for text in reversed(owner):
+        if len(text) <= room:
+            kept.append(text)
+            room -= len(text)
+            continue
+        if not kept and room > len(CUT_MARK):
+            kept.append(text[: room - len(CUT_MARK)] + CUT_MARK)
+        break
+    kept.reverse()
+    parts = [EARLIER_HEADING, _SUMMARY_INTRO, summary.strip() or "(no summary)"]
+    if kept:
+        left_out = len(owner) - len(kept)
+        intro = _OWNER_INTRO
+        if left_out:
+            intro += f" ({left_out} older message{'s' * (left_out > 1)} left out for room)"
+        parts.append(intro)
+        parts.extend(f"<owner>\n{text}\n</owner>" for text in kept)
+    return "\n\n".join(parts)
+
+
+def next_baseline(
+    system_now: str,
+    tools: Baseline,
+    summary: str,
+    records: Sequence[LogRecord],
+    keep_from: int,
+    owner_chars: int,
+) -> Baseline:
+    """`<n+1>.baseline.json`: `system_now` (system.md + core.md as they are now), the earlier
+    section, and the tools of `tools` (epoch n's baseline: the schemas stay fixed)."""
+    section = earlier_section(summary, owner_messages(records, keep_from), owner_chars)
+    return Baseline(f"{system_now}\n\n{section}", tools.tools)
+
+
+def epoch_end(
+    time: str,
+    epoch: int,
+    summary: str,
+    keep_from: int,
+    baseline: Baseline,
+    counts: tuple[int, int, int],
+) -> EpochEnd:
+    """The record that closes `epoch`; `counts` is the summary completion's (cache_n, prompt_n,
+    predicted_n)."""
+    return EpochEnd(time, epoch, summary, keep_from, baseline.hash, *counts)
+
+
+def unpaired(records: Sequence[LogRecord]) -> str | None:
+    """Why a run of records is not a well-formed thread (a call without its result or a result
+    without its call), or None. Results follow their assistant, in any order."""
+    open_calls: set[str] = set()
+    for r in records:
+        if type(r) is Assistant:
+            if open_calls:
+                return f"calls {sorted(open_calls)} have no result before the next answer"
+            open_calls = {c.id for c in r.tool_calls}
+        elif type(r) is ToolResult:
+            if r.tool_call_id not in open_calls:
+                return f"result for {r.tool_call_id!r} follows no call of that id"
+            open_calls.discard(r.tool_call_id)
+        elif type(r) is User and open_calls:
+            return f"calls {sorted(open_calls)} have no result before the next user message"
+    if open_calls:
+        return f"calls {sorted(open_calls)} have no result"
+    return None
+
+
+def end_problem(records: Sequence[LogRecord], epoch: int) -> str | None:
+    """What is wrong with an `epoch_end` in `records` (epoch n's log), or None. It must be the
+    last line, close this epoch, and keep from a turn's start after the first."""
+    for n, r in enumerate(records, start=1):
+        if type(r) is not EpochEnd:
+            continue
+        if n != len(records):
+            return f"line {n}: an epoch_end that is not the log's last line"
+        if r.epoch != epoch:
+            return f"line {n}: epoch_end closes epoch {r.epoch}, but this is epoch {epoch}"
+        if not 1 <= r.keep_from < n - 1 or type(records[r.keep_from]) is not User:
+            return f"line {n}: epoch_end.keep_from {r.keep_from} is not the seq of a user line"
+    return None
+
+
+def next_log(session: str, slot: int, records: Sequence[LogRecord], link: str) -> bytes:
+    """The bytes of `<n+1>.jsonl` when `records` (epoch n's log) ends with its `epoch_end`, and
+    `link` is the hash of that line (`next_prev` of it).
+
+    `slot` is the slot the new epoch starts in: epoch n's for now (the seam for a slot choice).
+
+    Raises:
+        ValueError: the log does not end with an epoch_end, or its kept tail is not well formed.
+    """
+    end = records[-1] if records else None
+    if type(end) is not EpochEnd:
+        raise ValueError("the log does not end with an epoch_end: no switch to roll forward")
+    kept = [r for r in records[end.keep_from : -1] if type(r) in _CONVERSATION]
+    if (why := unpaired(kept)) is not None:
+        raise ValueError(f"the kept tail is not a well-formed thread: {why}")
+    start = SessionStart(end.time, session, end.epoch + 1, slot, end.baseline)
+    out = bytearray()
+    prev = link
+    for seq, record in enumerate([start, *kept]):
+        line = encode_line(record, seq, prev)
+        out += line
+        prev = next_prev(line)
+    return bytes(out)

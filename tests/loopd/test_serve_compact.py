@@ -1,0 +1,68 @@
+"""`/compact` through `loopd serve` (issue 21): a `turn` with `compact: true` on loop.sock folds
+the session into a new epoch in its worker, with `compacting` and `compacted` events and a
+`turn_done`; the next turn runs in the new epoch; `bxctl verify` checks both epochs. Real
+processes and sockets; the scripted model on the fake server."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from boxmaker.proto import (
+    CompactedEvent,
+    CompactingEvent,
+    ErrorCode,
+    TurnDone,
+    WireError,
+)
+from boxmaker.session.verify import verify_session
+from tests.loopd.serve_support import ServeEnv, serve_env, turn
+from tests.loopd.turn.support import say
+
+LONG = "a long answer that fills the context. " * 20
+SUMMARY = "## Goal\ntest\n## What was done\ntwo turns\n"
+
+
+@pytest.fixture
+def env() -> Iterator[ServeEnv]:
+    with serve_env() as e:
+        yield e
+
+
+def test_compact_on_the_channel_folds_the_session(env: ServeEnv) -> None:
+    # n_ctx is the fake's 2,048 "tokens" (bytes); at = 0.99 keeps the threshold out of the way.
+    env.start(spare_worker=False, compact={"keep_turns": 1, "min_cut": 0.0, "at": 0.99})
+    env.model.load([say(LONG), say(LONG)])
+    assert isinstance(turn(env.socket, "s1", "first", resume=False)[-1], TurnDone)
+    assert isinstance(turn(env.socket, "s1", "second")[-1], TurnDone)
+    env.model.load([say(SUMMARY), say("(pre-warm)")])
+    frames = turn(env.socket, "s1", "/compact", compact=True)
+    final = frames[-1]
+    assert isinstance(final, TurnDone), final
+    assert final.content == "compacted into epoch 1"
+    events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
+    assert [type(e) for e in events] == [CompactingEvent, CompactedEvent]
+    compacting, compacted = events
+    assert isinstance(compacting, CompactingEvent)
+    assert isinstance(compacted, CompactedEvent)
+    assert compacting.reason == "asked"
+    assert (compacted.epoch, compacted.error) == (1, "")
+    assert (env.home / "sessions" / "s1" / "1.jsonl").exists()
+    env.model.load([say("third answer")])
+    assert isinstance(turn(env.socket, "s1", "third")[-1], TurnDone)
+    finding = verify_session(env.home, "s1")
+    assert finding.ok, finding.error
+    assert finding.epochs == 2
+    # again: the kept turn is folded now; then only one turn is left: an error that says why
+    env.model.load([say(SUMMARY), say("(pre-warm)")])
+    final = turn(env.socket, "s1", "/compact", compact=True)[-1]
+    assert isinstance(final, TurnDone), final
+    assert final.content == "compacted into epoch 2"
+    served = env.model.served
+    frames = turn(env.socket, "s1", "/compact", compact=True)
+    assert env.model.served == served  # asked nothing
+    final = frames[-1]
+    assert isinstance(final, WireError)
+    assert final.code == ErrorCode.SESSION_FULL
+    assert "nothing was folded: nothing to fold" in final.message

@@ -1,0 +1,275 @@
+"""Compaction in the turn loop (issue 21), against the scripted model on the fake server: the
+threshold trigger between turns and between iterations, the requests on the wire (the compaction
+request extends the last one; the first turn after the switch extends the pre-warm), and every
+bound: an empty summary, a tool call in the summary (once, twice), a context-full answer, too
+small a cut, max_attempts, and no loop whatever the model writes.
+
+The scripted model counts bytes, not tokens (tests/loopd/turn/support.py), so `n_ctx` here is
+in the fake's bytes: each test sets it from the size the conversation reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from boxmaker.loopd.config import CompactConfig
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.turn.compact import INSTRUCTION, REFUSED
+from boxmaker.loopd.turn.compactor import Compactor
+from boxmaker.loopd.turn.runner import run_turn
+from boxmaker.proto import (
+    CompactedEvent,
+    CompactingEvent,
+    EpochEnd,
+    ErrorCode,
+    TurnDone,
+    TurnEvent,
+    Usage,
+    WireError,
+)
+from boxmaker.session.store import SessionLog
+from boxmaker.session.verify import verify_session
+from tests.loopd.turn.conftest import NOON, Env
+from tests.loopd.turn.support import Said, Ticker, calls, chat_bodies, new_session, say
+
+LONG = "Please remember this detail: " + "the quick brown fox jumps over the lazy dog. " * 12
+SUMMARY = "## Goal\nchat\n## What was done\ntalked\n## Decisions and facts the owner gave\nnone\n"
+
+
+@dataclass
+class Chat:
+    env: Env
+    log: SessionLog
+    compactor: Compactor
+    events: list[TurnEvent] = field(default_factory=list)
+
+    def run(self, text: str, *script: Said, **loop: Any) -> TurnDone | WireError:
+        self.env.model.load(script)
+        self.events = []
+        config = self.env.config(**loop)
+        return run_turn(
+            self.log,
+            text,
+            client=Client(config.inference),
+            port=FakeTools(clock=lambda: NOON),
+            config=config.loop,
+            on_event=self.events.append,
+            clock=Ticker(),
+            compactor=self.compactor,
+        )
+
+    def compacted(self) -> list[CompactedEvent]:
+        return [e for e in self.events if isinstance(e, CompactedEvent)]
+
+
+def chat(env: Env, log: SessionLog, n_ctx: int = 1 << 30, **compact: Any) -> Chat:
+    system = env.home.parent / "system.md"
+    system.write_text("You are a test.\n")
+    config = CompactConfig(**{"keep_turns": 1, "min_cut": 0.0, **compact})
+    client = Client(env.config().inference)
+    return Chat(env, log, Compactor(client, config, n_ctx, system, env.home, 4096))
+
+
+def used(log: SessionLog) -> int:
+    u = next(r for r in reversed(log.records) if isinstance(r, Usage))
+    return u.cache_n + u.prompt_n + u.predicted_n
+
+
+def two_turns(c: Chat) -> None:
+    assert isinstance(c.run("one: the number is 41", say(LONG + " one")), TurnDone)
+    assert isinstance(c.run("two: the colour is teal", say(LONG + " two")), TurnDone)
+
+
+def arm(c: Chat) -> None:
+    """Sets the trigger just under what the session holds now."""
+    c.compactor.n_ctx = int(used(c.log) / c.compactor.config.at)
+
+
+def test_threshold_compacts_before_the_next_turn_and_keeps_the_cache(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        arm(c)
+        before = len(chat_bodies(env.fake))
+        out = c.run("And now?", say(SUMMARY), say("(pre-warm)"), say("Now this."))
+        assert isinstance(out, TurnDone), out
+        assert log.epoch == 1, c.events[:3]
+        bodies = chat_bodies(env.fake)[before - 1 :]
+        last, compaction, prewarm, first = bodies
+        # the compaction request extends the epoch's last request, plus the instruction
+        n = len(last["messages"])
+        assert compaction["messages"][:n] == last["messages"]
+        assert compaction["messages"][n]["content"] == LONG + " two"
+        assert compaction["messages"][-1] == {"role": "user", "content": INSTRUCTION}
+        assert compaction["tools"] == last["tools"]
+        # the first turn after it extends the pre-warm's prefix
+        assert first["messages"][: len(prewarm["messages"])] == prewarm["messages"]
+        assert first["messages"][-1] == {"role": "user", "content": "And now?"}
+        assert "## Earlier in this conversation" in first["messages"][0]["content"]
+        assert "one: the number is 41" in first["messages"][0]["content"]  # the owner's words
+        # on the fake's byte cache: the summary reads only the instruction, the turn only itself
+        end = env_epoch_end(env.home)
+        previous_total = sum(
+            (u.cache_n + u.prompt_n + u.predicted_n)
+            for u in [r for r in epoch0(env.home) if isinstance(r, Usage)][-1:]
+        )
+        assert end.cache_n >= previous_total - 64
+        turn_usage = out.usage
+        assert turn_usage.prompt_n <= len(orjson_line(first["messages"][-1])) + 64
+        assert [type(e) for e in c.events[:1]] == [CompactingEvent]
+        (done,) = c.compacted()
+        assert done.error == ""
+        assert done.epoch == 1
+        assert done.after < done.before
+        assert verify_session(env.home, "s1").ok
+
+
+def orjson_line(obj: Any) -> bytes:
+    import orjson
+
+    return orjson.dumps(obj) + b"\n"
+
+
+def epoch0(home: Path) -> list[Any]:
+    from boxmaker.session.epoch_files import check_chain
+
+    return list(check_chain("s1", home / "sessions" / "s1")[0].checked.records)
+
+
+def env_epoch_end(home: Path) -> EpochEnd:
+    end = epoch0(home)[-1]
+    assert isinstance(end, EpochEnd)
+    return end
+
+
+def test_compaction_between_iterations_does_not_count_as_one(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        arm(c)
+        c.compactor.n_ctx = int(c.compactor.n_ctx * 1.15)  # not due before the turn ...
+        out = c.run(
+            "What time is it? " + LONG,
+            calls(("clock", {})),  # ... due after its tool round: compaction, then the answer
+            say(SUMMARY),
+            say("(pre-warm)"),
+            say("It is noon."),
+            tool_iterations=1,  # one round allowed: the compaction is not counted as one
+        )
+        assert isinstance(out, TurnDone), out
+        assert log.epoch == 1
+        kinds = [type(r).__name__ for r in log.records]
+        assert kinds == [
+            "SessionStart", "User", "Assistant", "ToolResult", "Assistant", "Usage",
+        ]  # fmt: skip
+        assert [e.reason for e in c.events if isinstance(e, CompactingEvent)] == ["threshold"]
+
+
+def test_empty_summary_goes_on_uncompacted_and_max_attempts_bounds_it(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log, max_attempts=2)
+        two_turns(c)
+        arm(c)
+        for i in range(2):
+            out = c.run(f"turn {i}", say("   "), say(f"answer {i}"))
+            assert isinstance(out, TurnDone), out
+            (failed,) = c.compacted()
+            assert failed.error == "the model's summary was empty"
+        served = env.model.served
+        out = c.run("turn 3", say("answer 3"))
+        assert isinstance(out, TurnDone)
+        assert env.model.served == served + 1  # no summary request: the epoch's attempts are spent
+        assert c.compacted() == []  # and no event: the last failure said so
+        assert log.epoch == 0
+
+
+def test_a_tool_call_in_the_summary_is_refused_once(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        arm(c)
+        before = len(chat_bodies(env.fake))
+        out = c.run(
+            "next",
+            calls(("clock", {})),
+            say(SUMMARY),
+            say("(pre-warm)"),
+            say("ok"),
+            tool_iterations=1,
+        )
+        assert isinstance(out, TurnDone), out
+        assert log.epoch == 1
+        first, second = chat_bodies(env.fake)[before : before + 2]
+        assert second["messages"][: len(first["messages"])] == first["messages"]
+        assert second["messages"][-1]["role"] == "tool"
+        assert second["messages"][-1]["content"] == REFUSED
+
+
+def test_a_tool_call_twice_fails_and_the_turn_goes_on(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        arm(c)
+        out = c.run("next", calls(("clock", {})), calls(("clock", {})), say("ok"))
+        assert isinstance(out, TurnDone), out
+        assert "called a tool instead of writing the summary, twice" in c.compacted()[0].error
+        assert log.epoch == 0
+
+
+def test_context_full_compacts_once_and_retries_once(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        before = len(chat_bodies(env.fake))
+        out = c.run("big", Said(status=400), say(SUMMARY), say("(pre-warm)"), say("fits now"))
+        assert isinstance(out, TurnDone), out
+        assert out.content == "fits now"
+        assert log.epoch == 1
+        full, compaction = chat_bodies(env.fake)[before : before + 2]
+        # the summary request replays the records before the turn: a request the server took
+        assert compaction["messages"][-1]["content"] == INSTRUCTION
+        assert {"role": "user", "content": "big"} not in compaction["messages"]
+        assert full["messages"][-1] == {"role": "user", "content": "big"}
+        (compacting,) = (e for e in c.events if isinstance(e, CompactingEvent))
+        assert compacting.reason == "context_full"
+
+
+def test_context_full_when_compaction_fails_is_session_full_with_what_to_do(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log)
+        two_turns(c)
+        out = c.run("big", Said(status=400), say(""))
+        assert isinstance(out, WireError)
+        assert out.code == ErrorCode.SESSION_FULL
+        assert "compaction could not make room: the model's summary was empty" in out.message
+        assert "/compact" in out.message
+        assert "keep_turns" in out.message
+        assert env.model.left() == 0  # one compaction, no second retry
+        assert log.epoch == 0
+
+
+def test_too_small_a_cut_asks_the_model_nothing(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log, min_cut=0.95)
+        two_turns(c)
+        arm(c)
+        served = env.model.served
+        out = c.run("next", say("ok"))
+        assert isinstance(out, TurnDone)
+        assert env.model.served == served + 1
+        assert "under [compact] min_cut 95%" in c.compacted()[0].error
+
+
+def test_no_loop_whatever_the_model_writes(env: Env) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log, max_attempts=2)
+        two_turns(c)
+        arm(c)
+        # every summary attempt answers with a tool call; every iteration is due
+        script = [calls(("clock", {}))] * 4 + [calls(("clock", {}))] * 3 + [say("done")]
+        out = c.run("go", *script, tool_iterations=8)
+        assert isinstance(out, TurnDone | WireError)
+        assert len(c.compacted()) == 2  # two attempts in the epoch, then none
