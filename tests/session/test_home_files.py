@@ -12,7 +12,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,25 +37,56 @@ class Ran:
     max_rss_kib: int  # the process's own peak, from wait4
 
 
+# A child's ru_maxrss counts the memory of the process it was forked from (Linux keeps the old
+# mm's high-water mark at exec), so a bxctl forked from this pytest process would report the
+# suite's own size. A small launcher forks it instead and hands its wait4 figure back on a pipe.
+_LAUNCH = """
+import os, subprocess, sys, time
+proc = subprocess.Popen(sys.argv[3:])
+deadline = time.monotonic() + float(sys.argv[2])
+while (got := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
+    if time.monotonic() > deadline:
+        proc.kill()
+        os.waitpid(proc.pid, 0)
+        os.write(int(sys.argv[1]), b"hung")
+        sys.exit(0)
+    time.sleep(0.01)
+os.write(int(sys.argv[1]), f"{os.waitstatus_to_exitcode(got[1])} {got[2].ru_maxrss}".encode())
+"""
+
+
 def bxctl(*argv: str | Path, user: str | None = None) -> Ran:
     """A real bxctl process, bounded in time (a hang is a failure, not a stuck suite)."""
     cmd = [sys.executable, "-m", "boxmaker.bxctl", *map(str, argv)]
     if user is not None:
         cmd = ["setpriv", f"--reuid={user}", "--regid=nogroup", "--clear-groups", *cmd]
     env = {k: v for k, v in os.environ.items() if k != "BOXMAKER_HOME"}
+    rfd, wfd = os.pipe()
+    launch = [sys.executable, "-c", _LAUNCH, str(wfd), str(BOUND_S), *cmd]
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=err, stdin=subprocess.DEVNULL, env=env)
-        deadline = time.monotonic() + BOUND_S
-        while (got := os.wait4(proc.pid, os.WNOHANG))[0] == 0:
-            if time.monotonic() > deadline:
-                proc.kill()
-                proc.wait()
-                raise AssertionError(f"bxctl {argv} hung: no exit within {BOUND_S} s")
-            time.sleep(0.01)
-        proc.returncode = os.waitstatus_to_exitcode(got[1])
+        try:
+            done = subprocess.run(
+                launch,
+                stdout=out,
+                stderr=err,
+                stdin=subprocess.DEVNULL,
+                env=env,
+                pass_fds=(wfd,),
+                timeout=BOUND_S + 10,
+                check=False,
+            )
+        finally:
+            os.close(wfd)
+        with os.fdopen(rfd, "rb") as r:
+            report = r.read().decode()
         out.seek(0)
         err.seek(0)
-        return Ran(proc.returncode, out.read().decode(), err.read().decode(), got[2].ru_maxrss)
+        if report == "hung":
+            raise AssertionError(f"bxctl {argv} hung: no exit within {BOUND_S} s")
+        assert done.returncode == 0, f"the launcher failed: {err.read()!r}"
+        assert report, f"the launcher said nothing: {err.read()!r}"
+        status, rss = map(int, report.split())
+        return Ran(status, out.read().decode(), err.read().decode(), rss)
 
 
 def plant_fifo(path: Path) -> None:
