@@ -34,6 +34,11 @@ class ConnectFailed(InferError):
     TAG = "connect"
 
 
+class Unanswered(ConnectFailed):
+    """The connection closed before any byte of an answer: how inferproxy refuses a connection
+    over its accept budget (and ends one whose upstream it cannot reach)."""
+
+
 class WaitTimeout(InferError):
     """The slot stayed busy past `busy_wait_ms`."""
 

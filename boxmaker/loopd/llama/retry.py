@@ -52,7 +52,8 @@ def is_retryable(err: InferError) -> bool:
         if err.status == 500 and err.body.startswith(ROUTER_PROXY_ERROR):
             return True
         return err.status in RETRYABLE_STATUSES
-    return type(err) in RETRYABLE
+    # isinstance: Unanswered is a ConnectFailed (inferproxy refused it or lost its upstream).
+    return isinstance(err, tuple(RETRYABLE))
 
 
 @dataclass(frozen=True, slots=True)

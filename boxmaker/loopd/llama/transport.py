@@ -6,8 +6,9 @@ cancels a generation, so every path closes it. `exchange()` is one short request
 the control call) read whole under one deadline, computed from an injected monotonic clock;
 `short_exchange()` is the same with the limits from the config.
 
-Failures come out as the client's own errors: a connect or send that fails is `ConnectFailed`
-(retryable: inferproxy may be restarting), naming the socket path and the errno.
+Failures come out as the client's own errors: a connect that fails is `ConnectFailed`
+(retryable: inferproxy may be restarting), naming the socket path and the errno; a connection
+closed before any byte of an answer is `Unanswered`, which `short_call` tries again.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from boxmaker.loopd.llama.errors import (
     ConnectFailed,
     HttpStatus,
     Stalled,
+    Unanswered,
 )
 from boxmaker.loopd.llama.http import (
     DEFAULT_MAX_INTERIM_HEADS,
@@ -79,7 +81,7 @@ class Connection:
         """Sends all of `data`.
 
         Raises:
-            ConnectFailed: the peer closed or reset the connection.
+            Unanswered: the peer closed or reset the connection.
             Stalled: the peer took nothing for `timeout_s`.
         """
         self._sock.settimeout(timeout_s)
@@ -90,7 +92,7 @@ class Connection:
                 f"the server took no request bytes for {timeout_s * 1000:.0f} ms"
             ) from None
         except OSError as exc:
-            raise ConnectFailed(
+            raise Unanswered(
                 f"the connection to {self.path} broke while sending ({_errno_text(exc)})"
             ) from None
 
@@ -146,11 +148,31 @@ def short_exchange(
 
 
 def short_call(
-    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
+    config: InferenceConfig,
+    method: str,
+    target: str,
+    body: bytes | None,
+    clock: Clock,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """`short_exchange` that wants a 200: any other status is HttpStatus, its body cut to
-    HTTP_BODY_CAP_BYTES (the info calls, the slot files)."""
-    resp = short_exchange(config, method, target, body, clock)
+    HTTP_BODY_CAP_BYTES (the info calls, the slot files).
+
+    A connection closed unanswered is how inferproxy refuses one over its accept budget, which
+    loopd's own burst of calls can empty (a self-test after many turns, the keeper's call beside
+    each completion): the call is made again every `refused_retry_ms` until `load_wait_ms` has
+    passed (real time), then the last Unanswered is raised (docs/decisions/proxy-budget.md).
+    """
+    give_up = time.monotonic() + config.load_wait_ms / 1000
+    while True:
+        try:
+            resp = short_exchange(config, method, target, body, clock)
+            break
+        except Unanswered:
+            left = give_up - time.monotonic()
+            if left <= 0:
+                raise
+            sleep(min(config.refused_retry_ms / 1000, left))
     if resp.status != 200:
         raise HttpStatus(resp.status, resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace"))
     return resp
