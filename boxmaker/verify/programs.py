@@ -11,6 +11,7 @@ last lines of its log, so a wait ends then instead of at its bound.
 from __future__ import annotations
 
 import http.client
+import re
 import socket
 import sys
 import xmlrpc.client
@@ -24,6 +25,7 @@ GAVE_UP = frozenset({"FATAL", "EXITED"})
 # passes through it for a moment on its way back to STARTING.
 EXITED_GRACE = 2
 TAIL_LINES = 3
+ERROR = re.compile(r"error|fail|fatal", re.IGNORECASE)
 CALL_TIMEOUT = 5.0  # seconds for one status call on a loaded machine
 
 
@@ -85,8 +87,13 @@ def gave_up(run: Path, programs: list[str] | None = None) -> str | None:
         last: list[str] = []
         shown = logs[0] if logs else f"{run}/{name}.log"
         for path in logs:
-            if lines := tail(path):
-                last, shown = lines, path
+            if lines := tail(path, 20):
+                # The last lines, after the last error line when it is further up (a usage
+                # text after "error while handling argument ...").
+                last, shown = lines[-TAIL_LINES:], path
+                errors = [ln for ln in lines if ERROR.search(ln)]
+                if errors and errors[-1] not in last:
+                    last.insert(0, errors[-1])
                 break
         why = info.get("spawnerr") or info.get("description") or ""
         said = " | ".join(last) or "(empty)"
