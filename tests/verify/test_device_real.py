@@ -48,7 +48,8 @@ def test_verify_device_passes_every_check_against_the_local_server() -> None:
     p = verify()
     lines = p.stdout.splitlines()
     shown = p.stdout + p.stderr
-    assert lines and lines[0].startswith("verify-device: the local llama-server"), shown
+    assert lines, shown
+    assert lines[0].startswith("verify-device: the local llama-server"), shown
     run = Path(lines[0].rsplit("run folder ", 1)[1])
     found = [m.groups() for line in lines[1:-1] if (m := LINE.fullmatch(line))]
     assert len(found) == len(lines) - 2, f"a line that is not a check:\n{shown}"
@@ -82,7 +83,8 @@ def test_a_program_that_cannot_start_ends_the_run_at_once(tmp_path: Path) -> Non
     assert re.match(r"FAIL start: llama-server FATAL \(.*\); last lines of \S+llama-server\.log: ",
                     fail[0]), shown  # fmt: skip
     assert "failed to load model" in fail[0] or "gguf" in fail[0].lower(), shown
-    assert SUMMARY.fullmatch(lines[-1]) is not None and "0 PASS, 1 FAIL, 0 SKIP" in lines[-1]
+    assert SUMMARY.fullmatch(lines[-1]) is not None, shown
+    assert "0 PASS, 1 FAIL, 0 SKIP" in lines[-1], shown
     # supervisord gives up after startretries (3) quick exits: seconds, far from the 180 s bound.
     assert took < 60, f"took {took:.0f} s\n{shown}"
     kept = Path(lines[-1].rsplit("logs kept in ", 1)[1])

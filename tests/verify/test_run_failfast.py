@@ -49,8 +49,8 @@ def test_run_sh_names_a_program_that_cannot_start() -> None:
         pid = int(pid_file.read_text()) if pid_file.exists() else None
         env.update(BOXMAKER_PYTHON=sys.executable, BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
                    BOXMAKER_LOOPD_CONFIG=env["CONFIG"])  # fmt: skip
-        subprocess.run([str(Path(sys.executable).parent / "supervisorctl"), "-c", str(CONF),
-                        "shutdown"], env=env, capture_output=True, timeout=BOUND, check=False)  # fmt: skip
+        ctl = [str(Path(sys.executable).parent / "supervisorctl"), "-c", str(CONF), "shutdown"]
+        subprocess.run(ctl, env=env, capture_output=True, timeout=BOUND, check=False)
         if pid is not None:
             wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord to exit", BOUND)
         shutil.rmtree(run, ignore_errors=True)
