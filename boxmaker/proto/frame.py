@@ -288,8 +288,8 @@ class FrameDecoder:
             canonical = orjson.dumps(obj) == payload
         except orjson.JSONEncodeError:  # pragma: no cover - the depth check comes first
             canonical = False
-        if not canonical and (key := _duplicate_key(payload.decode())) is not None:
+        if not canonical and (twice := _duplicate_key(payload.decode())) is not None:
             raise FrameError(
-                f"frame has the key {quote(key)} twice in one object; a key may appear once"
+                f"frame has the key {quote(twice)} twice in one object; a key may appear once"
             )
         return Frame(kind, final, body)

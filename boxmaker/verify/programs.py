@@ -56,10 +56,10 @@ def states(run: Path) -> list[dict[str, Any]]:
         "http://localhost", _UnixTransport(str(run / "supervisor.sock"))
     )
     try:
-        info: list[dict[str, Any]] = proxy.supervisor.getAllProcessInfo()
+        info: Any = proxy.supervisor.getAllProcessInfo()
     except (OSError, xmlrpc.client.Error, http.client.HTTPException):
         return []
-    return info
+    return list(info)
 
 
 def tail(path: str, lines: int = TAIL_LINES) -> list[str]:

@@ -131,13 +131,14 @@ def test_boxmakers_own_frames_stay_canonical() -> None:
 def test_loopd_serves_a_turn_in_another_spelling(spelling: str) -> None:
     with serve_env() as env:
         env.start()
-        body = {**BODY, "session": f"spell-{spelling}"}
+        session = f"spell-{spelling}"
+        body = {**BODY, "session": session}
         frame = {"kind": "turn", "final": True, "body": body}
         with connect(env.socket) as sock:
             sock.sendall(framed(SPELLINGS[spelling](frame)))
             frames = read_frames(sock)
         assert isinstance(frames[-1], TurnDone), frames
-        user = [r for r in env.log_lines(body["session"]) if r["type"] == "user"]
+        user = [r for r in env.log_lines(session) if r["type"] == "user"]
         assert [r["content"] for r in user] == [BODY["content"]]
 
 
