@@ -1,8 +1,10 @@
-"""loopd's short calls through a REAL inferproxy whose accept bucket is small (issue 18,
-docs/decisions/proxy-budget.md): a burst of calls over the budget is refused by the proxy (closed
-unanswered, its log says so) and every call still gets its answer, a token later; a proxy that
-closes every connection unanswered (its upstream gone) ends in Unanswered once load_wait_ms has
-passed, not before.
+"""loopd's requests through a REAL inferproxy whose accept bucket is small (issue 18,
+docs/decisions/proxy-budget.md). A connection over the budget is dropped unread (the client sees a
+reset or a broken pipe: `Refused`), and loopd makes the request again as a token comes back: a
+burst of short calls and a burst of completions each get every answer, with no retry event. An
+upstream that read the request and closed without answering is not a refusal: ConnectFailed at
+once, as before. A proxy that can reach no upstream drops everything unread: Refused once
+load_wait_ms has passed, not before.
 """
 
 from __future__ import annotations
@@ -13,15 +15,19 @@ from pathlib import Path
 
 import pytest
 
-from boxmaker.loopd.llama.errors import Unanswered
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.errors import ConnectFailed, Refused
+from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.transport import short_call
+from boxmaker.loopd.llama.types import Completion
 from tests.inferproxy.conftest import closed_port
-from tests.loopd.client_support import make_config
+from tests.loopd.client_support import answer_chunks, make_config, run, slots_reply
 from tests.support.fakeserver import FakeServer
 from tests.support.procs import Daemon, python_module, wait_for_socket
-from tests.support.replies import json_reply
+from tests.support.replies import End, Reply, json_reply, sse_reply
 
 BOUND = 10.0
+REFUSED_LINE = "refused a connection: accept rate limit"
 
 
 @pytest.fixture
@@ -39,30 +45,67 @@ def proxy(sock: Path, upstream: str, *flags: str) -> Daemon:
     return daemon
 
 
-def test_a_burst_over_the_accept_budget_is_refused_and_every_call_answered(
+def small_bucket(sock_dir: Path, fake: FakeServer) -> tuple[Path, Daemon]:
+    host, port = fake.address  # type: ignore[misc]
+    sock = sock_dir / "infer.sock"
+    return sock, proxy(sock, f"{host}:{port}", "--accept-burst", "2", "--accept-rate", "10")
+
+
+def test_a_burst_of_short_calls_over_the_budget_is_refused_and_every_call_answered(
     sock_dir: Path, upstream: FakeServer
 ) -> None:
-    host, port = upstream.address  # type: ignore[misc]
-    sock = sock_dir / "infer.sock"
-    daemon = proxy(sock, f"{host}:{port}", "--accept-burst", "2", "--accept-rate", "10")
+    sock, daemon = small_bucket(sock_dir, upstream)
     try:
         config = make_config(sock, load_wait_ms=5000, refused_retry_ms=100, control_timeout_ms=2000)
         answers = [short_call(config, "GET", "/props", None, time.monotonic) for _ in range(8)]
         assert [a.status for a in answers] == [200] * 8
-        assert any("refused a connection: accept rate limit" in line for line in daemon.lines), (
-            daemon.lines
-        )
+        assert any(REFUSED_LINE in line for line in daemon.lines), daemon.lines
     finally:
         daemon.stop()
 
 
-def test_a_proxy_that_never_answers_ends_in_unanswered_after_load_wait_ms(sock_dir: Path) -> None:
+def test_a_burst_of_completions_over_the_budget_completes_without_a_retry_event(
+    sock_dir: Path, upstream: FakeServer
+) -> None:
+    upstream.on("POST", CHAT_PATH, sse_reply(answer_chunks(["ok"])))
+    upstream.on("GET", "/slots", slots_reply(busy=False))
+    sock, daemon = small_bucket(sock_dir, upstream)
+    try:
+        # No retries of its own: a refusal must be absorbed below chat_with_retry.
+        client = Client(make_config(sock, refused_retry_ms=100, control_timeout_ms=2000,
+                                    retry_attempts=1, retry_delays_ms=[]))  # fmt: skip
+        results = [run(client) for _ in range(8)]
+        assert all(isinstance(r, Completion) for r, _, _ in results), results
+        assert all(events == results[0][1] for _, events, _ in results)  # the same, no retrying
+        assert any(REFUSED_LINE in line for line in daemon.lines), daemon.lines
+    finally:
+        daemon.stop()
+
+
+def test_an_upstream_that_read_the_request_and_closed_is_not_retried(
+    sock_dir: Path, upstream: FakeServer
+) -> None:
+    upstream.on("GET", "/gone", Reply(pieces=(), raw=True, end=End.CLOSE))
+    host, port = upstream.address  # type: ignore[misc]
     sock = sock_dir / "infer.sock"
-    daemon = proxy(sock, f"127.0.0.1:{closed_port()}")  # every connection: upstream refused
+    daemon = proxy(sock, f"{host}:{port}")
+    try:
+        config = make_config(sock, load_wait_ms=5000, refused_retry_ms=100, control_timeout_ms=2000)
+        with pytest.raises(ConnectFailed, match="closed the connection without answering") as e:
+            short_call(config, "GET", "/gone", None, time.monotonic)
+        assert not isinstance(e.value, Refused)
+        assert len(upstream.requests("/gone")) == 1
+    finally:
+        daemon.stop()
+
+
+def test_a_proxy_with_no_upstream_ends_in_refused_after_load_wait_ms(sock_dir: Path) -> None:
+    sock = sock_dir / "infer.sock"
+    daemon = proxy(sock, f"127.0.0.1:{closed_port()}")  # every connection dropped unread
     try:
         config = make_config(sock, load_wait_ms=600, refused_retry_ms=100, control_timeout_ms=2000)
         started = time.monotonic()
-        with pytest.raises(Unanswered, match="closed the connection without answering"):
+        with pytest.raises(Refused, match="without reading the request"):
             short_call(config, "GET", "/props", None, time.monotonic)
         took = time.monotonic() - started
         assert 0.6 <= took < 0.6 + BOUND

@@ -34,9 +34,10 @@ class ConnectFailed(InferError):
     TAG = "connect"
 
 
-class Unanswered(ConnectFailed):
-    """The connection closed before any byte of an answer: how inferproxy refuses a connection
-    over its accept budget (and ends one whose upstream it cannot reach)."""
+class Refused(ConnectFailed):
+    """infer.sock dropped the connection without reading the request (a reset, or a broken pipe
+    while sending): how inferproxy refuses one over its accept limits, or ends one whose upstream
+    it cannot reach. Nothing was read, so sending it again is always safe."""
 
 
 class WaitTimeout(InferError):

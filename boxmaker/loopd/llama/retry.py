@@ -52,7 +52,7 @@ def is_retryable(err: InferError) -> bool:
         if err.status == 500 and err.body.startswith(ROUTER_PROXY_ERROR):
             return True
         return err.status in RETRYABLE_STATUSES
-    # isinstance: Unanswered is a ConnectFailed (inferproxy refused it or lost its upstream).
+    # isinstance: Refused is a ConnectFailed (inferproxy dropped it unread).
     return isinstance(err, tuple(RETRYABLE))
 
 
