@@ -30,8 +30,8 @@ from boxmaker.loopd.llama.errors import (
     BadResponse,
     ConnectFailed,
     HttpStatus,
-    Stalled,
     Refused,
+    Stalled,
 )
 from boxmaker.loopd.llama.http import (
     DEFAULT_MAX_INTERIM_HEADS,
