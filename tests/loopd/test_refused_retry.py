@@ -1,10 +1,11 @@
 """loopd's requests through a REAL inferproxy whose accept bucket is small (issue 18,
 docs/decisions/proxy-budget.md). A connection over the budget is dropped unread (the client sees a
 reset or a broken pipe: `Refused`), and loopd makes the request again as a token comes back: a
-burst of short calls and a burst of completions each get every answer, with no retry event. An
-upstream that read the request and closed without answering is not a refusal: ConnectFailed at
-once, as before. A proxy that can reach no upstream drops everything unread: Refused once
-load_wait_ms has passed, not before.
+burst of short calls and a burst of completions each get every answer, with no retry event. A
+completion whose upstream read the request and closed without answering is not a refusal:
+ConnectFailed at once, as before (a short call, safe to repeat, is tried again either way:
+verify-device's tee turns a refusal into such a close). A proxy that can reach no upstream drops
+everything unread: Refused once load_wait_ms has passed, not before.
 """
 
 from __future__ import annotations
@@ -82,19 +83,28 @@ def test_a_burst_of_completions_over_the_budget_completes_without_a_retry_event(
         daemon.stop()
 
 
-def test_an_upstream_that_read_the_request_and_closed_is_not_retried(
+def test_a_completion_whose_upstream_read_it_and_closed_is_not_retried_below(
     sock_dir: Path, upstream: FakeServer
 ) -> None:
-    upstream.on("GET", "/gone", Reply(pieces=(), raw=True, end=End.CLOSE))
+    upstream.on("POST", CHAT_PATH, Reply(pieces=(), raw=True, end=End.CLOSE))
     host, port = upstream.address  # type: ignore[misc]
     sock = sock_dir / "infer.sock"
     daemon = proxy(sock, f"{host}:{port}")
     try:
-        config = make_config(sock, load_wait_ms=5000, refused_retry_ms=100, control_timeout_ms=2000)
-        with pytest.raises(ConnectFailed, match="closed the connection without answering") as e:
+        client = Client(make_config(sock, refused_retry_ms=100, control_timeout_ms=2000,
+                                    retry_attempts=1, retry_delays_ms=[]))  # fmt: skip
+        result, _, _ = run(client)
+        assert isinstance(result, ConnectFailed), result
+        assert not isinstance(result, Refused), result
+        assert "closed the connection without answering" in str(result)
+        assert len(upstream.requests(CHAT_PATH)) == 1
+        # A short call that ends the same way is made again (safe: it changes nothing) until
+        # load_wait_ms.
+        upstream.on("GET", "/gone", Reply(pieces=(), raw=True, end=End.CLOSE))
+        config = make_config(sock, load_wait_ms=300, refused_retry_ms=100, control_timeout_ms=2000)
+        with pytest.raises(ConnectFailed, match="closed the connection without answering"):
             short_call(config, "GET", "/gone", None, time.monotonic)
-        assert not isinstance(e.value, Refused)
-        assert len(upstream.requests("/gone")) == 1
+        assert len(upstream.requests("/gone")) >= 2
     finally:
         daemon.stop()
 

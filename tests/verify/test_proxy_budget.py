@@ -28,14 +28,22 @@ BOUND = 300.0
 def stack() -> Iterator[Stack]:
     ensure_built()
     s = Stack(None, None, None)
-    ok = False
     try:
         s.start()
         s.wait_loopd()
         yield s
-        ok = True
     finally:
-        s.stop(keep=not ok)
+        s.stop()
+
+
+def logs(stack: Stack) -> str:
+    """The run folder's logs' last lines, for a failure's message."""
+    out = []
+    for name in ("loopd.log", "loopd.err.log", "supervisord.log", "inferproxy.log"):
+        path = stack.run / name
+        if path.exists():
+            out.append(f"--- {name}\n" + "\n".join(path.read_text().splitlines()[-15:]))
+    return "\n".join(out)
 
 
 def drain(stack: Stack) -> int:
@@ -65,7 +73,7 @@ def test_a_restart_after_a_burst_finds_the_proxy_budget_empty_and_still_starts(
     drain(stack)
     started = time.monotonic()
     restart = stack.ctl("restart", "loopd")
-    assert restart.returncode == 0, restart.stdout + restart.stderr
+    assert restart.returncode == 0, restart.stdout + restart.stderr + logs(stack)
     assert restart.stdout.split("\n")[-2:] == ["loopd: started", ""], restart.stdout
     stack.wait_loopd()
     took = time.monotonic() - started

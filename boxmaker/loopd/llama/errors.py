@@ -34,7 +34,11 @@ class ConnectFailed(InferError):
     TAG = "connect"
 
 
-class Refused(ConnectFailed):
+class Unanswered(ConnectFailed):
+    """The connection ended before any byte of an answer."""
+
+
+class Refused(Unanswered):
     """infer.sock dropped the connection without reading the request (a reset, or a broken pipe
     while sending): how inferproxy refuses one over its accept limits, or ends one whose upstream
     it cannot reach. Nothing was read, so sending it again is always safe."""

@@ -32,6 +32,7 @@ from boxmaker.loopd.llama.errors import (
     HttpStatus,
     Refused,
     Stalled,
+    Unanswered,
 )
 from boxmaker.loopd.llama.http import (
     DEFAULT_MAX_INTERIM_HEADS,
@@ -184,13 +185,15 @@ def short_call(
 
     A connection dropped unread is how inferproxy refuses one over its accept budget, which
     loopd's own burst of calls can empty (a self-test after many turns, the keeper's call beside
-    each completion): the call is made again every `refused_retry_ms` until `load_wait_ms` has
-    passed (real time), then the last Refused is raised (docs/decisions/proxy-budget.md).
+    each completion): a short call that ended before any byte of an answer (a short call is
+    safe to repeat) is made again every `refused_retry_ms` until `load_wait_ms` has passed (real
+    time), then the last error is raised (docs/decisions/proxy-budget.md).
     """
     resp = admitted(
         lambda: short_exchange(config, method, target, body, clock),
         config.refused_retry_ms,
         config.load_wait_ms,
+        unanswered=True,
         sleep=sleep,
     )
     if resp.status != 200:
@@ -204,16 +207,20 @@ def admitted(
     within_ms: int,
     *,
     retry: Callable[[], bool] = lambda: True,
+    unanswered: bool = False,
     sleep: Callable[[float], None] = time.sleep,
 ) -> R:
     """`attempt()`, made again every `every_ms` while it raises Refused (inferproxy dropped the
     connection unread: over its accept budget, a token comes back soon) and `retry()` says it
-    may be, until `within_ms` has passed (real time); then the last Refused."""
+    may be, until `within_ms` has passed (real time); then the last Refused. With `unanswered`,
+    any connection that ended before an answer's first byte too: something between loopd and
+    inferproxy (verify-device's tee) turns a refusal into a plain close."""
     give_up = time.monotonic() + within_ms / 1000
+    retried = Unanswered if unanswered else Refused
     while True:
         try:
             return attempt()
-        except Refused:
+        except retried:
             left = give_up - time.monotonic()
             if left <= 0 or not retry():
                 raise
