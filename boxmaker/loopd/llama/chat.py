@@ -101,17 +101,18 @@ def run_chat(
     # A connection inferproxy refused over its accept budget (dropped unread, before any event)
     # is made again as a token comes back, for up to control_timeout_ms, the main request's
     # wait for infer.sock to accept (docs/decisions/proxy-budget.md).
-    seen: list[ChatEvent] = []
+    quiet = True  # no event yet: the caller has seen nothing of a try
 
     def note(event: ChatEvent) -> None:
-        seen.append(event)
+        nonlocal quiet
+        quiet = False
         on_event(event)
 
     return admitted(
         lambda: _Chat(config, slot, note, clock).run(body),
         config.refused_retry_ms,
         config.control_timeout_ms,
-        retry=lambda: not seen,
+        retry=lambda: quiet,
     )
 
 
