@@ -30,7 +30,9 @@ $(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py
 build: $(EXT_STAMP)
 
 # The real-server tests need llama-server and the model: built once per machine, then cached.
+# jq writes frames in a spelling no one here chose (tests/proto/test_frame_spellings.py).
 test: install llama-server
+	@command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq; }
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 # The fuzz tests at length: the Hypothesis invariants `make test` runs at a few hundred examples,

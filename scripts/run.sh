@@ -105,20 +105,20 @@ fi
 
 # Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
 # (loopd binds its socket once its self-test has passed); a program that supervisord gives up on
-# (it kept exiting) ends the wait at once, in one line.
-"$PY" - "$PROGRAMS" "${CTL[@]}" <<'PYEOF'
-import http.client, os, subprocess, sys, time
-programs, ctl = sys.argv[1].split(), sys.argv[2:]
+# (FATAL: it kept exiting; or EXITED) ends the wait at once, in one line with its log's last lines
+# (boxmaker/verify/programs.py, as `make verify-device` does).
+"$PY" - "$PROGRAMS" <<'PYEOF'
+import http.client, os, sys, time
+from pathlib import Path
+from boxmaker.verify.programs import gave_up
+programs = sys.argv[1].split()
 run = os.environ["BOXMAKER_RUN"]
 host, _, port = os.environ["BOXMAKER_UPSTREAM"].rpartition(":")
 socks = [os.path.join(run, "infer.sock"), os.environ["BOXMAKER_SOCKET"]]
 deadline = time.monotonic() + 180
 while time.monotonic() < deadline:
-    for program in programs:
-        status = subprocess.run([*ctl, "status", program], capture_output=True, text=True).stdout
-        if "FATAL" in status.split():  # supervisord gave up after its retries
-            sys.exit(f"run: {program} cannot start ({' '.join(status.split()[1:])}); "
-                     f"see {run}/{program}.log")
+    if (line := gave_up(Path(run), programs)) is not None:
+        sys.exit(f"run: cannot start: {line}")
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=2)
         conn.request("GET", "/health")

@@ -151,7 +151,7 @@ class _TextView:
             Stream.ERRORS: env.stderr,
         }
         dim = use_color(isatty(events), env.environ)
-        self._renderer = Renderer(dim=dim, split=say, stream_content=not say)
+        self._renderer = Renderer(dim=dim, split=say, stream_content=not say, live=isatty(events))
 
     def write(self, pieces: list[Piece]) -> None:
         touched: set[int] = set()

@@ -74,10 +74,12 @@ def socket_from(arg: Path | None, environ: Mapping[str, str]) -> Path:
     return Path(env) if env else DEFAULT_SOCKET
 
 
-def new_session_id() -> str:
-    """A fresh random id (16 hex digits: it matches SESSION_ID_RE, and never collides in
-    practice)."""
-    sid = secrets.token_hex(8)
+def new_session_id(now: float | None = None) -> str:
+    """A fresh id: the UTC time to the second, then 8 random hex digits, as
+    `20261201T144530Z-3f9a1c2b`, so `ls sessions/` lists sessions by age and two made in the
+    same second still differ. It matches SESSION_ID_RE (starts with a digit; 0-9 A-Z and -)."""
+    stamp = time.strftime("%Y%m%dT%H%M%SZ", time.gmtime(time.time() if now is None else now))
+    sid = f"{stamp}-{secrets.token_hex(4)}"
     assert SESSION_ID_RE.fullmatch(sid)
     return sid
 

@@ -7,14 +7,21 @@ ERRORS, always stderr. The Renderer tracks, per physical stream, whether a strea
 or reasoning) has left the cursor in the middle of a line, so every status line starts in column
 0 and reasoning and content never share a line.
 
+A tool call is one line (issue 18). On a terminal (`live`) it appears when the call starts and is
+rewritten in place when its result comes (cursor up to its line, the line cleared and written,
+cursor back down: parallel calls each keep their own line). Elsewhere (a pipe, a file) the line
+is printed once, when the result comes. A call whose line cannot be reached any more (a streamed
+run came between) or that never gets a result is finished on a line of its own.
+
 What each event becomes:
 
 | event               | shown                                                               |
 |---------------------|---------------------------------------------------------------------|
 | `content`           | its text, as it streams (ANSWER)                                    |
 | `reasoning`         | its text, as it streams, dimmed when colour is on                   |
-| `tool_call_started` | `[tool <name>: started]`                                            |
-| `tool_result`       | `[tool <name>: done, <class>]`, `, truncated` when it was cut       |
+| `tool_call_started` | on a terminal `[tool <name>: running]`, completed in place by ...   |
+| `tool_result`       | `[tool <name>: done, <class>]`, `, truncated` when it was cut; not  |
+|                     | on a terminal, only this line: one line per tool call either way   |
 | `queued`            | `[queued: <n> turn(s) ahead]`                                       |
 | `waiting`           | `[waiting: the inference slot is busy]` (or: for the server)        |
 | `retrying`          | `[retrying (attempt <n>) in <ms> ms: <error>]`                      |
@@ -64,6 +71,12 @@ DIM = "\x1b[2m"
 RESET = "\x1b[0m"
 
 
+def rewrite_above(up: int, text: str) -> str:
+    """Replaces the line `up` lines above the cursor (which is in column 0) with `text` and
+    comes back: cursor up, clear the line, write, cursor down, column 0 (ECMA-48 CUU, EL, CUD)."""
+    return f"\x1b[{up}A\r\x1b[2K{text}\x1b[{up}B\r"
+
+
 class Stream(enum.Enum):
     ANSWER = "answer"  # the reply: stdout
     EVENTS = "events"  # reasoning, tool and status lines: stdout in a chat, stderr with --say
@@ -104,7 +117,7 @@ def status_line(event: TurnEvent) -> str | None:
                 else "[waiting for the inference server]"
             )
         case ToolCallStartedEvent(name=name):
-            return f"[tool {name}: started]"
+            return f"[tool {name}: running]"
         case ToolResultEvent(name=name, class_=cls, truncated=truncated):
             return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
         case ApprovalNeededEvent(tool=tool, summary=summary):
@@ -151,13 +164,18 @@ class Renderer:
             the turn_done content instead, so stdout carries exactly the answer.
     """
 
-    def __init__(self, *, dim: bool, split: bool, stream_content: bool = True) -> None:
+    def __init__(
+        self, *, dim: bool, split: bool, stream_content: bool = True, live: bool = False
+    ) -> None:
         self._dim = dim
         self._split = split
         self._stream_content = stream_content
+        self._live = live
         self._runs: dict[Stream, _Run] = {Stream.ANSWER: _Run.NONE, Stream.EVENTS: _Run.NONE}
         self._streamed = False  # some content was shown this turn
         self._head: list[str] = []  # answer_part texts: the head of a turn_done too large
+        self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
+        self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -172,7 +190,30 @@ class Renderer:
         return [Piece(to, "\n")]
 
     def _line(self, to: Stream, text: str) -> list[Piece]:
+        if self._physical(to) is self._physical(Stream.EVENTS):
+            self._lines += 1
         return [*self._start(to, _Run.NONE), Piece(to, text + "\n")]
+
+    def _run_started(self, to: Stream) -> None:
+        """A streamed run on `to`'s stream: lines above can no longer be counted."""
+        if self._physical(to) is self._physical(Stream.EVENTS):
+            self._pending = [(name, None) for name, _ in self._pending]
+
+    def _tool_started(self, event: ToolCallStartedEvent) -> list[Piece]:
+        if not self._live:
+            self._pending.append((event.name, None))
+            return []
+        pieces = self._line(Stream.EVENTS, f"[tool {event.name}: running]")
+        self._pending.append((event.name, self._lines))
+        return pieces
+
+    def _tool_done(self, event: ToolResultEvent) -> list[Piece]:
+        text = status_line(event) or ""
+        i = next((i for i, (name, _) in enumerate(self._pending) if name == event.name), None)
+        at = self._pending.pop(i)[1] if i is not None else None
+        if at is None or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
+            return self._line(Stream.EVENTS, text)
+        return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
@@ -183,12 +224,18 @@ class Renderer:
             if not self._stream_content or not event.text:
                 return []
             self._streamed = True
+            self._run_started(Stream.ANSWER)
             return [*self._start(Stream.ANSWER, _Run.CONTENT), Piece(Stream.ANSWER, event.text)]
         if isinstance(event, ReasoningEvent):
             if not event.text:
                 return []
             text = f"{DIM}{event.text}{RESET}" if self._dim else event.text
+            self._run_started(Stream.EVENTS)
             return [*self._start(Stream.EVENTS, _Run.REASONING), Piece(Stream.EVENTS, text)]
+        if isinstance(event, ToolCallStartedEvent):
+            return self._tool_started(event)
+        if isinstance(event, ToolResultEvent):
+            return self._tool_done(event)
         line = status_line(event)
         return [] if line is None else self._line(Stream.EVENTS, line)
 
@@ -217,6 +264,13 @@ class Renderer:
             if self._runs[where] is not _Run.NONE:
                 pieces.append(Piece(where, "\n"))
                 self._runs[where] = _Run.NONE
+        for name, at in self._pending:  # no result came: its line says so
+            if at is None:
+                pieces += self._line(Stream.EVENTS, f"[tool {name}: no result]")
+            else:
+                text = rewrite_above(self._lines - at + 1, f"[tool {name}: no result]")
+                pieces.append(Piece(Stream.EVENTS, text))
+        self._pending, self._lines = [], 0
         self._streamed = False
         self._head = []
         return pieces

@@ -125,6 +125,10 @@ class InferenceConfig:
     max_body_bytes: Annotated[int, BYTES] = 4_194_304
     # The calls on a second connection (/slots, the control call), and the main request's connect.
     control_timeout_ms: Annotated[int, MS] = 5000
+    # A request inferproxy dropped unread (over its accept budget) is made again after this: a
+    # short call until load_wait_ms, a completion's connection until control_timeout_ms. One
+    # token of the budget (--accept-rate 2/s) comes back in 500 ms (docs/decisions/proxy-budget.md).
+    refused_retry_ms: Annotated[int, MS] = 500
     # ---- what one response may hold (issue 9): past any of these the stream is a protocol error
     # (not retried). Far above what a real model produces; they exist so that no server can make
     # loopd hold without bound.

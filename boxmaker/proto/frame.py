@@ -11,12 +11,19 @@ FrameError, whose message says what was wrong and is meant for an `error` frame 
 `bad_request` (`error_frame`); the decoder then stays broken, as the connection is to be closed,
 and holds nothing: what it had buffered is dropped, and so is every byte fed after.
 
-A frame is refused unless it is what `encode_frame` would write for what it decodes to, as log
-lines are (proto/log.py): compact JSON as orjson writes it, so one frame has one spelling. That
-refuses a duplicate key (JSON leaves its meaning open; orjson keeps the last) and a value nested
-deeper than orjson can write back. Nesting is also capped at MAX_FRAME_DEPTH levels, the frame
-object itself counting as one, so that no receiver walks an unbounded depth. Only the frame's
-shape is checked here; what a body holds is the receiver's business.
+A frame is judged by what it means, not how it is spelled (DECISIONS.md; issue 18): any JSON
+whitespace, key order, string escapes and number spelling are read, since a frame is parsed once
+and never hashed (log lines are, so they keep one canonical spelling: proto/log.py). What is
+refused is what has no single meaning or no safe one: invalid UTF-8, lone surrogates, NaN and
+Infinity (orjson's reader refuses them all), a key twice in one object (JSON leaves its meaning
+open and orjson silently keeps the last, so it is looked for here), and nesting past
+MAX_FRAME_DEPTH levels, the frame object itself counting as one, so that no receiver walks an
+unbounded depth. Only the frame's shape is checked here; what a body holds is the receiver's
+business.
+
+The duplicate-key search costs a second parse, so it is skipped when the bytes are exactly what
+`encode_frame` writes for what they decode to (every frame Boxmaker itself sends): such bytes
+cannot hold a key twice, since orjson writes each key of the decoded object once.
 """
 
 import array
@@ -146,7 +153,8 @@ def _deeper(depth: int, limit: int = MAX_FRAME_DEPTH) -> str:
 
 
 def _duplicate_key(text: str) -> str | None:
-    """The first key that an object of `text` (JSON orjson accepted) holds twice, or None."""
+    """The first key that an object of `text` (JSON orjson accepted) holds twice, or None. The
+    keys are compared decoded, so "\u00e9" and "é" are the same key."""
     found: list[str] = []
 
     def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -278,17 +286,10 @@ class FrameDecoder:
             raise FrameError(f"frame kind {quote(kind)} is unknown (known: {_listed(self._kinds)})")
         try:
             canonical = orjson.dumps(obj) == payload
-        except orjson.JSONEncodeError as e:  # pragma: no cover - the depth check comes first
-            raise FrameError(f"frame cannot be written back as JSON ({e})") from None
-        if not canonical:
-            raise FrameError(self._why_not_canonical(payload.decode()))
+        except orjson.JSONEncodeError:  # pragma: no cover - the depth check comes first
+            canonical = False
+        if not canonical and (twice := _duplicate_key(payload.decode())) is not None:
+            raise FrameError(
+                f"frame has the key {quote(twice)} twice in one object; a key may appear once"
+            )
         return Frame(kind, final, body)
-
-    @staticmethod
-    def _why_not_canonical(text: str) -> str:
-        if (key := _duplicate_key(text)) is not None:
-            return f"frame has the key {quote(key)} twice in one object; a key may appear once"
-        return (
-            "frame is not in the canonical form encode_frame writes (compact JSON as orjson "
-            "writes it: no whitespace, no needless escapes, numbers in their shortest form)"
-        )

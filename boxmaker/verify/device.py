@@ -192,9 +192,9 @@ class Run:
 
 
 def _describe(exc: BaseException) -> str:
-    if isinstance(exc, InferError):
-        return exc.describe()
-    return str(exc) or type(exc).__name__
+    """One line (supervisorctl's answers span several)."""
+    text = exc.describe() if isinstance(exc, InferError) else str(exc) or type(exc).__name__
+    return " | ".join(line.strip() for line in text.splitlines() if line.strip())
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:

@@ -24,6 +24,7 @@ from typing import Any
 
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
+from boxmaker.verify.programs import gave_up
 from boxmaker.verify.tee import Tee
 
 REPO = Path(__file__).resolve().parents[2]
@@ -33,6 +34,10 @@ BIN = Path(sys.executable).parent
 CACHE = Path(os.environ.get("BOXMAKER_CACHE") or Path.home() / ".cache" / "boxmaker")
 DEFAULT_MODEL = CACHE / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
 START_BOUND = 180.0  # seconds: llama-server loads its model, loopd passes its self-test
+# The folders conf/ names under $BOXMAKER_RUN that nothing else creates (scripts/run.sh makes the
+# same; tests/verify/test_folders.py holds conf/ to it): the includes, loopd's home (0700), and
+# llama-server's --slot-save-path, which the server refuses when it is missing.
+RUN_FOLDERS = ("supervisord.d", "home", "slots")
 
 
 class StackError(Exception):
@@ -84,8 +89,8 @@ class Stack:
     # --- set-up ----------------------------------------------------------------------------------
 
     def start(self) -> None:
-        (self.run / "supervisord.d").mkdir()
-        self.home.mkdir(mode=0o700)
+        for name in RUN_FOLDERS:
+            (self.run / name).mkdir(mode=0o700)
         env = dict(os.environ, BOXMAKER_RUN=str(self.run), BOXMAKER_PYTHON=sys.executable)
         env.pop("BOXMAKER_SOCKET", None)
         if self.upstream:
@@ -102,11 +107,27 @@ class Stack:
             [str(BIN / "supervisord"), "-n", "-c", str(CONF)], env=env,
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
         )  # fmt: skip
-        wait_for(self.infer_sock.exists, "inferproxy socket", START_BOUND, self.see("inferproxy"))
+        # Each wait also ends, at once, when supervisord has given up on a program.
+        wait_for(self.watched(self.infer_sock.exists), "inferproxy socket", START_BOUND,
+                 self.see("inferproxy"))  # fmt: skip
         if not self.upstream:
             host, _, port_text = env["BOXMAKER_UPSTREAM"].rpartition(":")
-            wait_for(lambda: healthy(host, int(port_text)), "llama-server /health",
+            wait_for(self.watched(lambda: healthy(host, int(port_text))), "llama-server /health",
                      START_BOUND, self.see("llama-server"))  # fmt: skip
+
+    def watched(self, cond: Callable[[], bool]) -> Callable[[], bool]:
+        """`cond`, raising StackError first if supervisord gave up on a program (one line: the
+        program, its state, the last lines of its log)."""
+
+        def check() -> bool:
+            if self.daemon is not None and self.daemon.poll() is not None:
+                raise StackError(f"supervisord exited {self.daemon.returncode}"
+                                 f"{self.see('supervisord')}")  # fmt: skip
+            if (line := gave_up(self.run)) is not None:
+                raise StackError(line)
+            return cond()
+
+        return check
 
     def _local_llama(self, port: int) -> dict[str, str]:
         """The local llama-server's program and environment (as scripts/run.sh sets them)."""
@@ -154,12 +175,9 @@ class Stack:
     def wait_loopd(self) -> None:
         """Until loopd listens: it binds its socket once its self-test has passed."""
 
-        def up() -> bool:
-            if "FATAL" in self.ctl("status", "loopd").stdout.split():
-                raise StackError(f"loopd could not start (FATAL){self.see('loopd')}")
-            return self.loop_sock.exists()
-
-        wait_for(up, "loopd socket", START_BOUND, self.see("loopd"))
+        wait_for(
+            self.watched(self.loop_sock.exists), "loopd socket", START_BOUND, self.see("loopd")
+        )
 
     def ctl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(

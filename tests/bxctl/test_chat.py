@@ -3,6 +3,7 @@ main(argv, env); one run as a real `python -m boxmaker.bxctl` subprocess."""
 
 import io
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -87,7 +88,7 @@ def test_a_chat_runs_a_turn_per_line_and_later_turns_resume(tmp_path: Path) -> N
     sid = r.stdout.splitlines()[0].removeprefix("session ")
     assert SESSION_ID_RE.fullmatch(sid)
     assert r.stdout == (
-        f"session {sid}\nHello.\n[tool clock: started]\n[tool clock: done, public]\nNoon.\n"
+        f"session {sid}\nHello.\n[tool clock: done, public]\nNoon.\n"  # one line: not a tty
     )
     assert [(t["content"], t["resume"], t["session"]) for t in fake.turns] == [
         ("hi", False, sid),
@@ -120,7 +121,7 @@ def test_say_puts_only_the_answer_on_stdout(tmp_path: Path) -> None:
     assert r.status == ExitStatus.OK
     assert r.stdout == "It is noon.\n"
     assert r.stderr == (
-        "session s1\nLet me think.\n[tool clock: started]\n[tool clock: done, public, truncated]\n"
+        "session s1\nLet me think.\n[tool clock: done, public, truncated]\n"
         "[waiting for the inference server]\n"
     )
     assert fake.turns[0]["content"] == "time?"
@@ -363,3 +364,14 @@ def test_a_reader_that_goes_away_ends_the_chat_without_a_traceback(tmp_path: Pat
     finally:
         os.close(write_end)
     assert (p.returncode, p.stderr) == (ExitStatus.ERROR, "")
+
+
+def test_new_session_ids_carry_the_time_and_sort_by_age() -> None:
+    from boxmaker.bxctl.client import new_session_id
+
+    older, newer = new_session_id(1_796_000_000.0), new_session_id(1_796_000_001.0)
+    assert re.fullmatch(r"20261130T\d{6}Z-[0-9a-f]{8}", older), older
+    assert SESSION_ID_RE.fullmatch(older)
+    assert sorted([newer, older]) == [older, newer]
+    # The same second twice: the random suffix keeps them apart.
+    assert len({new_session_id(1_796_000_000.0) for _ in range(50)}) == 50

@@ -1,5 +1,7 @@
 """render.py: the text of each event kind, line starts, dimming, and the two stream layouts."""
 
+import re
+
 import pytest
 
 from boxmaker.bxctl.render import (
@@ -9,6 +11,7 @@ from boxmaker.bxctl.render import (
     Renderer,
     Stream,
     error_line,
+    rewrite_above,
     status_line,
     use_color,
 )
@@ -48,7 +51,7 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ReasoningEvent("hmm"), None),
     (ContentEvent("hi"), None),
     (AnswerPartEvent("hi"), None),
-    (ToolCallStartedEvent("clock"), "[tool clock: started]"),
+    (ToolCallStartedEvent("clock"), "[tool clock: running]"),
     (ToolResultEvent("clock", ResultClass.PUBLIC, False), "[tool clock: done, public]"),
     (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
     (
@@ -107,9 +110,67 @@ def test_a_status_line_in_the_middle_of_content_starts_on_its_own_line() -> None
     out += r.event(ToolResultEvent("clock", ResultClass.PUBLIC, False))
     out += r.event(ContentEvent("It is noon."))
     out += r.done(TurnDone("It is noon.", USAGE))
-    assert text(out) == (
-        "Let me check.\n[tool clock: started]\n[tool clock: done, public]\nIt is noon.\n"
+    assert text(out) == "Let me check.\n[tool clock: done, public]\nIt is noon.\n"
+
+
+# ---- one line per tool call (issue 18) ---------------------------------------------------------
+
+
+def calls_and_results(r: Renderer, names: list[str]) -> list[Piece]:
+    out = [p for n in names for p in r.event(ToolCallStartedEvent(n))]
+    for n in names:
+        out += r.event(ToolResultEvent(n, ResultClass.PUBLIC, False))
+    return out + r.done(TurnDone("ok", USAGE))
+
+
+def test_not_on_a_terminal_a_tool_call_is_one_line_printed_with_its_outcome() -> None:
+    out = calls_and_results(Renderer(dim=False, split=True), ["clock", "echo"])
+    assert text(out, E) == "[tool clock: done, public]\n[tool echo: done, public]\n"
+    assert "running" not in text(out)
+
+
+def test_on_a_terminal_each_call_line_is_completed_in_place() -> None:
+    out = calls_and_results(Renderer(dim=False, split=True, live=True), ["clock", "echo"])
+    assert text(out, E) == (
+        "[tool clock: running]\n[tool echo: running]\n"
+        + rewrite_above(2, "[tool clock: done, public]")
+        + rewrite_above(1, "[tool echo: done, public]")
     )
+    # What a terminal shows once the escapes are played: one line per call, with its outcome.
+    assert screen(text(out, E)) == ["[tool clock: done, public]", "[tool echo: done, public]"]
+
+
+def test_a_call_with_no_result_says_so_on_its_line() -> None:
+    r = Renderer(dim=False, split=True, live=True)
+    out = r.event(ToolCallStartedEvent("clock")) + r.close()
+    assert screen(text(out, E)) == ["[tool clock: no result]"]
+    quiet = Renderer(dim=False, split=True)
+    assert text(quiet.event(ToolCallStartedEvent("clock")) + quiet.close()) == (
+        "[tool clock: no result]\n"
+    )
+
+
+def screen(written: str) -> list[str]:
+    """The lines a terminal shows after `written`: newline, CR, cursor up/down, erase line."""
+    rows: list[str] = [""]
+    row = col = 0
+    for m in re.finditer(r"\x1b\[(\d*)([ABK])|\r|\n|[^\x1b\r\n]+", written):
+        tok = m.group(0)
+        if tok == "\n":
+            row, col = row + 1, 0
+            rows += [""] * (row + 1 - len(rows))
+        elif tok == "\r":
+            col = 0
+        elif m.group(2) == "A":
+            row -= int(m.group(1) or 1)
+        elif m.group(2) == "B":
+            row += int(m.group(1) or 1)
+        elif m.group(2) == "K":
+            rows[row] = ""
+        else:
+            rows[row] = rows[row][:col] + tok + rows[row][col + len(tok) :]
+            col += len(tok)
+    return [line for line in rows if line]
 
 
 def test_reasoning_is_dimmed_when_asked_and_never_shares_a_line_with_content() -> None:

@@ -49,6 +49,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("inference.max_sse_line_bytes", 1024 * 1024),
     ("inference.max_body_bytes", 4 * 1024 * 1024),
     ("inference.control_timeout_ms", 5000),
+    ("inference.refused_retry_ms", 500),  # issue 18 (not in the briefs)
     # Issue 9's caps on one response (not in the briefs).
     ("inference.max_interim_heads", 8),
     ("inference.max_content_bytes", 4 * 1024 * 1024),

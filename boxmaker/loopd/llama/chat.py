@@ -63,8 +63,14 @@ from boxmaker.loopd.llama.info import (
 )
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.sse import EventStream
-from boxmaker.loopd.llama.transport import Clock, Connection, Response, short_exchange
-from boxmaker.loopd.llama.types import Completion, OnEvent
+from boxmaker.loopd.llama.transport import (
+    Clock,
+    Connection,
+    Response,
+    admitted,
+    short_exchange,
+)
+from boxmaker.loopd.llama.types import ChatEvent, Completion, OnEvent
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, Thinking, ThinkingGuard, WaitLimits
 from boxmaker.proto import NEED_DATA, ThinkingCappedEvent, WaitingEvent
 
@@ -92,7 +98,22 @@ def run_chat(
         InferError: ConnectFailed, WaitTimeout, LoadTimeout, Stalled, StreamClosedEarly,
             ThinkingOverrun, HttpStatus or BadResponse, with a message that says what happened.
     """
-    return _Chat(config, slot, on_event, clock).run(body)
+    # A connection inferproxy refused over its accept budget (dropped unread, before any event)
+    # is made again as a token comes back, for up to control_timeout_ms, the main request's
+    # wait for infer.sock to accept (docs/decisions/proxy-budget.md).
+    quiet = True  # no event yet: the caller has seen nothing of a try
+
+    def note(event: ChatEvent) -> None:
+        nonlocal quiet
+        quiet = False
+        on_event(event)
+
+    return admitted(
+        lambda: _Chat(config, slot, note, clock).run(body),
+        config.refused_retry_ms,
+        config.control_timeout_ms,
+        retry=lambda: quiet,
+    )
 
 
 class _Chat:

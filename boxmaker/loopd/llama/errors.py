@@ -34,6 +34,16 @@ class ConnectFailed(InferError):
     TAG = "connect"
 
 
+class Unanswered(ConnectFailed):
+    """The connection ended before any byte of an answer."""
+
+
+class Refused(Unanswered):
+    """infer.sock dropped the connection without reading the request (a reset, or a broken pipe
+    while sending): how inferproxy refuses one over its accept limits, or ends one whose upstream
+    it cannot reach. Nothing was read, so sending it again is always safe."""
+
+
 class WaitTimeout(InferError):
     """The slot stayed busy past `busy_wait_ms`."""
 

@@ -38,7 +38,7 @@ from typing import Final
 from urllib.parse import quote
 
 from boxmaker._fast.chunked import ChunkedDecoder
-from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed
+from boxmaker.loopd.llama.errors import BadResponse, Unanswered
 from boxmaker.proto import NEED_DATA, NeedData, ProtocolError
 
 # The host name sent on a Unix socket: llama-server ignores it, HTTP/1.1 requires the header.
@@ -171,7 +171,7 @@ class HeadParser:
                     raise BadResponse(self._too_long())
                 if self._eof:
                     if not self.received:
-                        raise ConnectFailed("the server closed the connection without answering")
+                        raise Unanswered("the server closed the connection without answering")
                     raise BadResponse(
                         f"the server closed the connection after {self.received} bytes, "
                         "inside the response head"

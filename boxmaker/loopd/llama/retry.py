@@ -52,7 +52,8 @@ def is_retryable(err: InferError) -> bool:
         if err.status == 500 and err.body.startswith(ROUTER_PROXY_ERROR):
             return True
         return err.status in RETRYABLE_STATUSES
-    return type(err) in RETRYABLE
+    # isinstance: Refused is a ConnectFailed (inferproxy dropped it unread).
+    return isinstance(err, tuple(RETRYABLE))
 
 
 @dataclass(frozen=True, slots=True)

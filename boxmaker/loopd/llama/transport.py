@@ -6,8 +6,11 @@ cancels a generation, so every path closes it. `exchange()` is one short request
 the control call) read whole under one deadline, computed from an injected monotonic clock;
 `short_exchange()` is the same with the limits from the config.
 
-Failures come out as the client's own errors: a connect or send that fails is `ConnectFailed`
-(retryable: inferproxy may be restarting), naming the socket path and the errno.
+Failures come out as the client's own errors: a connect that fails is `ConnectFailed`
+(retryable: inferproxy may be restarting), naming the socket path and the errno. A connection
+dropped before the request was read (reset before any byte came, or a broken pipe while
+sending) is `Refused`: that is how inferproxy refuses one over its accept budget, and
+`admitted` makes such a request again as a token comes back (docs/decisions/proxy-budget.md).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TypeVar
 
 from boxmaker.loopd.config import InferenceConfig
 from boxmaker.loopd.llama.errors import (
@@ -26,7 +30,9 @@ from boxmaker.loopd.llama.errors import (
     BadResponse,
     ConnectFailed,
     HttpStatus,
+    Refused,
     Stalled,
+    Unanswered,
 )
 from boxmaker.loopd.llama.http import (
     DEFAULT_MAX_INTERIM_HEADS,
@@ -38,6 +44,7 @@ from boxmaker.loopd.llama.http import (
 from boxmaker.proto import NEED_DATA
 
 Clock = Callable[[], float]
+R = TypeVar("R")
 RECV_BYTES = 65_536
 
 
@@ -53,6 +60,7 @@ class Connection:
         self._sock = sock
         self.path = path
         self.closed = False
+        self._answered = False  # some byte came: a reset after it is an end, not a refusal
 
     @classmethod
     def open(cls, path: Path, timeout_s: float) -> Connection:
@@ -79,7 +87,8 @@ class Connection:
         """Sends all of `data`.
 
         Raises:
-            ConnectFailed: the peer closed or reset the connection.
+            Refused: the peer dropped the connection unread (reset, broken pipe).
+            ConnectFailed: another error.
             Stalled: the peer took nothing for `timeout_s`.
         """
         self._sock.settimeout(timeout_s)
@@ -89,20 +98,38 @@ class Connection:
             raise Stalled(
                 f"the server took no request bytes for {timeout_s * 1000:.0f} ms"
             ) from None
+        except (BrokenPipeError, ConnectionResetError) as exc:
+            raise self._refused(exc) from None
         except OSError as exc:
             raise ConnectFailed(
                 f"the connection to {self.path} broke while sending ({_errno_text(exc)})"
             ) from None
 
+    def _refused(self, exc: OSError) -> Refused:
+        return Refused(
+            f"{self.path} dropped the connection without reading the request "
+            f"({_errno_text(exc)}): inferproxy over its accept limits, or no llama-server behind it"
+        )
+
     def recv(self, timeout_s: float) -> bytes | None:
-        """The next bytes: b"" at EOF (a reset counts as EOF), None when `timeout_s` passed."""
+        """The next bytes: b"" at EOF (a reset after some bytes counts as EOF), None when
+        `timeout_s` passed.
+
+        Raises:
+            Refused: a reset before any byte: the request was never read (a Unix socket resets
+                a connection closed with unread data; one that read it ends in a plain EOF).
+        """
         self._sock.settimeout(max(timeout_s, 0.001))
         try:
-            return self._sock.recv(RECV_BYTES)
+            data = self._sock.recv(RECV_BYTES)
         except TimeoutError:
             return None
-        except (ConnectionResetError, BrokenPipeError):
+        except (ConnectionResetError, BrokenPipeError) as exc:
+            if not self._answered:
+                raise self._refused(exc) from None
             return b""
+        self._answered = self._answered or bool(data)
+        return data
 
     def close(self) -> None:
         """Closes the connection (which cancels a generation in flight). Idempotent."""
@@ -146,14 +173,58 @@ def short_exchange(
 
 
 def short_call(
-    config: InferenceConfig, method: str, target: str, body: bytes | None, clock: Clock
+    config: InferenceConfig,
+    method: str,
+    target: str,
+    body: bytes | None,
+    clock: Clock,
+    sleep: Callable[[float], None] = time.sleep,
 ) -> Response:
     """`short_exchange` that wants a 200: any other status is HttpStatus, its body cut to
-    HTTP_BODY_CAP_BYTES (the info calls, the slot files)."""
-    resp = short_exchange(config, method, target, body, clock)
+    HTTP_BODY_CAP_BYTES (the info calls, the slot files).
+
+    A connection dropped unread is how inferproxy refuses one over its accept budget, which
+    loopd's own burst of calls can empty (a self-test after many turns, the keeper's call beside
+    each completion): a short call that ended before any byte of an answer (a short call is
+    safe to repeat) is made again every `refused_retry_ms` until `load_wait_ms` has passed (real
+    time), then the last error is raised (docs/decisions/proxy-budget.md).
+    """
+    resp = admitted(
+        lambda: short_exchange(config, method, target, body, clock),
+        config.refused_retry_ms,
+        config.load_wait_ms,
+        unanswered=True,
+        sleep=sleep,
+    )
     if resp.status != 200:
         raise HttpStatus(resp.status, resp.body[:HTTP_BODY_CAP_BYTES].decode("utf-8", "replace"))
     return resp
+
+
+def admitted(
+    attempt: Callable[[], R],
+    every_ms: int,
+    within_ms: int,
+    *,
+    retry: Callable[[], bool] = lambda: True,
+    unanswered: bool = False,
+    sleep: Callable[[float], None] = time.sleep,
+) -> R:
+    """`attempt()`, made again every `every_ms` while it raises Refused (inferproxy dropped the
+    connection unread: over its accept budget, a token comes back soon) and `retry()` says it
+    may be, until `within_ms` has passed (real time); then the last Refused. With `unanswered`,
+    any connection that ended before an answer's first byte too: something between loopd and
+    inferproxy (verify-device's tee) turns a refusal into a plain close."""
+    give_up = time.monotonic() + within_ms / 1000
+    retried = Unanswered if unanswered else Refused
+    while True:
+        try:
+            return attempt()
+        except retried:
+            left = give_up - time.monotonic()
+            if left <= 0 or not retry():
+                raise
+            sleep(min(every_ms / 1000, left))
 
 
 def exchange(
