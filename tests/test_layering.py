@@ -95,7 +95,7 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
-    CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
+    CACHE: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{CACHE}.policy"}),  # session.files
     f"{CACHE}.policy": frozenset({PROTO}),
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).

@@ -260,6 +260,9 @@ class CacheConfig:
     # max_bytes are removed. The server's own view of it is its flag: loopd only names files.
     folder: Annotated[Path | None, PATH] = None
     max_bytes: Annotated[int, integer(1, 1 << 50, "bytes")] = 16 << 30
+    # A save older than this is forgotten (and its file removed, with `folder` set): the state
+    # file and the folder hold only sessions that may still come back.
+    max_age_s: Annotated[int, integer(60, 10 * 365 * 86_400, "seconds")] = 30 * 86_400
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

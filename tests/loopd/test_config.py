@@ -90,6 +90,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.state", None),
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),
+    ("cache.max_age_s", 30 * 86_400),
 ]
 
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -33,11 +34,16 @@ from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props
 from boxmaker.proto import sha256_hex
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import FILE_MODE, fsync_dir, read_regular, write_all
 
-from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, session_of
+from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity
 from .server import NOT_SUPPORTED, SlotFiles
 
 STATE_FILE = "slot-cache.json"
+# The state file's bound: MAX_NOTES notes and a few hundred bytes a session, for every session
+# saved within max_age_s; one past it is refused like a damaged one (loopd starts with no saves).
+STATE_LIMIT = 8 << 20
 Warn = Callable[[str], None]
 
 
@@ -63,6 +69,7 @@ class CacheKeeper:
         self.warn = warn
         self.files = files if files is not None else SlotFiles(config.inference)
         self.state_path = self.cache.state or config.paths.home / STATE_FILE
+        self._written = b""  # the state file's bytes as last read or written
         self.policy = self._load(ident)
         # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
         # /slots shows a restart, so the next save or restore asks /props again first.
@@ -73,6 +80,7 @@ class CacheKeeper:
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._prune()  # what aged out while loopd was away
 
     def _server_identity(self) -> str | None:
         """The identity of the server answering now (None: no answer)."""
@@ -100,27 +108,51 @@ class CacheKeeper:
 
     # ---- the state file ----
     def _load(self, ident: str) -> Policy:
+        """The kept state (read without following a link, bounded), less the sessions whose
+        save files are gone or past their age; a new one when it is missing or unreadable."""
         try:
-            data = self.state_path.read_bytes()
-        except FileNotFoundError:
-            return Policy(ident, self.cache.min_tokens)
-        except OSError as exc:
+            data = read_regular(self.state_path, STATE_LIMIT)
+        except (OSError, SessionError) as exc:
             self.warn(f"cache: cannot read {self.state_path} ({exc}); starting with no saves")
             return Policy(ident, self.cache.min_tokens)
+        if data is None:
+            return Policy(ident, self.cache.min_tokens)
         try:
-            return Policy.from_json(data, ident, self.cache.min_tokens)
+            policy = Policy.from_json(data, ident, self.cache.min_tokens)
         except ValueError as exc:
             self.warn(f"cache: {self.state_path} is unreadable ({exc}); starting with no saves")
             return Policy(ident, self.cache.min_tokens)
+        self._written = data
+        if (folder := self.cache.folder) is not None:
+            for session in list(policy.saves):
+                if not os.path.lexists(folder / policy.name(session)):
+                    policy.forget(session)
+        return policy
 
     def _persist(self) -> None:
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
+        """Writes the state when it changed: a fresh .tmp (never through a planted link),
+        fsync'd, renamed over the file, the folder fsync'd. A failure is a warning."""
         try:
-            self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(self.policy.to_json())
+            data = self.policy.to_json()
+            if data == self._written:
+                return
+            folder = self.state_path.parent
+            folder.mkdir(parents=True, exist_ok=True)
+            tmp = folder / (self.state_path.name + ".tmp")
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()  # a link planted there goes, and its target is never opened
+            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+            fd = os.open(tmp, flags, FILE_MODE)
+            try:
+                write_all(fd, data)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
             os.replace(tmp, self.state_path)
-        except OSError as exc:
-            self.warn(f"cache: cannot write {self.state_path} ({exc})")
+            fsync_dir(folder)
+            self._written = data
+        except Exception as exc:  # never out of a gate's thread: the turn must get its answer
+            self.warn(f"cache: cannot write {self.state_path} ({exc!r})")
 
     # ---- the server ----
     def probe(self) -> tuple[bool, str]:
@@ -160,7 +192,7 @@ class CacheKeeper:
         try:
             if isinstance(action, Save):
                 io = self.files.save(slot, action.filename)
-                self.policy.saved(action, io)
+                self.policy.saved(action, io, int(time.time()))
                 self._prune()
             else:
                 io = self.files.restore(slot, action.filename)
@@ -196,12 +228,16 @@ class CacheKeeper:
 
     def after_release(self, slot: int, session: str | None) -> None:
         """Called with the slot still held, once `session`'s request is over (no call to the
-        server: the next grant's /slots tells what became of the slot)."""
-        with self._lock:
-            self.policy.released(slot, session)
-            self._last_used[slot] = time.monotonic()
-            self._persist()
-        self._wake.set()
+        server: the next grant's /slots tells what became of the slot). Never raises: the
+        gate's thread must go on to let the slot go."""
+        try:
+            with self._lock:
+                self.policy.released(slot, session)
+                self._last_used[slot] = time.monotonic()
+                self._persist()
+            self._wake.set()
+        except Exception as exc:
+            self.warn(f"cache: after slot {slot} for {session}: {exc!r}")
 
     @contextlib.contextmanager
     def around_selftest(self) -> Iterator[int]:
@@ -283,29 +319,54 @@ class CacheKeeper:
                 self._persist()
         return saved
 
-    # ---- the save folder's bound ----
+    # ---- the save folder's bounds ----
     def _prune(self) -> None:
-        """With [cache] folder set: removes the oldest save files past max_bytes."""
+        """Forgets saves past max_age_s; with [cache] folder set, removes their files and then
+        the oldest past max_bytes. Only this identity's regular files count and go: a link, a
+        folder, or another identity's file in a shared folder is left alone."""
+        now = int(time.time())
+        for session in self.policy.expired(now, self.cache.max_age_s):
+            self._remove(self.policy.name(session), session)
         folder = self.cache.folder
         if folder is None:
             return
+        head = f"{SAVE_PREFIX}{self.policy.ident}-"
+        files: list[tuple[float, int, str]] = []
         try:
-            files = [(p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("bx-*.bin")]
+            entries = list(os.scandir(folder))
         except OSError as exc:
             self.warn(f"cache: cannot list {folder} ({exc})")
             return
-        total = sum(size for _, size, _ in files)
-        for _, size, path in sorted(files):
-            if total <= self.cache.max_bytes:
-                break
-            try:
-                path.unlink()
-            except OSError as exc:
-                self.warn(f"cache: cannot remove {path} ({exc})")
+        for entry in entries:
+            if not (entry.name.startswith(head) and entry.name.endswith(".bin")):
                 continue
-            total -= size
-            if (session := session_of(self.policy.ident, path.name)) is not None:
-                self.policy.forget(session)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(st.st_mode):
+                files.append((st.st_mtime, st.st_size, entry.name))
+        total = sum(size for _, size, _ in files)
+        names = self.policy.by_name()
+        for mtime, size, name in sorted(files):
+            if total <= self.cache.max_bytes and now - mtime <= self.cache.max_age_s:
+                continue
+            if self._remove(name, names.get(name)):
+                total -= size
+
+    def _remove(self, name: str, session: str | None) -> bool:
+        if session is not None:
+            self.policy.forget(session)
+        if self.cache.folder is None:
+            return True
+        try:
+            (self.cache.folder / name).unlink()
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            self.warn(f"cache: cannot remove {self.cache.folder / name} ({exc})")
+            return False
+        return True
 
 
 def server_identity(model: str, props: Props) -> str:

@@ -25,11 +25,15 @@ The rules, each request before its grant (`before`):
   `min_tokens`: below that the re-read is cheaper than the file);
 - this session has a save (of this identity) and the slot does not hold it: `Restore` it.
 
-Save files are named `bx-<identity>-<session>.bin` (`save_name`): the identity is a hash of the
+Save files are named `bx-<identity>-<hash>.bin` (`save_name`): the identity is a hash of the
 model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
 model, template or context size is never asked for (llama-server itself restores such a file
-without a word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids); the
-server's filename check refuses `..`, so dots are written `_d` (and `_` as `__`).
+without a word: measured with another -c); the hash is 32 hex digits of the session id's SHA-256,
+so every id makes a short name the server's filename check takes (a 128-character id written out
+made a 279-character name, refused `400 Invalid filename`). The state maps sessions to names.
+
+Every number from outside (the server's answers, the state file) is bounded where it enters
+(`MAX_COUNT`), so nothing downstream can fail to encode it.
 
 The results come back through `saved`, `restored`, `restore_failed`, `granted` and `released`;
 each save or
@@ -44,12 +48,16 @@ from typing import Any, Literal
 
 import orjson
 
-from boxmaker.proto import sha256_hex
+from boxmaker.proto import is_session_id, sha256_hex
 
 SAVE_PREFIX = "bx-"
 PROBE_NAME = "probe"  # the self-test's probe file: bx-<identity>-probe.bin (no session id clashes:
 # a probe file is never restored, and a session called "probe" would only overwrite it)
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1 named files by the escaped session id; its files are not looked for
+# The largest count or duration (us) kept: a server's or a state file's bigger number is cut to
+# it, so every record and frame that carries one can encode it (orjson's limit is 2^64-1).
+MAX_COUNT = 2**53
+MAX_NOTES = 16  # per session: the oldest go first (a session that never comes back owes few)
 
 
 def identity(model: str, template_sha256: str, n_ctx: int) -> str:
@@ -58,29 +66,22 @@ def identity(model: str, template_sha256: str, n_ctx: int) -> str:
 
 
 def save_name(ident: str, session: str) -> str:
-    """`bx-<identity>-<session>.bin`, the session id with `_` written `__` and `.` written `_d`:
-    llama-server refuses a file name holding `..` (a session id may), and the mapping stays
-    one-to-one (`session_of` reads it back)."""
-    return f"{SAVE_PREFIX}{ident}-{session.replace('_', '__').replace('.', '_d')}.bin"
+    """`bx-<identity>-<32 hex digits of the session id's SHA-256>.bin`: short and plain whatever
+    the id (llama-server refuses a name over 255 characters, or holding `..`)."""
+    return f"{SAVE_PREFIX}{ident}-{sha256_hex(session.encode())[:32]}.bin"
 
 
-def session_of(ident: str, filename: str) -> str | None:
-    """The session a save file of this identity belongs to, or None for any other file."""
-    head, tail = f"{SAVE_PREFIX}{ident}-", ".bin"
-    if not (filename.startswith(head) and filename.endswith(tail)):
-        return None
-    coded, out, i = filename[len(head) : -len(tail)], [], 0
-    while i < len(coded):
-        if coded[i] == "_":
-            pair = coded[i : i + 2]
-            if pair not in ("__", "_d"):
-                return None
-            out.append("_" if pair == "__" else ".")
-            i += 2
-        else:
-            out.append(coded[i])
-            i += 1
-    return "".join(out)
+def bounded(n: int) -> int:
+    """A count from outside, cut into 0..MAX_COUNT."""
+    return min(max(n, 0), MAX_COUNT)
+
+
+def micros(ms: float) -> int:
+    """A server's milliseconds as bounded microseconds (NaN as 0, past MAX_COUNT as MAX_COUNT)."""
+    us = ms * 1000
+    if not us >= 0:  # NaN too
+        return 0
+    return MAX_COUNT if us >= MAX_COUNT else round(us)
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +142,11 @@ class Note:
         if not isinstance(obj, dict) or obj.get("kind") not in ("saved", "restored"):
             raise ValueError(f"a cache note: expected kind saved or restored, got {obj!r:.80}")
         values = [obj.get(k) for k in ("slot", "tokens", "size", "elapsed_us")]
-        counts = [v for v in values if type(v) is int and v >= 0]
+        counts = [v for v in values if type(v) is int and 0 <= v <= MAX_COUNT]
         if len(counts) != len(values):
-            raise ValueError(f"a cache note: expected four non-negative integers, got {obj!r:.80}")
+            raise ValueError(
+                f"a cache note: expected four integers from 0 to {MAX_COUNT}, got {obj!r:.80}"
+            )
         slot, tokens, size, elapsed_us = counts
         return cls(obj["kind"], slot, SlotIO(tokens, size, elapsed_us))
 
@@ -170,6 +173,7 @@ class Policy:
         self.min_tokens = min_tokens
         self.held: dict[int, Held] = {}
         self.saves: dict[str, int] = {}  # session -> tokens in its save file
+        self.saved_at: dict[str, int] = {}  # session -> when its file was written (epoch s)
         self.notes: dict[str, list[Note]] = {}
 
     def name(self, session: str) -> str:
@@ -207,16 +211,23 @@ class Policy:
             return None
         return Save(slot, held.session, self.name(held.session))
 
-    def saved(self, action: Save, io: SlotIO) -> None:
+    def saved(self, action: Save, io: SlotIO, now: int = 0) -> None:
+        """The save is done (`now`: the wall clock, epoch seconds, for the age bound)."""
         self.saves[action.session] = io.tokens
+        self.saved_at[action.session] = now
         held = self.held.get(action.slot)
         if held is not None and held.session == action.session:
             held.saved = True
-        self.notes.setdefault(action.session, []).append(Note("saved", action.slot, io))
+        self._note(action.session, Note("saved", action.slot, io))
+
+    def _note(self, session: str, note: Note) -> None:
+        notes = self.notes.setdefault(session, [])
+        notes.append(note)
+        del notes[:-MAX_NOTES]
 
     def restored(self, action: Restore, io: SlotIO, mark: Mark) -> None:
         self.held[action.slot] = Held(action.session, _floor(mark), saved=True)
-        self.notes.setdefault(action.session, []).append(Note("restored", action.slot, io))
+        self._note(action.session, Note("restored", action.slot, io))
 
     def restore_failed(self, action: Restore) -> None:
         """The file is gone or refused: not asked for again until the next save."""
@@ -240,8 +251,20 @@ class Policy:
         return self.notes.pop(session, [])
 
     def forget(self, session: str) -> None:
-        """The session's save file was removed (pruned)."""
+        """The session's save file is gone (pruned, aged out, or removed behind loopd's back):
+        nothing is kept of it but what its slot holds."""
         self.saves.pop(session, None)
+        self.saved_at.pop(session, None)
+        if not any(h.session == session for h in self.held.values()):
+            self.notes.pop(session, None)
+
+    def by_name(self) -> dict[str, str]:
+        """Each saved session by its file's name (the folder's bound reads names back)."""
+        return {self.name(session): session for session in self.saves}
+
+    def expired(self, now: int, max_age_s: int) -> list[str]:
+        """The sessions whose save is older than `max_age_s` (their files are due to go)."""
+        return [s for s, at in self.saved_at.items() if now - at > max_age_s]
 
     # ---- across loopd restarts ----
     def to_json(self) -> bytes:
@@ -253,7 +276,9 @@ class Policy:
                     str(slot): {"session": h.session, "floor": h.floor, "saved": h.saved}
                     for slot, h in self.held.items()
                 },
-                "saves": self.saves,
+                "saves": {
+                    s: {"tokens": n, "at": self.saved_at.get(s, 0)} for s, n in self.saves.items()
+                },
                 "notes": {s: [n.to_json() for n in notes] for s, notes in self.notes.items()},
             }
         )
@@ -276,18 +301,38 @@ class Policy:
             return policy  # another model, template or context size: its saves are not ours
         try:
             for slot, h in obj["held"].items():
-                if type(h["floor"]) is not int:
-                    raise ValueError(f"held[{slot}]: a bad floor")
-                policy.held[int(slot)] = Held(str(h["session"]), h["floor"], bool(h["saved"]))
-            for session, tokens in obj["saves"].items():
-                if type(tokens) is not int:
-                    raise ValueError(f"saves[{session}]: not an integer")
-                policy.saves[str(session)] = tokens
+                policy.held[_count(slot, "held")] = Held(
+                    _session(h["session"]), _floor_of(h["floor"]), bool(h["saved"])
+                )
+            for session, saved in obj["saves"].items():
+                policy.saves[_session(session)] = _count(saved["tokens"], session)
+                policy.saved_at[session] = _count(saved["at"], session)
             for session, notes in obj["notes"].items():
-                policy.notes[str(session)] = [Note.from_json(n) for n in notes]
+                policy.notes[_session(session)] = [Note.from_json(n) for n in notes][-MAX_NOTES:]
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"a missing or mistyped field: {exc}") from None
         return policy
+
+
+def _session(value: object) -> str:
+    if not isinstance(value, str) or not is_session_id(value):
+        raise ValueError(f"not a session id: {value!r:.80}")
+    return value
+
+
+def _count(value: object, where: str) -> int:
+    """A count in the state file (a slot as a string too), refused outside 0..MAX_COUNT."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 8:
+        value = int(value)
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{where}: expected an integer from 0 to {MAX_COUNT}, got {value!r:.80}")
+    return value
+
+
+def _floor_of(value: object) -> int:
+    if type(value) is not int or not -1 <= value <= MAX_COUNT:
+        raise ValueError(f"a held slot's floor: expected -1 to {MAX_COUNT}, got {value!r:.80}")
+    return value
 
 
 # ---- the server's answers -------------------------------------------------------------------
@@ -309,7 +354,8 @@ def parse_marks(body: bytes) -> dict[int, Mark]:
         task = item.get("id_task")
         tokens = item.get("n_prompt_tokens", 0)
         marks[item["id"]] = Mark(
-            task if type(task) is int else None, tokens if type(tokens) is int else 0
+            bounded(task) if type(task) is int else None,
+            bounded(tokens) if type(tokens) is int else 0,
         )
     return marks
 
@@ -333,7 +379,7 @@ def parse_io(body: bytes, action: Literal["save", "restore"]) -> SlotIO:
     if type(tokens) is not int or type(size) is not int or type(ms) not in (int, float):
         raise ValueError(f"the {action} answer lacks {tokens_key}, {size_key} or {ms_key}")
     assert isinstance(ms, int | float)
-    return SlotIO(max(tokens, 0), max(size, 0), max(round(ms * 1000), 0))
+    return SlotIO(bounded(tokens), bounded(size), micros(ms))
 
 
 def _load(body: bytes, what: str) -> Any:

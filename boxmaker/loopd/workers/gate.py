@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import queue
 import threading
+import traceback
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -226,6 +227,9 @@ class GateServer:
             answer = gate_frame("gate_busy", ask, message=str(exc))
         except Left:
             pass  # the worker left the line, or went away
-        with self._lock:
-            self._asks.pop(ask, None)
-        self._reply(answer)
+        except Exception:  # a bug here must not leave the worker waiting for ever (issue 24)
+            traceback.print_exc()
+        finally:
+            with self._lock:
+                self._asks.pop(ask, None)
+            self._reply(answer)

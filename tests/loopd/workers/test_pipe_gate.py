@@ -166,3 +166,41 @@ def test_the_grant_carries_the_cache_notes_and_the_release_reaches_the_cache() -
             t.join(5.0)
         for fd in (up_r, down_r):
             os.close(fd)
+
+
+class BrokenCache(RecordingCache):
+    def after_release(self, slot: int, session: str | None) -> None:
+        raise TypeError("a bug in the keeper")
+
+
+def test_a_failure_after_the_release_still_lets_the_worker_go() -> None:
+    """Issue 24: the gate's thread died in after_release; gate_left never came; the worker hung."""
+    up_r, up_w = os.pipe()
+    down_r, down_w = os.pipe()
+    up, down = FrameWriter(up_w), FrameWriter(down_w)
+    pipe_gate = PipeGate(up.send)
+    server = GateServer(SlotGate(4), down.send, BrokenCache(), lambda: "s1")
+    threads = [
+        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
+        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
+    ]
+    for t in threads:
+        t.start()
+    done = threading.Event()
+
+    def two_holds() -> None:
+        for _ in range(2):
+            with pipe_gate.hold(0, lambda _e: None):
+                pass
+        done.set()
+
+    try:
+        threading.Thread(target=two_holds, daemon=True).start()
+        wait_for(done.is_set, "both holds to end, the keeper's failure notwithstanding", 10.0)
+    finally:
+        up.close()
+        down.close()
+        for t in threads:
+            t.join(5.0)
+        for fd in (up_r, down_r):
+            os.close(fd)
