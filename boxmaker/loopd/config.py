@@ -113,6 +113,11 @@ class InferenceConfig:
     thinking_overrun: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
     max_tokens: Annotated[int, TOKENS] = 8192
     queue_length: Annotated[int, integer(0, 1024, "requests waiting per slot")] = 8
+    # Issue 19: a new session's slot. "spread": the one with the fewest sessions active within
+    # slot_window_ms, then the least busy, then the least recently used; "first": slots[0]
+    # (the old behaviour, kept for `make bench`'s comparison).
+    slot_choice: Annotated[str, choice("spread", "first")] = "spread"
+    slot_window_ms: Annotated[int, MS] = 600_000
     retry_attempts: Annotated[int, integer(1, 100, "attempts in all, the first included")] = 4
     retry_delays_ms: Annotated[tuple[int, ...], DELAYS_MS] = (2000, 8000, 30_000)
     retry_jitter: Annotated[float, number(0.0, 1.0, hi_open=True)] = 0.25

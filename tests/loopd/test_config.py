@@ -91,6 +91,8 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),
     ("cache.max_age_s", 30 * 86_400),
+    ("inference.slot_choice", "spread"),
+    ("inference.slot_window_ms", 600_000),
 ]
 
 

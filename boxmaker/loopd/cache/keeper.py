@@ -240,13 +240,15 @@ class CacheKeeper:
             self.warn(f"cache: after slot {slot} for {session}: {exc!r}")
 
     @contextlib.contextmanager
-    def around_selftest(self) -> Iterator[int]:
-        """The slot the self-test should use (one no session holds, if any), its holder's cache
-        saved first when it must use a held one (then restored at the session's next request)."""
+    def around_selftest(self, order: list[int] | None = None) -> Iterator[int]:
+        """The slot the self-test should use: the first of `order` (the gate's, least likely to
+        hold a live session first) that no session holds, else the first of `order`, its
+        holder's cache saved first (then restored at the session's next request)."""
+        order = order or list(self.slots)
         with self._lock:
             marks, self._first_marks = self._first_marks or self._marks(), None
-            free = [s for s in self.slots if self.policy.holder(s, marks.get(s)) is None]
-            slot = free[0] if free else self.slots[0]
+            free = [s for s in order if self.policy.holder(s, marks.get(s)) is None]
+            slot = free[0] if free else order[0]
             mark = marks.get(slot)
             actions = self.policy.before(slot, None, mark)
             if actions and mark is not None and self._same_server():

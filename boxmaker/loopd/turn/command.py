@@ -18,11 +18,11 @@ a running worker: a session open elsewhere is `session_busy`, at once.
 from __future__ import annotations
 
 import dataclasses
-from typing import IO, Any
+from typing import IO, Any, Protocol, runtime_checkable
 
 import orjson
 
-from boxmaker.loopd.config import Config
+from boxmaker.loopd.config import Config, InferenceConfig
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.tools.port import FakeTools, utc_now
@@ -79,8 +79,23 @@ def error_for(exc: SessionError | SessionIdError | InferError) -> WireError:
     return WireError(code, text)
 
 
+@runtime_checkable
+class Picker(Protocol):
+    """A gate that can choose a new session's slot (SlotGate, and the worker's PipeGate)."""
+
+    def pick(self, slots: tuple[int, ...]) -> int: ...
+
+
+def choose_slot(config: InferenceConfig, gate: object) -> int:
+    """A new session's slot: the gate's pick, with [inference] slot_choice "spread"."""
+    if config.slot_choice == "spread" and isinstance(gate, Picker):
+        return gate.pick(config.slots)
+    return config.slots[0]
+
+
 def open_session(config: Config, client: Client, session: str, new: bool) -> SessionLog:
     """The session's log, open and locked: created when `new` (it must not exist), else opened.
+    A new session's slot is `choose_slot`'s, asked once the budget check has passed.
 
     Raises:
         SessionError: busy, missing, existing (when `new`), or unreadable; SessionIdError: a bad
@@ -93,7 +108,8 @@ def open_session(config: Config, client: Client, session: str, new: bool) -> Ses
         raise SessionExists(f"session {session} already exists; leave out --new to resume it")
     baseline = assemble_baseline(config.baseline.system, config.paths.home, CORE_SCHEMAS)
     check_budget(baseline, lambda text: len(client.tokenize(text)))
-    return store.create(session, baseline, slot=config.inference.slots[0], time=utc_now())
+    slot = choose_slot(config.inference, client.gate)
+    return store.create(session, baseline, slot=slot, time=utc_now())
 
 
 def run_turn_command(

@@ -17,6 +17,8 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 |                |        |       | saves/restores the session's log is owed (issue 14) |
 | `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
 | `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
+| `gate_pick`    | worker | false | `{ask, slots}`: which slot should a new session take |
+| `gate_picked`  | main   | false | `{ask, slot}`: this one (SlotGate.pick, issue 19)   |
 | `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |
 
 `ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
@@ -30,6 +32,7 @@ from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
 
 GATE_KINDS = frozenset(
     {"gate_ask", "gate_release", "gate_queued", "gate_grant", "gate_busy", "gate_left"}
+    | {"gate_pick", "gate_picked"}
 )
 # A worker whose session did not open (missing, busy, refused) holds nothing worth keeping: it
 # says so before its final frame, and loopd stops it then, before the next turn can reach it.
