@@ -1,10 +1,10 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache]` (all by
-default; slotcache starts the real llama-server)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]`
+(all by default; slotcache and slots start the real llama-server)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache")
+SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "slots")
 
 
 def main(argv: list[str]) -> int:
