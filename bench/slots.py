@@ -24,7 +24,9 @@ SAID = ("Say hello.", "Name a colour.", "Name a fruit.", "Name a tree.", "Name a
 
 def run(choice: str, sessions: int, turns: int) -> float:
     """Turns per minute for `sessions` sessions of `turns` turns each."""
-    with CacheStack(slots=2, inference={"slot_choice": choice}) as cs:
+    with CacheStack(
+        slots=2, inference={"slot_choice": choice}, cache={"idle_save_ms": 60_000}
+    ) as cs:
         cs.start_loopd()
         failed: list[BaseException] = []
 
