@@ -3,9 +3,10 @@
 One llama-server (SmolLM2-135M, `-np 2`, --cache-ram 0, --slot-save-path), inferproxy and
 `loopd serve` with `[cache] slot_save` on, run twice in one go: `[inference] slot_choice =
 "first"` (every session on slot 0, the behaviour before issue 19) and "spread" (a new session on
-the slot with the fewest recent sessions). Each of N sessions, in its own thread, sends `--turns`
-turns one after another (each answer at most 48 tokens); the figure is all the turns done over
-the wall time from the first to the last, per minute.
+the slot with the fewest recent sessions). Each of N sessions, in its own thread, takes a first
+turn (not timed: it creates the session and reads the system prompt into a cold slot), then all
+wait for each other, then each sends `--turns` turns one after another (each answer at most 48
+tokens); the figure is those turns over the wall time from the barrier to the last, per minute.
 
 `python -m bench.slots [--turns 3]`
 """

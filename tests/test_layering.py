@@ -80,6 +80,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{LLAMA}.retry": frozenset({CONFIG}) | _llama("errors"),
     f"{LLAMA}.waits": frozenset({CONFIG}) | _llama("errors"),
     f"{LLAMA}.gate": frozenset({PROTO}) | _llama("errors", "types"),
+    f"{LLAMA}.slots": frozenset({CONFIG}) | _llama("errors", "http", "info", "transport"),
     f"{LLAMA}.chat": frozenset({PROTO, CONFIG})
     | _llama("errors", "types", "http", "sse", "transport", "assemble", "info", "request", "waits"),
     f"{LLAMA}.client": frozenset({PROTO, CONFIG})
@@ -96,7 +97,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{CACHE}.policy"}),  # session.files
-    f"{CACHE}.policy": frozenset({PROTO}),
+    f"{CACHE}.policy": frozenset({PROTO, f"{LLAMA}.info"}),  # [core] on llama's /slots parser
     "boxmaker.bxctl": frozenset({PROTO, CLI, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),

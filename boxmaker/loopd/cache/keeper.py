@@ -32,13 +32,12 @@ from typing import Any
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
-from boxmaker.loopd.llama.info import Props
-from boxmaker.proto import sha256_hex
+from boxmaker.loopd.llama.info import Props, template_sha256
+from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
 from boxmaker.session.errors import SessionError
 from boxmaker.session.files import FILE_MODE, fsync_dir, read_regular, write_all
 
-from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity
-from .server import NOT_SUPPORTED, SlotFiles
+from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, marks_of
 
 STATE_FILE = "slot-cache.json"
 # The state file's bound: MAX_NOTES notes and a few hundred bytes a session, for every session
@@ -161,7 +160,7 @@ class CacheKeeper:
         Returns (on, the self-test's line).
         """
         try:
-            marks = self._first_marks = self.files.marks()
+            marks = self._first_marks = marks_of(self.files.slots())
             slot = next(
                 (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
             )
@@ -179,7 +178,7 @@ class CacheKeeper:
 
     def _marks(self) -> dict[int, Mark]:
         try:
-            marks = self.files.marks()
+            marks = marks_of(self.files.slots())
         except InferError as exc:
             self.warn(f"cache: GET /slots failed ({exc.describe()})")
             return {}
@@ -373,7 +372,7 @@ class CacheKeeper:
 
 def server_identity(model: str, props: Props) -> str:
     """The identity save files are named with, for the server whose /props this is."""
-    return identity(model, sha256_hex(props.chat_template.encode("utf-8")), props.n_ctx)
+    return identity(model, template_sha256(props.chat_template), props.n_ctx)
 
 
 def open_keeper(

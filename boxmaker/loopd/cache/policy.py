@@ -6,7 +6,8 @@ process (which grants the slots) saves a session's cache to a file before anythi
 slot, and when the slot has been idle a while, and restores it before the session's next request
 when the slot no longer holds it. `Policy` decides; `cache.keeper` asks the server and acts.
 
-What the policy knows of a slot comes from GET /slots, one call before each grant: a `Mark`, the
+What the policy knows of a slot comes from GET /slots (llama.info's parser), one call before each
+grant: a `Mark`, the
 slot's `id_task` (the last completion task it ran; task ids only grow over a server's life) and
 `n_prompt_tokens` (how many tokens its cache holds). Every request on a slot goes through loopd's
 gate, so after a session's request the slot holds that session's cache until loopd itself lets
@@ -48,15 +49,15 @@ from typing import Any, Literal
 
 import orjson
 
+from boxmaker.loopd.llama.info import MAX_COUNT, SlotIO, SlotState
 from boxmaker.proto import is_session_id, sha256_hex
+
+__all__ = ["MAX_COUNT", "SlotIO"]  # the llama/ parser's results, named where the policy uses them
 
 SAVE_PREFIX = "bx-"
 PROBE_NAME = "probe"  # the self-test's probe file: bx-<identity>-probe.bin (no session id clashes:
 # a probe file is never restored, and a session called "probe" would only overwrite it)
 STATE_VERSION = 2  # 1 named files by the escaped session id; its files are not looked for
-# The largest count or duration (us) kept: a server's or a state file's bigger number is cut to
-# it, so every record and frame that carries one can encode it (orjson's limit is 2^64-1).
-MAX_COUNT = 2**53
 MAX_NOTES = 16  # per session: the oldest go first (a session that never comes back owes few)
 
 
@@ -71,34 +72,12 @@ def save_name(ident: str, session: str) -> str:
     return f"{SAVE_PREFIX}{ident}-{sha256_hex(session.encode())[:32]}.bin"
 
 
-def bounded(n: int) -> int:
-    """A count from outside, cut into 0..MAX_COUNT."""
-    return min(max(n, 0), MAX_COUNT)
-
-
-def micros(ms: float) -> int:
-    """A server's milliseconds as bounded microseconds (NaN as 0, past MAX_COUNT as MAX_COUNT)."""
-    us = ms * 1000
-    if not us >= 0:  # NaN too
-        return 0
-    return MAX_COUNT if us >= MAX_COUNT else round(us)
-
-
 @dataclass(frozen=True, slots=True)
 class Mark:
     """A slot as /slots shows it: its last completion task and its cache's token count."""
 
     task: int | None
     tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class SlotIO:
-    """A save's or restore's answer: tokens, bytes written or read, and the server's time."""
-
-    tokens: int
-    size: int
-    elapsed_us: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -159,6 +138,11 @@ class Held:
     session: str
     floor: int
     saved: bool
+
+
+def marks_of(states: tuple[SlotState, ...]) -> dict[int, Mark]:
+    """Each slot's mark, from GET /slots as llama.info parses it."""
+    return {s.id: Mark(s.id_task, s.n_prompt_tokens) for s in states}
 
 
 def _floor(mark: Mark) -> int:
@@ -333,57 +317,3 @@ def _floor_of(value: object) -> int:
     if type(value) is not int or not -1 <= value <= MAX_COUNT:
         raise ValueError(f"a held slot's floor: expected -1 to {MAX_COUNT}, got {value!r:.80}")
     return value
-
-
-# ---- the server's answers -------------------------------------------------------------------
-
-
-def parse_marks(body: bytes) -> dict[int, Mark]:
-    """GET /slots: each slot's mark. A slot without `n_prompt_tokens` (a fresh server) holds 0.
-
-    Raises:
-        ValueError: not an array of objects with integer ids.
-    """
-    items = _load(body, "/slots")
-    if not isinstance(items, list):
-        raise ValueError(f"/slots: expected an array, got {items!r:.80}")
-    marks = {}
-    for item in items:
-        if not isinstance(item, dict) or type(item.get("id")) is not int:
-            raise ValueError(f"/slots: expected an object with an integer id, got {item!r:.80}")
-        task = item.get("id_task")
-        tokens = item.get("n_prompt_tokens", 0)
-        marks[item["id"]] = Mark(
-            bounded(task) if type(task) is int else None,
-            bounded(tokens) if type(tokens) is int else 0,
-        )
-    return marks
-
-
-def parse_io(body: bytes, action: Literal["save", "restore"]) -> SlotIO:
-    """The answer to POST /slots/<id>?action=save or restore.
-
-    Raises:
-        ValueError: a field is missing or of the wrong type.
-    """
-    obj = _load(body, action)
-    tokens_key, size_key, ms_key = (
-        ("n_saved", "n_written", "save_ms")
-        if action == "save"
-        else ("n_restored", "n_read", "restore_ms")
-    )
-    timings = obj.get("timings") if isinstance(obj, dict) else None
-    tokens = obj.get(tokens_key) if isinstance(obj, dict) else None
-    size = obj.get(size_key) if isinstance(obj, dict) else None
-    ms = timings.get(ms_key) if isinstance(timings, dict) else None
-    if type(tokens) is not int or type(size) is not int or type(ms) not in (int, float):
-        raise ValueError(f"the {action} answer lacks {tokens_key}, {size_key} or {ms_key}")
-    assert isinstance(ms, int | float)
-    return SlotIO(bounded(tokens), bounded(size), micros(ms))
-
-
-def _load(body: bytes, what: str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError(f"{what}: the answer is not JSON: {body[:80]!r}") from None

@@ -15,10 +15,11 @@ from boxmaker.loopd.cache.policy import (
     Save,
     SlotIO,
     identity,
-    parse_io,
-    parse_marks,
+    marks_of,
     save_name,
 )
+from boxmaker.loopd.llama.errors import BadResponse
+from boxmaker.loopd.llama.info import parse_slot_io, parse_slots
 
 ID = identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 2048)
 IO = SlotIO(500, 11_500_000, 900)
@@ -56,10 +57,12 @@ def test_save_names_are_one_to_one_and_read_back_through_the_state() -> None:
 
 def test_numbers_from_the_server_are_bounded_where_they_enter() -> None:
     huge = b'{"n_saved": 18446744073709551615, "n_written": 1, "timings": {"save_ms": 1e300}}'
-    assert parse_io(huge, "save") == SlotIO(MAX_COUNT, 1, MAX_COUNT)
+    assert parse_slot_io(huge, "save") == SlotIO(MAX_COUNT, 1, MAX_COUNT)
     nan_like = b'{"n_restored": -5, "n_read": 2, "timings": {"restore_ms": -1e300}}'
-    assert parse_io(nan_like, "restore") == SlotIO(0, 2, 0)
-    marks = parse_marks(b'[{"id": 0, "id_task": 18446744073709551615, "n_prompt_tokens": 9}]')
+    assert parse_slot_io(nan_like, "restore") == SlotIO(0, 2, 0)
+    body = b'[{"id": 0, "is_processing": false, "id_task": 18446744073709551615, '
+    body += b'"n_prompt_tokens": 9}]'
+    marks = marks_of(parse_slots(body))
     assert marks == {0: Mark(MAX_COUNT, 9)}
 
 
@@ -179,20 +182,23 @@ def test_a_bad_state_file_is_refused(data: bytes) -> None:
         Policy.from_json(data, ID, 100)
 
 
-def test_parse_marks_reads_id_task_and_n_prompt_tokens() -> None:
-    body = b'[{"id":0,"is_processing":false},{"id":1,"id_task":16,"n_prompt_tokens":77}]'
-    assert parse_marks(body) == {0: Mark(None, 0), 1: Mark(16, 77)}
-    with pytest.raises(ValueError, match="integer id"):
-        parse_marks(b'[{"id":"0"}]')
+def test_the_slots_parser_reads_id_task_and_n_prompt_tokens() -> None:
+    body = (
+        b'[{"id":0,"is_processing":false},'
+        b'{"id":1,"is_processing":true,"id_task":16,"n_prompt_tokens":77}]'
+    )
+    assert marks_of(parse_slots(body)) == {0: Mark(None, 0), 1: Mark(16, 77)}
+    with pytest.raises(BadResponse, match="id"):
+        parse_slots(b'[{"id":"0","is_processing":false}]')
 
 
 def test_parse_io_reads_the_save_and_restore_answers() -> None:
     save = b'{"id_slot":0,"n_saved":77,"n_written":1776084,"timings":{"save_ms":1.231}}'
-    assert parse_io(save, "save") == SlotIO(77, 1_776_084, 1231)
+    assert parse_slot_io(save, "save") == SlotIO(77, 1_776_084, 1231)
     restore = b'{"n_restored":77,"n_read":1776084,"timings":{"restore_ms":0.727}}'
-    assert parse_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
-    with pytest.raises(ValueError, match="n_saved"):
-        parse_io(restore, "save")
+    assert parse_slot_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
+    with pytest.raises(BadResponse, match="save"):
+        parse_slot_io(restore, "save")
 
 
 def test_notes_refuse_anything_but_their_own_shape() -> None:
