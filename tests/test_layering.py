@@ -44,6 +44,7 @@ CHANNEL = "boxmaker.loopd.channel"
 WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
 CACHE = "boxmaker.loopd.cache"
+OPEN = "boxmaker.loopd.session_open"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -88,11 +89,13 @@ RULES: dict[str, frozenset[str]] = {
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
     TOOLS: frozenset({PROTO}),
-    TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
+    TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, OPEN}),
+    # Opening a session (issue 20): `loopd turn` and the worker share it.
+    OPEN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
     CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),
     WORKERS: frozenset(
-        {PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire", f"{CACHE}.policy"}
+        {PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, OPEN, f"{WORKERS}.wire", f"{CACHE}.policy"}
     ),
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.

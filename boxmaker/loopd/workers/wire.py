@@ -27,7 +27,10 @@ apart from an answer to the next.
 
 from typing import Any
 
-from boxmaker.proto import BodyError, Turn, channel_frame, decode_body
+from boxmaker.proto import BodyError, Turn, channel_frame
+from boxmaker.proto.channel import (
+    parse_turn as parse_turn,  # moved to proto (issue 20); kept here for its callers
+)
 from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
 
 GATE_KINDS = frozenset(
@@ -41,20 +44,6 @@ PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION}
 # The channel's frames a worker sends back: relayed to the client as they are.
 RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
 FINAL_KINDS = frozenset({"turn_done", "error"})
-
-
-def parse_turn(frame: Frame) -> Turn:
-    """The Turn a `turn` frame carries (`thinking` left out is true).
-
-    Raises:
-        BodyError: not a `turn`, `final` not true, a key missing, unknown or of the wrong type,
-            or a session id that breaks the rule; the message names the field.
-    """
-    if frame.kind != "turn":
-        raise BodyError(f"expected a turn frame, got {frame.kind}")
-    turn = decode_body(frame)
-    assert isinstance(turn, Turn)  # decode_body gives a Turn for kind `turn`
-    return turn
 
 
 def turn_frame(turn: Turn) -> bytes:

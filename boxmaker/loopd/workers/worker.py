@@ -33,8 +33,8 @@ from boxmaker.loopd.cache.policy import Note
 from boxmaker.loopd.config import Config, ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.session_open import error_for, open_session
 from boxmaker.loopd.tools.port import FakeTools, utc_now
-from boxmaker.loopd.turn.command import error_for, open_session
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     BodyError,
