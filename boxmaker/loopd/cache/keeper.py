@@ -34,15 +34,10 @@ from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props, template_sha256
 from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
-from boxmaker.session.errors import SessionError
-from boxmaker.session.files import FILE_MODE, fsync_dir, read_regular, write_all
 
-from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, marks_of
+from .policy import SAVE_PREFIX, Action, Mark, Restore, Save, identity, marks_of
+from .state import STATE_FILE, StateFile
 
-STATE_FILE = "slot-cache.json"
-# The state file's bound: MAX_NOTES notes and a few hundred bytes a session, for every session
-# saved within max_age_s; one past it is refused like a damaged one (loopd starts with no saves).
-STATE_LIMIT = 8 << 20
 Warn = Callable[[str], None]
 
 
@@ -67,9 +62,8 @@ class CacheKeeper:
         self.gate = gate
         self.warn = warn
         self.files = files if files is not None else SlotFiles(config.inference)
-        self.state_path = self.cache.state or config.paths.home / STATE_FILE
-        self._written = b""  # the state file's bytes as last read or written
-        self.policy = self._load(ident)
+        self.state = StateFile(self.cache.state or config.paths.home / STATE_FILE, warn)
+        self.policy = self.state.load(ident, self.cache.min_tokens, self.cache.folder)
         # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
         # /slots shows a restart, so the next save or restore asks /props again first.
         self._verified = True
@@ -104,54 +98,6 @@ class CacheKeeper:
                 f"loopd's files are {self.policy.ident}); no save or restore until loopd restarts"
             )
         return found == self.policy.ident
-
-    # ---- the state file ----
-    def _load(self, ident: str) -> Policy:
-        """The kept state (read without following a link, bounded), less the sessions whose
-        save files are gone or past their age; a new one when it is missing or unreadable."""
-        try:
-            data = read_regular(self.state_path, STATE_LIMIT)
-        except (OSError, SessionError) as exc:
-            self.warn(f"cache: cannot read {self.state_path} ({exc}); starting with no saves")
-            return Policy(ident, self.cache.min_tokens)
-        if data is None:
-            return Policy(ident, self.cache.min_tokens)
-        try:
-            policy = Policy.from_json(data, ident, self.cache.min_tokens)
-        except ValueError as exc:
-            self.warn(f"cache: {self.state_path} is unreadable ({exc}); starting with no saves")
-            return Policy(ident, self.cache.min_tokens)
-        self._written = data
-        if (folder := self.cache.folder) is not None:
-            for session in list(policy.saves):
-                if not os.path.lexists(folder / policy.name(session)):
-                    policy.forget(session)
-        return policy
-
-    def _persist(self) -> None:
-        """Writes the state when it changed: a fresh .tmp (never through a planted link),
-        fsync'd, renamed over the file, the folder fsync'd. A failure is a warning."""
-        try:
-            data = self.policy.to_json()
-            if data == self._written:
-                return
-            folder = self.state_path.parent
-            folder.mkdir(parents=True, exist_ok=True)
-            tmp = folder / (self.state_path.name + ".tmp")
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()  # a link planted there goes, and its target is never opened
-            flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
-            fd = os.open(tmp, flags, FILE_MODE)
-            try:
-                write_all(fd, data)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
-            os.replace(tmp, self.state_path)
-            fsync_dir(folder)
-            self._written = data
-        except Exception as exc:  # never out of a gate's thread: the turn must get its answer
-            self.warn(f"cache: cannot write {self.state_path} ({exc!r})")
 
     # ---- the server ----
     def probe(self) -> tuple[bool, str]:
@@ -222,7 +168,7 @@ class CacheKeeper:
                     self._act(action, slot, mark)
             self.policy.granted(slot, session, mark)
             notes = self.policy.take_notes(session) if session is not None else []
-            self._persist()
+            self.state.persist(self.policy)
         return [note.to_json() for note in notes]
 
     def after_release(self, slot: int, session: str | None) -> None:
@@ -233,7 +179,7 @@ class CacheKeeper:
             with self._lock:
                 self.policy.released(slot, session)
                 self._last_used[slot] = time.monotonic()
-                self._persist()
+                self.state.persist(self.policy)
             self._wake.set()
         except Exception as exc:
             self.warn(f"cache: after slot {slot} for {session}: {exc!r}")
@@ -254,7 +200,7 @@ class CacheKeeper:
                 for action in actions:
                     self._act(action, slot, mark)
             self.policy.granted(slot, None, mark)
-            self._persist()
+            self.state.persist(self.policy)
         yield slot
 
     # ---- idle saves and the drain ----
@@ -299,7 +245,7 @@ class CacheKeeper:
             elif (held := self.policy.held.get(slot)) is not None:
                 held.saved = True  # too short to save, or no longer the slot's: not due again
             self._last_used[slot] = time.monotonic()  # a failed save is tried again later
-            self._persist()
+            self.state.persist(self.policy)
 
     def drain(self) -> int:
         """Saves every slot whose holder's cache is not saved (loopd is stopping)."""
@@ -317,7 +263,7 @@ class CacheKeeper:
                 if save is not None and mark is not None and self._same_server():
                     self._act(save, slot, mark)
                     saved += 1
-                self._persist()
+                self.state.persist(self.policy)
         return saved
 
     # ---- the save folder's bounds ----

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from boxmaker.loopd.cache.keeper import STATE_FILE
 from boxmaker.loopd.cache.policy import MAX_COUNT, save_name
+from boxmaker.loopd.cache.state import STATE_FILE
 from boxmaker.proto import CacheSaved, TurnDone, verify_log
 from tests.loopd.cache.fake_slots import FakeSlots
 from tests.loopd.cache.test_keeper import keeper
