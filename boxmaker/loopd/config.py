@@ -259,6 +259,10 @@ class CacheConfig:
     # Long enough that a conversation does not write a file after every turn (a 7B model's cache
     # is 50-130 KB a token: README, "Slot save and restore").
     idle_save_ms: Annotated[int, MS] = 60_000
+    # Issue 19: a slot is also saved right after a turn when re-reading its cache (at the prompt
+    # rate measured at start-up) would cost more than this many times the save (at the save
+    # cost measured on this server), so a server crash right after a turn costs nothing.
+    save_factor: Annotated[int, integer(1, 1_000_000, "times")] = 10
     # Who holds each slot and what is saved, kept across restarts; <home>/slot-cache.json if unset.
     state: Annotated[Path | None, PATH] = None
     # The save folder (--slot-save-path) as loopd sees it; when set, the oldest save files past

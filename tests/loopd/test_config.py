@@ -87,6 +87,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.slot_save", False),
     ("cache.min_tokens", 256),
     ("cache.idle_save_ms", 60_000),
+    ("cache.save_factor", 10),
     ("cache.state", None),
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),

@@ -11,8 +11,10 @@ grew past its file (no call to the server). Both run while the caller holds the 
 request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
 has shown in /slots (the server might now run another model, template or context size).
 
-A thread saves a slot whose holder has left it unsaved for `idle_save_ms` (holding the slot in the
-gate while it does); `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
+A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost
+more than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot
+whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does;
+`drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
 the self-test a slot that holds no session when there is one, and saves the holder first when
 there is not. Every failure of these calls is one warning line, never a failed turn: the request
 then runs as it would without the feature. The policy's state is kept in the state file after
@@ -70,6 +72,7 @@ class CacheKeeper:
         self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
+        self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -119,7 +122,7 @@ class CacheKeeper:
             return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
         return True, (
             f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
-            f"{SAVE_PREFIX}{self.policy.ident}-<session>.bin"
+            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>.bin"
         )
 
     def _marks(self) -> dict[int, Mark]:
@@ -179,6 +182,7 @@ class CacheKeeper:
             with self._lock:
                 self.policy.released(slot, session)
                 self._last_used[slot] = time.monotonic()
+                self._after_turn.add(slot)
                 self.state.persist(self.policy)
             self._wake.set()
         except Exception as exc:
@@ -201,7 +205,20 @@ class CacheKeeper:
                     self._act(action, slot, mark)
             self.policy.granted(slot, None, mark)
             self.state.persist(self.policy)
+            self._measure(slot)
         yield slot
+
+    def _measure(self, slot: int) -> None:
+        """The prompt rate, on the self-test's slot (whose cache the self-test replaces)."""
+        try:
+            self.policy.prompt_us = rate = self.files.prompt_rate(slot)
+            if rate is not None:
+                k = self.cache.save_factor
+                self.warn(f"cache: a prompt token read in {rate:.0f} us on slot {slot}; a slot "
+                          f"is saved after a turn when a re-read costs over {k} saves")  # fmt: skip
+        except InferError as exc:
+            self.warn(f"cache: the prompt rate could not be measured ({exc.describe()}); "
+                      "no saves right after a turn")  # fmt: skip
 
     # ---- idle saves and the drain ----
     def start(self) -> None:
@@ -228,13 +245,27 @@ class CacheKeeper:
 
     def _idle_loop(self) -> None:
         while not self._stop.is_set():
+            with self._lock:
+                after, self._after_turn = self._after_turn, set()
+            for slot in after:
+                self._save_after_turn(slot)
             due, wait = self._due(time.monotonic())
             for slot in due:
                 self._save_idle(slot)
-            if due:
+            if due or after:
                 continue
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _save_after_turn(self, slot: int) -> None:
+        """The save `Policy.after_turn` asks for, off the request's path: the gate holds the
+        slot while it runs, so a request that comes meanwhile waits at most the save's time."""
+        with self.gate.hold(slot, _ignore), self._lock:
+            mark = self._marks().get(slot)
+            save = self.policy.after_turn(slot, mark, self.cache.save_factor)
+            if save is not None and mark is not None and self._same_server():
+                self._act(save, slot, mark)
+                self.state.persist(self.policy)
 
     def _save_idle(self, slot: int) -> None:
         with self.gate.hold(slot, _ignore), self._lock:

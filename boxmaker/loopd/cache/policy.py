@@ -26,6 +26,10 @@ The rules, each request before its grant (`before`):
   `min_tokens`: below that the re-read is cheaper than the file);
 - this session has a save (of this identity) and the slot does not hold it: `Restore` it.
 
+And after each request (`after_turn`): `Save` the slot's unsaved holder when re-reading its cache
+(`prompt_us`, timed at start-up) would cost more than `factor` times saving it (`save_us`, from
+each save's answer); the idle and hand-over saves stay as they are.
+
 Save files are named `bx-<identity>-<hash>.bin` (`save_name`): the identity is a hash of the
 model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
 model, template or context size is never asked for (llama-server itself restores such a file
@@ -159,6 +163,10 @@ class Policy:
         self.saves: dict[str, int] = {}  # session -> tokens in its save file
         self.saved_at: dict[str, int] = {}  # session -> when its file was written (epoch s)
         self.notes: dict[str, list[Note]] = {}
+        # What this server was measured to cost, in microseconds per token: reading a prompt
+        # (at start-up), and saving (each save's answer; None until the first).
+        self.prompt_us: float | None = None
+        self.save_us: float | None = None
 
     def name(self, session: str) -> str:
         return save_name(self.ident, session)
@@ -195,10 +203,28 @@ class Policy:
             return None
         return Save(slot, held.session, self.name(held.session))
 
+    def after_turn(self, slot: int, mark: Mark | None, factor: int) -> Save | None:
+        """The save due right after a request (issue 19): when re-reading the slot's cache
+        would cost more than `factor` times saving it, at the rates measured on this server.
+        Nothing before the prompt rate is known; a save when only the save cost is unknown
+        (that save measures it)."""
+        held = self.holder(slot, mark)
+        if held is None or held.saved or mark is None or mark.tokens < self.min_tokens:
+            return None
+        if self.prompt_us is None:
+            return None
+        reread = mark.tokens * self.prompt_us
+        if self.save_us is not None and reread <= factor * mark.tokens * self.save_us:
+            return None
+        return Save(slot, held.session, self.name(held.session))
+
     def saved(self, action: Save, io: SlotIO, now: int = 0) -> None:
         """The save is done (`now`: the wall clock, epoch seconds, for the age bound)."""
         self.saves[action.session] = io.tokens
         self.saved_at[action.session] = now
+        if io.tokens >= self.min_tokens and io.tokens > 0:
+            rate = io.elapsed_us / io.tokens
+            self.save_us = rate if self.save_us is None else (self.save_us + rate) / 2
         held = self.held.get(action.slot)
         if held is not None and held.session == action.session:
             held.saved = True

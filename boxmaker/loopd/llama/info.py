@@ -216,3 +216,14 @@ def parse_control(body: bytes) -> tuple[bool, str | None]:
         return False, f"not a JSON object: {body[:80]!r}"
     message = obj.get("message")
     return obj.get("success") is True, message if isinstance(message, str) else None
+
+
+def parse_prompt_rate(body: bytes) -> float | None:
+    """POST /completion's answer: microseconds per prompt token read (None: too few read)."""
+    obj = _load(body, "/completion")
+    timings = _field(obj, "timings", dict, "/completion")
+    n, ms = timings.get("prompt_n"), timings.get("prompt_ms")
+    if type(n) is not int or type(ms) not in (int, float) or n < 16:
+        return None
+    assert isinstance(ms, int | float)
+    return micros(ms) / n

@@ -20,6 +20,7 @@ from boxmaker.loopd.llama.http import target
 from boxmaker.loopd.llama.info import (
     SlotIO,
     SlotState,
+    parse_prompt_rate,
     parse_slot_io,
     parse_slots,
     slots_target,
@@ -28,6 +29,8 @@ from boxmaker.loopd.llama.transport import short_call
 
 # The status of a server started without --slot-save-path.
 NOT_SUPPORTED = 501
+# The prompt loopd times at start-up (on the self-test's slot), to price a re-read.
+RATE_TOKENS = 192
 
 
 class SlotFiles:
@@ -42,6 +45,14 @@ class SlotFiles:
             InferError: no answer, an HTTP error, or an answer of the wrong shape.
         """
         return parse_slots(self._call("GET", slots_target(self.config.model), None))
+
+    def prompt_rate(self, slot: int) -> float | None:
+        """Reads a prompt of about RATE_TOKENS tokens into `slot`, uncached, generating one:
+        the server's microseconds per prompt token (None: it read too few to say)."""
+        text = " ".join(f"w{k % 89}q{k // 89}" for k in range(RATE_TOKENS // 3))
+        body = orjson.dumps({"model": self.config.model, "prompt": text, "n_predict": 1,
+                             "id_slot": slot, "cache_prompt": False})  # fmt: skip
+        return parse_prompt_rate(self._call("POST", "/completion", body))
 
     def save(self, slot: int, filename: str) -> SlotIO:
         """Saves the slot's cache to `filename` in the server's save folder.

@@ -36,6 +36,7 @@ class FakeSlots:
         self.save_path = True
         self.actions: list[tuple[str, int, str]] = []
         self.odd: dict[str, Any] = {}  # fields laid over every save and restore answer
+        self.prompt_ms = 1000.0  # what reading the start-up's 192-token prompt takes
 
     def run(self, slot: int, tokens: int) -> None:
         """A completion on `slot` that leaves `tokens` in its cache."""
@@ -84,3 +85,10 @@ class FakeSlots:
             return json_reply(
                 200, {"n_restored": n, "n_read": n, "timings": {"restore_ms": 0.5}} | self.odd
             )
+
+    def completion(self, request: Recorded) -> Reply:
+        """POST /completion (the keeper's prompt rate): the prompt read into its slot."""
+        body = request.json
+        assert isinstance(body, dict)
+        self.run(body["id_slot"], 192)
+        return json_reply(200, {"timings": {"prompt_n": 192, "prompt_ms": self.prompt_ms}})

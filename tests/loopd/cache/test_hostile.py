@@ -41,6 +41,7 @@ class SlotServe:
         (env.folder / "slots").mkdir()
         self.fs = FakeSlots(env.folder / "slots")
         env.fake.on("GET", "/slots", self.fs.slots)
+        env.fake.on("POST", "/completion", self.fs.completion)
         for slot in (0, 1):
             env.fake.on("POST", f"/slots/{slot}", self.fs.action)
         env.fake.on("POST", "/v1/chat/completions", self.chat)
@@ -105,6 +106,7 @@ def rig() -> Iterator[tuple[FakeServer, FakeSlots, Path]]:
         with FakeServer(folder / "infer.sock") as server:
             server.on("GET", "/slots", fake_slots.slots)
             server.on("GET", "/props", fake_slots.props)
+            server.on("POST", "/completion", fake_slots.completion)
             for slot in (0, 1):
                 server.on("POST", f"/slots/{slot}", fake_slots.action)
             yield server, fake_slots, folder

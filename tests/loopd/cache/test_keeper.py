@@ -33,6 +33,7 @@ def rig() -> Iterator[tuple[FakeServer, FakeSlots, Path]]:
     with FakeServer(folder / "infer.sock") as server:
         server.on("GET", "/slots", fake_slots.slots)
         server.on("GET", "/props", fake_slots.props)
+        server.on("POST", "/completion", fake_slots.completion)
         for slot in (0, 1):
             server.on("POST", f"/slots/{slot}", fake_slots.action)
         yield server, fake_slots, folder
@@ -165,3 +166,19 @@ def test_a_failure_in_the_keeper_still_grants_the_slot(rig: Any) -> None:
     k.policy.before = broken  # type: ignore[method-assign,assignment]
     assert k.before_grant(0, "a") == []
     assert warned == ["cache: slot 0 for a: RuntimeError('a bug'); granted without it"]
+
+
+def test_a_slot_is_saved_right_after_a_turn_when_a_reread_costs_more(rig: Any) -> None:
+    _, fs, folder = rig
+    k = keeper(folder, [])  # idle_save_ms is a minute: only the after-turn save can be seen
+    with k.around_selftest() as slot:
+        assert slot == 0
+    assert k.policy.prompt_us == 1000 * 1000 / 192  # the fake reads 192 tokens in a second
+    k.start()
+    try:
+        k.before_grant(1, "a")
+        fs.run(1, 300)
+        k.after_release(1, "a")
+        wait_for(lambda: ("save", 1, k.policy.name("a")) in fs.actions, "the after-turn save")
+    finally:
+        k.drain()

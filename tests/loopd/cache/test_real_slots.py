@@ -130,3 +130,19 @@ def test_four_sessions_alternating_on_two_slots_hit_the_cache_every_time() -> No
         restores = sum(len(kinds(cs.records(s), CacheRestored)) for s in sessions)
         print(f"four sessions, two slots, twelve turns: {saves} saves, {restores} restores")
         assert restores == 8, restores  # every turn after each session's first
+
+
+def test_llama_server_killed_two_seconds_after_a_turn_costs_the_session_nothing() -> None:
+    # The idle save is a minute away: only the save right after the turn (its re-read costs far
+    # more than ten saves on this CPU) can bring the cache back.
+    with CacheStack(slots=2, cache={"idle_save_ms": 600_000}) as cs:
+        cs.start_loopd()
+        cs.turn("crash", f"Say hello. {notes('crash')}", resume=False)
+        before = cs.records("crash")
+        time.sleep(2)  # the scenario: the server dies 2 s after the turn
+        assert "crash" in cs.state().get("saves", {}), cs.output()
+        cs.restart_server()  # SIGKILL, and a new process on the same port
+        cs.turn("crash", "Now say goodbye.")
+        after = turns(cs.records("crash"))[-1]
+        assert kinds(after, CacheRestored), after
+        assert hits(previous_total(before), first_usage(after)), (before[-1], after)
