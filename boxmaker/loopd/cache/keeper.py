@@ -73,6 +73,7 @@ class CacheKeeper:
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
         self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
+        self._grant_marks: dict[int, Mark] = {}  # each slot's mark at its last grant
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
@@ -170,6 +171,8 @@ class CacheKeeper:
                 for action in actions:
                     self._act(action, slot, mark)
             self.policy.granted(slot, session, mark)
+            if mark is not None:
+                self._grant_marks[slot] = mark  # for the after-turn save's bookkeeping
             notes = self.policy.take_notes(session) if session is not None else []
             self.state.persist(self.policy)
         return [note.to_json() for note in notes]
@@ -261,8 +264,8 @@ class CacheKeeper:
         """The save `Policy.after_turn` asks for, off the request's path: the gate holds the
         slot while it runs, so a request that comes meanwhile waits at most the save's time."""
         with self.gate.hold(slot, _ignore), self._lock:
-            mark = self._marks().get(slot)
-            save = self.policy.after_turn(slot, mark, self.cache.save_factor)
+            mark = self._grant_marks.pop(slot, None)  # no /slots: inferproxy's bucket is shared
+            save = self.policy.after_turn(slot, self.cache.save_factor)
             if save is not None and mark is not None and self._same_server():
                 self._act(save, slot, mark)
                 self.state.persist(self.policy)

@@ -203,18 +203,17 @@ class Policy:
             return None
         return Save(slot, held.session, self.name(held.session))
 
-    def after_turn(self, slot: int, mark: Mark | None, factor: int) -> Save | None:
+    def after_turn(self, slot: int, factor: int) -> Save | None:
         """The save due right after a request (issue 19): when re-reading the slot's cache
-        would cost more than `factor` times saving it, at the rates measured on this server.
+        would cost more than `factor` times saving it, at the per-token rates measured here.
         Nothing before the prompt rate is known; a save when only the save cost is unknown
         (that save measures it)."""
-        held = self.holder(slot, mark)
-        if held is None or held.saved or mark is None or mark.tokens < self.min_tokens:
+        held = self.held.get(slot)  # the request just released: its session holds the slot
+        if held is None or held.saved or self.prompt_us is None:
             return None
-        if self.prompt_us is None:
-            return None
-        reread = mark.tokens * self.prompt_us
-        if self.save_us is not None and reread <= factor * mark.tokens * self.save_us:
+        # Both costs grow with the cache's size, so their ratio decides, and nothing is asked of
+        # the server but the save (a server restarted mid-turn got the retry's whole prompt).
+        if self.save_us is not None and self.prompt_us <= factor * self.save_us:
             return None
         return Save(slot, held.session, self.name(held.session))
 

@@ -215,13 +215,13 @@ def test_a_save_right_after_a_turn_only_when_a_reread_costs_more_than_k_saves() 
     mark = Mark(5, 1000)
     p.granted(0, "a", mark)
     p.released(0, "a")
-    assert p.after_turn(0, mark, 10) is None  # no prompt rate measured yet
+    assert p.after_turn(0, 10) is None  # no prompt rate measured yet
     p.prompt_us = 5000.0  # 5 ms a token: 1,000 tokens re-read in 5 s
-    assert p.after_turn(0, mark, 10) == save_of("a")  # the save cost is not known: this measures
+    assert p.after_turn(0, 10) == save_of("a")  # the save cost is not known: this measures
     p.saved(save_of("a"), SlotIO(1000, 1, 30_000))  # 30 us a token
     assert p.save_us == 30.0
-    assert p.after_turn(0, mark, 10) is None  # saved already
+    assert p.after_turn(0, 10) is None  # saved already
     p.released(0, "a")
-    assert p.after_turn(0, mark, 10) == save_of("a")  # 5 s against 10 x 30 ms
-    assert p.after_turn(0, mark, 200) is None  # 5 s against 200 x 30 ms
-    assert p.after_turn(0, Mark(5, 99), 10) is None  # too short to save
+    assert p.after_turn(0, 10) == save_of("a")  # 5 s against 10 x 30 ms
+    assert p.after_turn(0, 200) is None  # 5 s against 200 x 30 ms
+    assert p.after_turn(1, 10) is None  # a slot no session holds
