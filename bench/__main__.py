@@ -1,10 +1,21 @@
-"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [broker]
-[sandbox] [compaction]` (all by default; slotcache and compaction start the real llama-server)."""
+"""Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]
+[broker] [sandbox] [compaction]` (all by default; slotcache, slots and compaction start the real
+llama-server)."""
 
 import importlib
 import sys
 
-SUITES = ("sse", "proxy", "sessions", "daemon", "slotcache", "broker", "sandbox", "compaction")
+SUITES = (
+    "sse",
+    "proxy",
+    "sessions",
+    "daemon",
+    "slotcache",
+    "slots",
+    "broker",
+    "sandbox",
+    "compaction",
+)
 
 
 def main(argv: list[str]) -> int:

@@ -46,6 +46,7 @@ WORKERS = "boxmaker.loopd.workers"
 VERIFY = "boxmaker.verify"
 CACHE = "boxmaker.loopd.cache"
 BROKERD = "boxmaker.brokerd"
+OPEN = "boxmaker.loopd.session_open"
 
 
 def _llama(*names: str) -> frozenset[str]:
@@ -84,6 +85,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{LLAMA}.retry": frozenset({CONFIG}) | _llama("errors"),
     f"{LLAMA}.waits": frozenset({CONFIG}) | _llama("errors"),
     f"{LLAMA}.gate": frozenset({PROTO}) | _llama("errors", "types"),
+    f"{LLAMA}.slots": frozenset({CONFIG}) | _llama("errors", "http", "info", "transport"),
     f"{LLAMA}.chat": frozenset({PROTO, CONFIG})
     | _llama("errors", "types", "http", "sse", "transport", "assemble", "info", "request", "waits"),
     f"{LLAMA}.client": frozenset({PROTO, CONFIG})
@@ -91,16 +93,18 @@ RULES: dict[str, frozenset[str]] = {
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
     TOOLS: frozenset({PROTO, CONFIG}),  # port.py reads [tools] (issue 22)
-    TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
+    TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, OPEN}),
+    # Opening a session (issue 20): `loopd turn` and the worker share it.
+    OPEN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
     # The channel on loop.sock and the session workers behind it (issue 11).
     CHANNEL: frozenset({PROTO, DAEMON, CONFIG, WORKERS, f"{WORKERS}.wire"}),
     WORKERS: frozenset(
-        {PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, f"{WORKERS}.wire", f"{CACHE}.policy"}
+        {PROTO, CONFIG, LLAMA, SESSION, TOOLS, TURN, OPEN, f"{WORKERS}.wire", f"{CACHE}.policy"}
     ),
     f"{WORKERS}.wire": frozenset({PROTO}),  # [core]: the pipe kinds
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
-    CACHE: frozenset({PROTO, CONFIG, LLAMA, f"{CACHE}.policy"}),
-    f"{CACHE}.policy": frozenset({PROTO}),
+    CACHE: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{CACHE}.policy"}),  # session.files
+    f"{CACHE}.policy": frozenset({PROTO, f"{LLAMA}.info"}),  # [core] on llama's /slots parser
     # brokerd (issues 22, 23): the only process with authority. Its cores (config, grants, policy,
     # tools.spec, taint, netcheck) sit below its shells; it never imports loopd, nor loopd it.
     BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})

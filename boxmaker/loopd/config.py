@@ -116,6 +116,11 @@ class InferenceConfig:
     thinking_overrun: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
     max_tokens: Annotated[int, TOKENS] = 8192
     queue_length: Annotated[int, integer(0, 1024, "requests waiting per slot")] = 8
+    # Issue 19: a new session's slot. "spread": the one with the fewest sessions active within
+    # slot_window_ms, then the least busy, then the least recently used; "first": slots[0]
+    # (the old behaviour, kept for `make bench`'s comparison).
+    slot_choice: Annotated[str, choice("spread", "first")] = "spread"
+    slot_window_ms: Annotated[int, MS] = 600_000
     retry_attempts: Annotated[int, integer(1, 100, "attempts in all, the first included")] = 4
     retry_delays_ms: Annotated[tuple[int, ...], DELAYS_MS] = (2000, 8000, 30_000)
     retry_jitter: Annotated[float, number(0.0, 1.0, hi_open=True)] = 0.25
@@ -293,12 +298,19 @@ class CacheConfig:
     # Long enough that a conversation does not write a file after every turn (a 7B model's cache
     # is 50-130 KB a token: README, "Slot save and restore").
     idle_save_ms: Annotated[int, MS] = 60_000
+    # Issue 19: a slot is also saved right after a turn when re-reading its cache (at the prompt
+    # rate measured at start-up) would cost more than this many times the save (at the save
+    # cost measured on this server), so a server crash right after a turn costs nothing.
+    save_factor: Annotated[int, integer(1, 1_000_000, "times")] = 10
     # Who holds each slot and what is saved, kept across restarts; <home>/slot-cache.json if unset.
     state: Annotated[Path | None, PATH] = None
     # The save folder (--slot-save-path) as loopd sees it; when set, the oldest save files past
     # max_bytes are removed. The server's own view of it is its flag: loopd only names files.
     folder: Annotated[Path | None, PATH] = None
     max_bytes: Annotated[int, integer(1, 1 << 50, "bytes")] = 16 << 30
+    # A save older than this is forgotten (and its file removed, with `folder` set): the state
+    # file and the folder hold only sessions that may still come back.
+    max_age_s: Annotated[int, integer(60, 10 * 365 * 86_400, "seconds")] = 30 * 86_400
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

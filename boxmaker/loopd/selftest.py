@@ -28,7 +28,13 @@ import orjson
 
 from boxmaker.loopd.config import Config, ExpectConfig, SelftestConfig
 from boxmaker.loopd.llama.errors import ConnectFailed, InferError
-from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS, CacheMiss, Props, cache_outcome
+from boxmaker.loopd.llama.info import (
+    CACHE_LOSS_SLACK_TOKENS,
+    CacheMiss,
+    Props,
+    cache_outcome,
+    template_sha256,
+)
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion, FinishReason
 from boxmaker.loopd.turn.records import assistant_message
 from boxmaker.proto import (
@@ -37,7 +43,6 @@ from boxmaker.proto import (
     ToolSchema,
     UserMessage,
     load_json_object,
-    sha256_hex,
 )
 
 PROPS: Final = "props"
@@ -85,11 +90,6 @@ class SelftestClient(Protocol):
 
 
 # ---- the judges (pure) -------------------------------------------------------------------------
-
-
-def template_sha256(chat_template: str) -> str:
-    """The hex SHA-256 of a chat template as /props returns it (UTF-8)."""
-    return sha256_hex(chat_template.encode("utf-8"))
 
 
 def judge_props(props: Props, expect: ExpectConfig) -> CheckResult:

@@ -26,9 +26,11 @@ import contextlib
 import dataclasses
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from pathlib import Path
+
+import orjson
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon import SetupError
@@ -47,9 +49,11 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.retry import is_retryable
 from boxmaker.loopd.selftest import iter_selftest
 from boxmaker.loopd.workers.pool import Pool
+from boxmaker.proto import is_session_id
 from boxmaker.proto.errors import EncodeError
 from boxmaker.session.errors import SessionError
-from boxmaker.session.files import FILE_MODE, ensure_dir, try_lock
+from boxmaker.session.files import FILE_MODE, ensure_dir, open_regular, try_lock
+from boxmaker.session.paths import LOG_NAME, SESSIONS_DIR
 
 PROG = "loopd"
 SETTING = "[channel] socket"
@@ -57,6 +61,7 @@ SETTING = "[channel] socket"
 # precision, only to happen.
 REAP_INTERVAL_S = 1.0
 LOAD_POLL_S = 0.5  # how often /props is asked while the server is loading its model
+FIRST_LINE_BYTES = 64 << 10  # a SessionStart line is far shorter; its slot is all that is read
 
 
 def compiled_modules() -> str:
@@ -92,6 +97,50 @@ def wait_until_loaded(
         else:
             return True
         sleep(LOAD_POLL_S)
+
+
+def recent_sessions(home: Path, window_s: float, now: float) -> Iterator[tuple[str, int, float]]:
+    """Each session whose log was written within `window_s` of `now` (wall clock): its id, its
+    SessionStart slot and the log's mtime. What the gate's slot choice and the self-test's slot
+    start from, so a restarted loopd still knows which slots hold live sessions."""
+    try:
+        entries = list(os.scandir(home / SESSIONS_DIR))
+    except OSError:
+        return
+    for entry in entries:
+        if not is_session_id(entry.name):
+            continue
+        path = Path(entry.path) / LOG_NAME
+        try:
+            fd = open_regular(path)
+        except Exception:  # missing, a link, a FIFO: not a live session's
+            continue
+        try:
+            mtime = os.fstat(fd).st_mtime
+            if now - mtime > window_s:
+                continue
+            first = os.read(fd, FIRST_LINE_BYTES).split(b"\n", 1)[0]
+        except OSError:
+            continue
+        finally:
+            os.close(fd)
+        try:
+            start = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(start, dict) and type(slot := start.get("slot")) is int:
+            yield entry.name, slot, mtime
+
+
+def slot_gate(config: Config) -> SlotGate:
+    """The gate, told which slots the sessions active within slot_window_ms used."""
+    window_s = config.inference.slot_window_ms / 1000
+    gate = SlotGate(config.inference.queue_length, window_s)
+    wall, mono = time.time(), time.monotonic()
+    for session, slot, mtime in recent_sessions(config.paths.home, window_s, wall):
+        if slot in config.inference.slots:
+            gate.seen(slot, session, mono - (wall - mtime))
+    return gate
 
 
 HOME_LOCK = "loopd.lock"  # under [paths] home: flocked for serve's whole life
@@ -141,12 +190,14 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
         return ExitStatus.ERROR
     client = Client(config.inference)
     wait_until_loaded(client.props, config.inference.load_wait_ms, log.say)
-    gate = SlotGate(config.inference.queue_length)
+    gate = slot_gate(config)
+    # The self-test's slot: the one least likely to hold a live session's cache.
+    order = gate.order(config.inference.slots)
     keeper: CacheKeeper | None = None
-    around: AbstractContextManager[int] = contextlib.nullcontext(config.inference.slots[0])
+    around: AbstractContextManager[int] = contextlib.nullcontext(order[0])
     if config.cache.slot_save:
         keeper = open_keeper(config, gate, client.props, log.say, log.warn)
-        around = around if keeper is None else keeper.around_selftest()
+        around = around if keeper is None else keeper.around_selftest(order)
     failed = []
     with around as slot:  # with slot_save: a slot no session holds, or its holder saved first
         others = tuple(s for s in config.inference.slots if s != slot)

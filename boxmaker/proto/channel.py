@@ -350,3 +350,17 @@ def decode_body(frame: Frame) -> ChannelBody:
     if "event" not in body or len(body) != 1:
         raise BodyError('turn_event: the body is {"event": {...}} and nothing else')
     return event_from_json(body["event"], "turn_event.event")
+
+
+def parse_turn(frame: Frame) -> Turn:
+    """The Turn a `turn` frame carries (`thinking` left out is true).
+
+    Raises:
+        BodyError: not a `turn`, `final` not true, a key missing, unknown or of the wrong type,
+            or a session id that breaks the rule; the message names the field.
+    """
+    if frame.kind != "turn":
+        raise BodyError(f"expected a turn frame, got {frame.kind}")
+    turn = decode_body(frame)
+    assert isinstance(turn, Turn)  # decode_body gives a Turn for kind `turn`
+    return turn

@@ -91,6 +91,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("cache.slot_save", False),
     ("cache.min_tokens", 256),
     ("cache.idle_save_ms", 60_000),
+    ("cache.save_factor", 10),
     ("cache.state", None),
     ("cache.folder", None),
     ("cache.max_bytes", 16 << 30),
@@ -106,6 +107,10 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("compact.owner_chars", 1600),
     ("compact.summary_tokens", 256),
     ("compact.prewarm", True),
+    # Issue 19: slots.
+    ("cache.max_age_s", 30 * 86_400),
+    ("inference.slot_choice", "spread"),
+    ("inference.slot_window_ms", 600_000),
 ]
 
 

@@ -17,7 +17,7 @@ import pytest
 
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus
-from boxmaker.loopd.llama.info import CacheHit, CacheMiss, cache_outcome
+from boxmaker.loopd.llama.info import CacheHit, CacheMiss, cache_outcome, template_sha256
 from boxmaker.loopd.llama.types import (
     ChatEvent,
     ChatRequest,
@@ -25,7 +25,7 @@ from boxmaker.loopd.llama.types import (
     FinishReason,
     ToolCallDelta,
 )
-from boxmaker.loopd.selftest import CHECKS, iter_selftest, template_sha256
+from boxmaker.loopd.selftest import CHECKS, iter_selftest
 from boxmaker.proto import (
     AssistantMessage,
     ContentEvent,

@@ -13,7 +13,7 @@ import pytest
 
 from boxmaker.loopd.config import Config, load_config, parse_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.llama.info import Props
+from boxmaker.loopd.llama.info import Props, template_sha256
 from boxmaker.loopd.llama.types import Completion, FinishReason
 from boxmaker.loopd.selftest import (
     CACHE,
@@ -25,7 +25,6 @@ from boxmaker.loopd.selftest import (
     judge_cache,
     judge_props,
     judge_tool_call,
-    template_sha256,
     tool_call_request,
 )
 from boxmaker.proto import AssistantMessage, Timings, ToolCall, UserMessage

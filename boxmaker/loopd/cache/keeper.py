@@ -11,8 +11,10 @@ grew past its file (no call to the server). Both run while the caller holds the 
 request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
 has shown in /slots (the server might now run another model, template or context size).
 
-A thread saves a slot whose holder has left it unsaved for `idle_save_ms` (holding the slot in the
-gate while it does); `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
+A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost
+more than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot
+whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does;
+`drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
 the self-test a slot that holds no session when there is one, and saves the holder first when
 there is not. Every failure of these calls is one warning line, never a failed turn: the request
 then runs as it would without the feature. The policy's state is kept in the state file after
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -31,13 +34,12 @@ from typing import Any
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
-from boxmaker.loopd.llama.info import Props
-from boxmaker.proto import sha256_hex
+from boxmaker.loopd.llama.info import Props, template_sha256
+from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
 
-from .policy import SAVE_PREFIX, Action, Mark, Policy, Restore, Save, identity, session_of
-from .server import NOT_SUPPORTED, SlotFiles
+from .policy import SAVE_PREFIX, Action, Mark, Restore, Save, identity, marks_of
+from .state import STATE_FILE, StateFile
 
-STATE_FILE = "slot-cache.json"
 Warn = Callable[[str], None]
 
 
@@ -62,17 +64,20 @@ class CacheKeeper:
         self.gate = gate
         self.warn = warn
         self.files = files if files is not None else SlotFiles(config.inference)
-        self.state_path = self.cache.state or config.paths.home / STATE_FILE
-        self.policy = self._load(ident)
+        self.state = StateFile(self.cache.state or config.paths.home / STATE_FILE, warn)
+        self.policy = self.state.load(ident, self.cache.min_tokens, self.cache.folder)
         # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
         # /slots shows a restart, so the next save or restore asks /props again first.
         self._verified = True
         self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
+        self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
+        self._grant_marks: dict[int, Mark] = {}  # each slot's mark at its last grant
         self._stop = threading.Event()
         self._wake = threading.Event()
         self._thread: threading.Thread | None = None
+        self._prune()  # what aged out while loopd was away
 
     def _server_identity(self) -> str | None:
         """The identity of the server answering now (None: no answer)."""
@@ -98,30 +103,6 @@ class CacheKeeper:
             )
         return found == self.policy.ident
 
-    # ---- the state file ----
-    def _load(self, ident: str) -> Policy:
-        try:
-            data = self.state_path.read_bytes()
-        except FileNotFoundError:
-            return Policy(ident, self.cache.min_tokens)
-        except OSError as exc:
-            self.warn(f"cache: cannot read {self.state_path} ({exc}); starting with no saves")
-            return Policy(ident, self.cache.min_tokens)
-        try:
-            return Policy.from_json(data, ident, self.cache.min_tokens)
-        except ValueError as exc:
-            self.warn(f"cache: {self.state_path} is unreadable ({exc}); starting with no saves")
-            return Policy(ident, self.cache.min_tokens)
-
-    def _persist(self) -> None:
-        tmp = self.state_path.with_name(self.state_path.name + ".tmp")
-        try:
-            self.state_path.parent.mkdir(parents=True, exist_ok=True)
-            tmp.write_bytes(self.policy.to_json())
-            os.replace(tmp, self.state_path)
-        except OSError as exc:
-            self.warn(f"cache: cannot write {self.state_path} ({exc})")
-
     # ---- the server ----
     def probe(self) -> tuple[bool, str]:
         """Whether the server saves slots: a save of a slot (an empty one if there is one).
@@ -129,7 +110,7 @@ class CacheKeeper:
         Returns (on, the self-test's line).
         """
         try:
-            marks = self._first_marks = self.files.marks()
+            marks = self._first_marks = marks_of(self.files.slots())
             slot = next(
                 (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
             )
@@ -142,12 +123,12 @@ class CacheKeeper:
             return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
         return True, (
             f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
-            f"{SAVE_PREFIX}{self.policy.ident}-<session>.bin"
+            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>.bin"
         )
 
     def _marks(self) -> dict[int, Mark]:
         try:
-            marks = self.files.marks()
+            marks = marks_of(self.files.slots())
         except InferError as exc:
             self.warn(f"cache: GET /slots failed ({exc.describe()})")
             return {}
@@ -160,7 +141,7 @@ class CacheKeeper:
         try:
             if isinstance(action, Save):
                 io = self.files.save(slot, action.filename)
-                self.policy.saved(action, io)
+                self.policy.saved(action, io, int(time.time()))
                 self._prune()
             else:
                 io = self.files.restore(slot, action.filename)
@@ -190,35 +171,57 @@ class CacheKeeper:
                 for action in actions:
                     self._act(action, slot, mark)
             self.policy.granted(slot, session, mark)
+            if mark is not None:
+                self._grant_marks[slot] = mark  # for the after-turn save's bookkeeping
             notes = self.policy.take_notes(session) if session is not None else []
-            self._persist()
+            self.state.persist(self.policy)
         return [note.to_json() for note in notes]
 
     def after_release(self, slot: int, session: str | None) -> None:
         """Called with the slot still held, once `session`'s request is over (no call to the
-        server: the next grant's /slots tells what became of the slot)."""
-        with self._lock:
-            self.policy.released(slot, session)
-            self._last_used[slot] = time.monotonic()
-            self._persist()
-        self._wake.set()
+        server: the next grant's /slots tells what became of the slot). Never raises: the
+        gate's thread must go on to let the slot go."""
+        try:
+            with self._lock:
+                self.policy.released(slot, session)
+                self._last_used[slot] = time.monotonic()
+                self._after_turn.add(slot)
+                self.state.persist(self.policy)
+            self._wake.set()
+        except Exception as exc:
+            self.warn(f"cache: after slot {slot} for {session}: {exc!r}")
 
     @contextlib.contextmanager
-    def around_selftest(self) -> Iterator[int]:
-        """The slot the self-test should use (one no session holds, if any), its holder's cache
-        saved first when it must use a held one (then restored at the session's next request)."""
+    def around_selftest(self, order: list[int] | None = None) -> Iterator[int]:
+        """The slot the self-test should use: the first of `order` (the gate's, least likely to
+        hold a live session first) that no session holds, else the first of `order`, its
+        holder's cache saved first (then restored at the session's next request)."""
+        order = order or list(self.slots)
         with self._lock:
             marks, self._first_marks = self._first_marks or self._marks(), None
-            free = [s for s in self.slots if self.policy.holder(s, marks.get(s)) is None]
-            slot = free[0] if free else self.slots[0]
+            free = [s for s in order if self.policy.holder(s, marks.get(s)) is None]
+            slot = free[0] if free else order[0]
             mark = marks.get(slot)
             actions = self.policy.before(slot, None, mark)
             if actions and mark is not None and self._same_server():
                 for action in actions:
                     self._act(action, slot, mark)
             self.policy.granted(slot, None, mark)
-            self._persist()
+            self.state.persist(self.policy)
+            self._measure(slot)
         yield slot
+
+    def _measure(self, slot: int) -> None:
+        """The prompt rate, on the self-test's slot (whose cache the self-test replaces)."""
+        try:
+            self.policy.prompt_us = rate = self.files.prompt_rate(slot)
+            if rate is not None:
+                k = self.cache.save_factor
+                self.warn(f"cache: a prompt token read in {rate:.0f} us on slot {slot}; a slot "
+                          f"is saved after a turn when a re-read costs over {k} saves")  # fmt: skip
+        except InferError as exc:
+            self.warn(f"cache: the prompt rate could not be measured ({exc.describe()}); "
+                      "no saves right after a turn")  # fmt: skip
 
     # ---- idle saves and the drain ----
     def start(self) -> None:
@@ -245,13 +248,27 @@ class CacheKeeper:
 
     def _idle_loop(self) -> None:
         while not self._stop.is_set():
+            with self._lock:
+                after, self._after_turn = self._after_turn, set()
+            for slot in after:
+                self._save_after_turn(slot)
             due, wait = self._due(time.monotonic())
             for slot in due:
                 self._save_idle(slot)
-            if due:
+            if due or after:
                 continue
             self._wake.wait(wait)
             self._wake.clear()
+
+    def _save_after_turn(self, slot: int) -> None:
+        """The save `Policy.after_turn` asks for, off the request's path: the gate holds the
+        slot while it runs, so a request that comes meanwhile waits at most the save's time."""
+        with self.gate.hold(slot, _ignore), self._lock:
+            mark = self._grant_marks.pop(slot, None)  # no /slots: inferproxy's bucket is shared
+            save = self.policy.after_turn(slot, self.cache.save_factor)
+            if save is not None and mark is not None and self._same_server():
+                self._act(save, slot, mark)
+                self.state.persist(self.policy)
 
     def _save_idle(self, slot: int) -> None:
         with self.gate.hold(slot, _ignore), self._lock:
@@ -262,7 +279,7 @@ class CacheKeeper:
             elif (held := self.policy.held.get(slot)) is not None:
                 held.saved = True  # too short to save, or no longer the slot's: not due again
             self._last_used[slot] = time.monotonic()  # a failed save is tried again later
-            self._persist()
+            self.state.persist(self.policy)
 
     def drain(self) -> int:
         """Saves every slot whose holder's cache is not saved (loopd is stopping)."""
@@ -280,37 +297,62 @@ class CacheKeeper:
                 if save is not None and mark is not None and self._same_server():
                     self._act(save, slot, mark)
                     saved += 1
-                self._persist()
+                self.state.persist(self.policy)
         return saved
 
-    # ---- the save folder's bound ----
+    # ---- the save folder's bounds ----
     def _prune(self) -> None:
-        """With [cache] folder set: removes the oldest save files past max_bytes."""
+        """Forgets saves past max_age_s; with [cache] folder set, removes their files and then
+        the oldest past max_bytes. Only this identity's regular files count and go: a link, a
+        folder, or another identity's file in a shared folder is left alone."""
+        now = int(time.time())
+        for session in self.policy.expired(now, self.cache.max_age_s):
+            self._remove(self.policy.name(session), session)
         folder = self.cache.folder
         if folder is None:
             return
+        head = f"{SAVE_PREFIX}{self.policy.ident}-"
+        files: list[tuple[float, int, str]] = []
         try:
-            files = [(p.stat().st_mtime, p.stat().st_size, p) for p in folder.glob("bx-*.bin")]
+            entries = list(os.scandir(folder))
         except OSError as exc:
             self.warn(f"cache: cannot list {folder} ({exc})")
             return
-        total = sum(size for _, size, _ in files)
-        for _, size, path in sorted(files):
-            if total <= self.cache.max_bytes:
-                break
-            try:
-                path.unlink()
-            except OSError as exc:
-                self.warn(f"cache: cannot remove {path} ({exc})")
+        for entry in entries:
+            if not (entry.name.startswith(head) and entry.name.endswith(".bin")):
                 continue
-            total -= size
-            if (session := session_of(self.policy.ident, path.name)) is not None:
-                self.policy.forget(session)
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue  # gone meanwhile
+            if stat.S_ISREG(st.st_mode):
+                files.append((st.st_mtime, st.st_size, entry.name))
+        total = sum(size for _, size, _ in files)
+        names = self.policy.by_name()
+        for mtime, size, name in sorted(files):
+            if total <= self.cache.max_bytes and now - mtime <= self.cache.max_age_s:
+                continue
+            if self._remove(name, names.get(name)):
+                total -= size
+
+    def _remove(self, name: str, session: str | None) -> bool:
+        if session is not None:
+            self.policy.forget(session)
+        if self.cache.folder is None:
+            return True
+        try:
+            (self.cache.folder / name).unlink()
+        except FileNotFoundError:
+            return True
+        except OSError as exc:
+            self.warn(f"cache: cannot remove {self.cache.folder / name} ({exc})")
+            return False
+        return True
 
 
 def server_identity(model: str, props: Props) -> str:
     """The identity save files are named with, for the server whose /props this is."""
-    return identity(model, sha256_hex(props.chat_template.encode("utf-8")), props.n_ctx)
+    return identity(model, template_sha256(props.chat_template), props.n_ctx)
 
 
 def open_keeper(

@@ -6,7 +6,8 @@ process (which grants the slots) saves a session's cache to a file before anythi
 slot, and when the slot has been idle a while, and restores it before the session's next request
 when the slot no longer holds it. `Policy` decides; `cache.keeper` asks the server and acts.
 
-What the policy knows of a slot comes from GET /slots, one call before each grant: a `Mark`, the
+What the policy knows of a slot comes from GET /slots (llama.info's parser), one call before each
+grant: a `Mark`, the
 slot's `id_task` (the last completion task it ran; task ids only grow over a server's life) and
 `n_prompt_tokens` (how many tokens its cache holds). Every request on a slot goes through loopd's
 gate, so after a session's request the slot holds that session's cache until loopd itself lets
@@ -25,11 +26,19 @@ The rules, each request before its grant (`before`):
   `min_tokens`: below that the re-read is cheaper than the file);
 - this session has a save (of this identity) and the slot does not hold it: `Restore` it.
 
-Save files are named `bx-<identity>-<session>.bin` (`save_name`): the identity is a hash of the
+And after each request (`after_turn`): `Save` the slot's unsaved holder when re-reading its cache
+(`prompt_us`, timed at start-up) would cost more than `factor` times saving it (`save_us`, from
+each save's answer); the idle and hand-over saves stay as they are.
+
+Save files are named `bx-<identity>-<hash>.bin` (`save_name`): the identity is a hash of the
 model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
 model, template or context size is never asked for (llama-server itself restores such a file
-without a word: measured with another -c). Session ids are [A-Za-z0-9._-] (proto.ids); the
-server's filename check refuses `..`, so dots are written `_d` (and `_` as `__`).
+without a word: measured with another -c); the hash is 32 hex digits of the session id's SHA-256,
+so every id makes a short name the server's filename check takes (a 128-character id written out
+made a 279-character name, refused `400 Invalid filename`). The state maps sessions to names.
+
+Every number from outside (the server's answers, the state file) is bounded where it enters
+(`MAX_COUNT`), so nothing downstream can fail to encode it.
 
 The results come back through `saved`, `restored`, `restore_failed`, `granted` and `released`;
 each save or
@@ -44,12 +53,16 @@ from typing import Any, Literal
 
 import orjson
 
-from boxmaker.proto import sha256_hex
+from boxmaker.loopd.llama.info import MAX_COUNT, SlotIO, SlotState
+from boxmaker.proto import is_session_id, sha256_hex
+
+__all__ = ["MAX_COUNT", "SlotIO"]  # the llama/ parser's results, named where the policy uses them
 
 SAVE_PREFIX = "bx-"
 PROBE_NAME = "probe"  # the self-test's probe file: bx-<identity>-probe.bin (no session id clashes:
 # a probe file is never restored, and a session called "probe" would only overwrite it)
-STATE_VERSION = 1
+STATE_VERSION = 2  # 1 named files by the escaped session id; its files are not looked for
+MAX_NOTES = 16  # per session: the oldest go first (a session that never comes back owes few)
 
 
 def identity(model: str, template_sha256: str, n_ctx: int) -> str:
@@ -58,29 +71,9 @@ def identity(model: str, template_sha256: str, n_ctx: int) -> str:
 
 
 def save_name(ident: str, session: str) -> str:
-    """`bx-<identity>-<session>.bin`, the session id with `_` written `__` and `.` written `_d`:
-    llama-server refuses a file name holding `..` (a session id may), and the mapping stays
-    one-to-one (`session_of` reads it back)."""
-    return f"{SAVE_PREFIX}{ident}-{session.replace('_', '__').replace('.', '_d')}.bin"
-
-
-def session_of(ident: str, filename: str) -> str | None:
-    """The session a save file of this identity belongs to, or None for any other file."""
-    head, tail = f"{SAVE_PREFIX}{ident}-", ".bin"
-    if not (filename.startswith(head) and filename.endswith(tail)):
-        return None
-    coded, out, i = filename[len(head) : -len(tail)], [], 0
-    while i < len(coded):
-        if coded[i] == "_":
-            pair = coded[i : i + 2]
-            if pair not in ("__", "_d"):
-                return None
-            out.append("_" if pair == "__" else ".")
-            i += 2
-        else:
-            out.append(coded[i])
-            i += 1
-    return "".join(out)
+    """`bx-<identity>-<32 hex digits of the session id's SHA-256>.bin`: short and plain whatever
+    the id (llama-server refuses a name over 255 characters, or holding `..`)."""
+    return f"{SAVE_PREFIX}{ident}-{sha256_hex(session.encode())[:32]}.bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,15 +82,6 @@ class Mark:
 
     task: int | None
     tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class SlotIO:
-    """A save's or restore's answer: tokens, bytes written or read, and the server's time."""
-
-    tokens: int
-    size: int
-    elapsed_us: int
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,9 +125,11 @@ class Note:
         if not isinstance(obj, dict) or obj.get("kind") not in ("saved", "restored"):
             raise ValueError(f"a cache note: expected kind saved or restored, got {obj!r:.80}")
         values = [obj.get(k) for k in ("slot", "tokens", "size", "elapsed_us")]
-        counts = [v for v in values if type(v) is int and v >= 0]
+        counts = [v for v in values if type(v) is int and 0 <= v <= MAX_COUNT]
         if len(counts) != len(values):
-            raise ValueError(f"a cache note: expected four non-negative integers, got {obj!r:.80}")
+            raise ValueError(
+                f"a cache note: expected four integers from 0 to {MAX_COUNT}, got {obj!r:.80}"
+            )
         slot, tokens, size, elapsed_us = counts
         return cls(obj["kind"], slot, SlotIO(tokens, size, elapsed_us))
 
@@ -158,6 +144,11 @@ class Held:
     saved: bool
 
 
+def marks_of(states: tuple[SlotState, ...]) -> dict[int, Mark]:
+    """Each slot's mark, from GET /slots as llama.info parses it."""
+    return {s.id: Mark(s.id_task, s.n_prompt_tokens) for s in states}
+
+
 def _floor(mark: Mark) -> int:
     return -1 if mark.task is None else mark.task
 
@@ -170,7 +161,12 @@ class Policy:
         self.min_tokens = min_tokens
         self.held: dict[int, Held] = {}
         self.saves: dict[str, int] = {}  # session -> tokens in its save file
+        self.saved_at: dict[str, int] = {}  # session -> when its file was written (epoch s)
         self.notes: dict[str, list[Note]] = {}
+        # What this server was measured to cost, in microseconds per token: reading a prompt
+        # (at start-up), and saving (each save's answer; None until the first).
+        self.prompt_us: float | None = None
+        self.save_us: float | None = None
 
     def name(self, session: str) -> str:
         return save_name(self.ident, session)
@@ -207,16 +203,40 @@ class Policy:
             return None
         return Save(slot, held.session, self.name(held.session))
 
-    def saved(self, action: Save, io: SlotIO) -> None:
+    def after_turn(self, slot: int, factor: int) -> Save | None:
+        """The save due right after a request (issue 19): when re-reading the slot's cache
+        would cost more than `factor` times saving it, at the per-token rates measured here.
+        Nothing before the prompt rate is known; a save when only the save cost is unknown
+        (that save measures it)."""
+        held = self.held.get(slot)  # the request just released: its session holds the slot
+        if held is None or held.saved or self.prompt_us is None:
+            return None
+        # Both costs grow with the cache's size, so their ratio decides, and nothing is asked of
+        # the server but the save (a server restarted mid-turn got the retry's whole prompt).
+        if self.save_us is not None and self.prompt_us <= factor * self.save_us:
+            return None
+        return Save(slot, held.session, self.name(held.session))
+
+    def saved(self, action: Save, io: SlotIO, now: int = 0) -> None:
+        """The save is done (`now`: the wall clock, epoch seconds, for the age bound)."""
         self.saves[action.session] = io.tokens
+        self.saved_at[action.session] = now
+        if io.tokens >= self.min_tokens and io.tokens > 0:
+            rate = io.elapsed_us / io.tokens
+            self.save_us = rate if self.save_us is None else (self.save_us + rate) / 2
         held = self.held.get(action.slot)
         if held is not None and held.session == action.session:
             held.saved = True
-        self.notes.setdefault(action.session, []).append(Note("saved", action.slot, io))
+        self._note(action.session, Note("saved", action.slot, io))
+
+    def _note(self, session: str, note: Note) -> None:
+        notes = self.notes.setdefault(session, [])
+        notes.append(note)
+        del notes[:-MAX_NOTES]
 
     def restored(self, action: Restore, io: SlotIO, mark: Mark) -> None:
         self.held[action.slot] = Held(action.session, _floor(mark), saved=True)
-        self.notes.setdefault(action.session, []).append(Note("restored", action.slot, io))
+        self._note(action.session, Note("restored", action.slot, io))
 
     def restore_failed(self, action: Restore) -> None:
         """The file is gone or refused: not asked for again until the next save."""
@@ -240,8 +260,20 @@ class Policy:
         return self.notes.pop(session, [])
 
     def forget(self, session: str) -> None:
-        """The session's save file was removed (pruned)."""
+        """The session's save file is gone (pruned, aged out, or removed behind loopd's back):
+        nothing is kept of it but what its slot holds."""
         self.saves.pop(session, None)
+        self.saved_at.pop(session, None)
+        if not any(h.session == session for h in self.held.values()):
+            self.notes.pop(session, None)
+
+    def by_name(self) -> dict[str, str]:
+        """Each saved session by its file's name (the folder's bound reads names back)."""
+        return {self.name(session): session for session in self.saves}
+
+    def expired(self, now: int, max_age_s: int) -> list[str]:
+        """The sessions whose save is older than `max_age_s` (their files are due to go)."""
+        return [s for s, at in self.saved_at.items() if now - at > max_age_s]
 
     # ---- across loopd restarts ----
     def to_json(self) -> bytes:
@@ -253,7 +285,9 @@ class Policy:
                     str(slot): {"session": h.session, "floor": h.floor, "saved": h.saved}
                     for slot, h in self.held.items()
                 },
-                "saves": self.saves,
+                "saves": {
+                    s: {"tokens": n, "at": self.saved_at.get(s, 0)} for s, n in self.saves.items()
+                },
                 "notes": {s: [n.to_json() for n in notes] for s, notes in self.notes.items()},
             }
         )
@@ -276,68 +310,35 @@ class Policy:
             return policy  # another model, template or context size: its saves are not ours
         try:
             for slot, h in obj["held"].items():
-                if type(h["floor"]) is not int:
-                    raise ValueError(f"held[{slot}]: a bad floor")
-                policy.held[int(slot)] = Held(str(h["session"]), h["floor"], bool(h["saved"]))
-            for session, tokens in obj["saves"].items():
-                if type(tokens) is not int:
-                    raise ValueError(f"saves[{session}]: not an integer")
-                policy.saves[str(session)] = tokens
+                policy.held[_count(slot, "held")] = Held(
+                    _session(h["session"]), _floor_of(h["floor"]), bool(h["saved"])
+                )
+            for session, saved in obj["saves"].items():
+                policy.saves[_session(session)] = _count(saved["tokens"], session)
+                policy.saved_at[session] = _count(saved["at"], session)
             for session, notes in obj["notes"].items():
-                policy.notes[str(session)] = [Note.from_json(n) for n in notes]
+                policy.notes[_session(session)] = [Note.from_json(n) for n in notes][-MAX_NOTES:]
         except (KeyError, TypeError, AttributeError) as exc:
             raise ValueError(f"a missing or mistyped field: {exc}") from None
         return policy
 
 
-# ---- the server's answers -------------------------------------------------------------------
+def _session(value: object) -> str:
+    if not isinstance(value, str) or not is_session_id(value):
+        raise ValueError(f"not a session id: {value!r:.80}")
+    return value
 
 
-def parse_marks(body: bytes) -> dict[int, Mark]:
-    """GET /slots: each slot's mark. A slot without `n_prompt_tokens` (a fresh server) holds 0.
-
-    Raises:
-        ValueError: not an array of objects with integer ids.
-    """
-    items = _load(body, "/slots")
-    if not isinstance(items, list):
-        raise ValueError(f"/slots: expected an array, got {items!r:.80}")
-    marks = {}
-    for item in items:
-        if not isinstance(item, dict) or type(item.get("id")) is not int:
-            raise ValueError(f"/slots: expected an object with an integer id, got {item!r:.80}")
-        task = item.get("id_task")
-        tokens = item.get("n_prompt_tokens", 0)
-        marks[item["id"]] = Mark(
-            task if type(task) is int else None, tokens if type(tokens) is int else 0
-        )
-    return marks
+def _count(value: object, where: str) -> int:
+    """A count in the state file (a slot as a string too), refused outside 0..MAX_COUNT."""
+    if isinstance(value, str) and value.isdigit() and len(value) < 8:
+        value = int(value)
+    if type(value) is not int or not 0 <= value <= MAX_COUNT:
+        raise ValueError(f"{where}: expected an integer from 0 to {MAX_COUNT}, got {value!r:.80}")
+    return value
 
 
-def parse_io(body: bytes, action: Literal["save", "restore"]) -> SlotIO:
-    """The answer to POST /slots/<id>?action=save or restore.
-
-    Raises:
-        ValueError: a field is missing or of the wrong type.
-    """
-    obj = _load(body, action)
-    tokens_key, size_key, ms_key = (
-        ("n_saved", "n_written", "save_ms")
-        if action == "save"
-        else ("n_restored", "n_read", "restore_ms")
-    )
-    timings = obj.get("timings") if isinstance(obj, dict) else None
-    tokens = obj.get(tokens_key) if isinstance(obj, dict) else None
-    size = obj.get(size_key) if isinstance(obj, dict) else None
-    ms = timings.get(ms_key) if isinstance(timings, dict) else None
-    if type(tokens) is not int or type(size) is not int or type(ms) not in (int, float):
-        raise ValueError(f"the {action} answer lacks {tokens_key}, {size_key} or {ms_key}")
-    assert isinstance(ms, int | float)
-    return SlotIO(max(tokens, 0), max(size, 0), max(round(ms * 1000), 0))
-
-
-def _load(body: bytes, what: str) -> Any:
-    try:
-        return orjson.loads(body)
-    except orjson.JSONDecodeError:
-        raise ValueError(f"{what}: the answer is not JSON: {body[:80]!r}") from None
+def _floor_of(value: object) -> int:
+    if type(value) is not int or not -1 <= value <= MAX_COUNT:
+        raise ValueError(f"a held slot's floor: expected -1 to {MAX_COUNT}, got {value!r:.80}")
+    return value

@@ -15,11 +15,17 @@ time the number ahead of it changes. With `queue_length` already waiting it gets
 waiter that leaves early (its `on_event` raised, or it was interrupted) leaves the line cleanly
 and the ones behind it move up. Holding has no time limit of its own: each holder's request is
 bounded by its own waits and liveness.
+
+`choose_slot` is the slot choice (issue 19): a new session takes the slot that will cost the
+least cache and serve it soonest. `SlotGate.pick` feeds it what the gate has seen: which sessions
+(`owner`s) used each slot within `window_s`, how many hold or wait for it now, when it was last
+let go. A session keeps the slot it was given (SessionStart): see docs/decisions/slots.md.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -109,16 +115,86 @@ class SlotQueue:
             self.waiting.remove(ticket)
 
 
+def choose_slot(
+    slots: tuple[int, ...],
+    recent: dict[int, int],
+    load: dict[int, int],
+    last_used: dict[int, float],
+) -> int:
+    """The slot for a new session: the fewest sessions active on it lately (`recent`: each one
+    is a cache this session would evict, or share the slot's time with), then the fewest
+    requests holding or waiting for it now (`load`), then the least recently used (a slot never
+    used first), then the first listed."""
+    order = {slot: i for i, slot in enumerate(slots)}
+    return min(
+        slots,
+        key=lambda s: (recent.get(s, 0), load.get(s, 0), last_used.get(s, -1.0), order[s]),
+    )
+
+
 class SlotGate:
     """The gate for every slot of one loopd: the threading shell over one SlotQueue per slot.
 
-    It is a `Gate` for the threads of one process.
+    It is a `Gate` for the threads of one process. `window_s`: how long a session's use of a slot
+    counts in `pick`.
     """
 
-    def __init__(self, queue_length: int) -> None:
+    def __init__(
+        self,
+        queue_length: int,
+        window_s: float = 600.0,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         self._queue_length = queue_length
         self._cond = threading.Condition()
         self._queues: dict[int, SlotQueue] = {}
+        self._window_s = window_s
+        self._clock = clock
+        self._seen: dict[int, dict[str, float]] = {}  # slot -> owner -> last seen on it
+        self._last_used: dict[int, float] = {}
+
+    def seen(self, slot: int, owner: str, at: float | None = None) -> None:
+        """`owner` (a session) used `slot` at `at` (now if None; loopd's start passes the times
+        its sessions' logs were last written, so a restart keeps the picture)."""
+        with self._cond:
+            self._see(slot, owner, self._clock() if at is None else at)
+
+    def _see(self, slot: int, owner: str, at: float) -> None:
+        for other, owners in self._seen.items():
+            if other != slot:
+                owners.pop(owner, None)  # a session lives on one slot
+        self._seen.setdefault(slot, {})[owner] = at
+        self._last_used[slot] = max(self._last_used.get(slot, at), at)
+
+    def order(self, slots: tuple[int, ...]) -> list[int]:
+        """`slots` from the one `pick` would give first to the one it would give last."""
+        with self._cond:
+            left = list(slots)
+            out = []
+            recent, load = self._recent(), self._load()
+            while left:
+                out.append(choose_slot(tuple(left), recent, load, self._last_used))
+                left.remove(out[-1])
+            return out
+
+    def pick(self, slots: tuple[int, ...], owner: str | None = None) -> int:
+        """The slot a new session should take (`choose_slot`); `owner` counts on it from now,
+        so sessions that start together spread over the slots."""
+        with self._cond:
+            slot = choose_slot(slots, self._recent(), self._load(), self._last_used)
+            if owner is not None:
+                self._see(slot, owner, self._clock())
+            return slot
+
+    def _recent(self) -> dict[int, int]:
+        since = self._clock() - self._window_s
+        for owners in self._seen.values():
+            for owner in [o for o, at in owners.items() if at < since]:
+                del owners[owner]
+        return {slot: len(owners) for slot, owners in self._seen.items()}
+
+    def _load(self) -> dict[int, int]:
+        return {slot: (q.holder is not None) + len(q.waiting) for slot, q in self._queues.items()}
 
     def _queue(self, slot: int) -> SlotQueue:
         if slot not in self._queues:
@@ -132,11 +208,17 @@ class SlotGate:
 
     @contextmanager
     def hold(
-        self, slot: int, on_event: OnEvent, *, leave: Callable[[], bool] | None = None
+        self,
+        slot: int,
+        on_event: OnEvent,
+        *,
+        leave: Callable[[], bool] | None = None,
+        owner: str | None = None,
     ) -> Iterator[None]:
         """See `Gate.hold`. `leave`, checked while waiting (after `wake()`), makes the waiter
         leave the line by raising `Left`: loopd's main process holds the slot for a worker on
-        the other end of a pipe, and that worker can go away while it waits."""
+        the other end of a pipe, and that worker can go away while it waits. `owner`: the
+        session the request is for, which `pick` counts on the slot."""
         ticket = Ticket()
         with self._cond:
             queue = self._queue(slot)
@@ -148,6 +230,10 @@ class SlotGate:
         finally:
             with self._cond:
                 queue.leave(ticket)
+                if owner is not None:
+                    self._see(slot, owner, self._clock())
+                else:
+                    self._last_used[slot] = self._clock()
                 self._cond.notify_all()  # the next in line, and those whose `ahead` changed
 
     def _wait(

@@ -17,7 +17,7 @@ import orjson
 
 from boxmaker.loopd.llama.errors import BadResponse
 from boxmaker.loopd.llama.http import target
-from boxmaker.proto import Timings, load_json
+from boxmaker.proto import Timings, load_json, sha256_hex
 
 PROPS_PATH: Final = "/props"
 SLOTS_PATH: Final = "/slots"
@@ -40,6 +40,40 @@ class SlotState:
     id: int
     is_processing: bool
     n_ctx: int | None
+    id_task: int | None = None  # the last completion task it ran (none on a fresh server)
+    n_prompt_tokens: int = 0  # the tokens its cache holds
+
+
+@dataclass(frozen=True, slots=True)
+class SlotIO:
+    """A slot save's or restore's answer: tokens, bytes written or read, the server's time."""
+
+    tokens: int
+    size: int
+    elapsed_us: int
+
+
+# The largest count or duration (us) kept from the server: a bigger number is cut to it where it
+# enters, so every record, frame and state file that carries one can encode it (issue 24).
+MAX_COUNT: Final = 2**53
+
+
+def bounded(n: int) -> int:
+    """A count from outside, cut into 0..MAX_COUNT."""
+    return min(max(n, 0), MAX_COUNT)
+
+
+def micros(ms: float) -> int:
+    """A server's milliseconds as bounded microseconds (NaN as 0, past MAX_COUNT as MAX_COUNT)."""
+    us = ms * 1000
+    if not us >= 0:  # NaN too
+        return 0
+    return MAX_COUNT if us >= MAX_COUNT else round(us)
+
+
+def template_sha256(chat_template: str) -> str:
+    """The SHA-256 (hex) of a chat template, as [expect] and the save files' identity take it."""
+    return sha256_hex(chat_template.encode("utf-8"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,7 +155,9 @@ def parse_props(body: bytes) -> Props:
 
 
 def parse_slots(body: bytes) -> tuple[SlotState, ...]:
-    """GET /slots: each slot's id, whether it is processing, and its n_ctx when given."""
+    """GET /slots: each slot's id, whether it is processing, its n_ctx when given, and what its
+    cache holds (`id_task`, `n_prompt_tokens`, bounded; a fresh server's slot holds nothing).
+    The one /slots parser: the chat loop's waits and the cache keeper both use it."""
     items = _load(body, "/slots")
     if not isinstance(items, list):
         raise BadResponse(f"/slots: expected an array, got {items!r:.80}")
@@ -131,12 +167,38 @@ def parse_slots(body: bytes) -> tuple[SlotState, ...]:
         if not isinstance(item, dict):
             raise BadResponse(f"{path}: expected an object, got {item!r:.80}")
         n_ctx = _field(item, "n_ctx", int, path) if "n_ctx" in item else None
+        task, tokens = item.get("id_task"), item.get("n_prompt_tokens")
         slots.append(
             SlotState(
-                _field(item, "id", int, path), _field(item, "is_processing", bool, path), n_ctx
+                _field(item, "id", int, path),
+                _field(item, "is_processing", bool, path),
+                n_ctx,
+                bounded(task) if type(task) is int else None,
+                bounded(tokens) if type(tokens) is int else 0,
             )
         )
     return tuple(slots)
+
+
+def parse_slot_io(body: bytes, action: str) -> SlotIO:
+    """The answer to POST /slots/<id>?action=save or restore, every number bounded."""
+    obj = _load(body, f"/slots?action={action}")
+    tokens_key, size_key, ms_key = (
+        ("n_saved", "n_written", "save_ms")
+        if action == "save"
+        else ("n_restored", "n_read", "restore_ms")
+    )
+    path = f"the {action} answer"
+    timings = _field(obj, "timings", dict, path)
+    ms = timings.get(ms_key)
+    if type(ms) not in (int, float):
+        raise BadResponse(f"{path}.timings: missing {ms_key!r} or not a number, got {ms!r:.80}")
+    assert isinstance(ms, int | float)
+    return SlotIO(
+        bounded(_field(obj, tokens_key, int, path)),
+        bounded(_field(obj, size_key, int, path)),
+        micros(ms),
+    )
 
 
 def parse_tokenize(body: bytes) -> tuple[int, ...]:
@@ -154,3 +216,14 @@ def parse_control(body: bytes) -> tuple[bool, str | None]:
         return False, f"not a JSON object: {body[:80]!r}"
     message = obj.get("message")
     return obj.get("success") is True, message if isinstance(message, str) else None
+
+
+def parse_prompt_rate(body: bytes) -> float | None:
+    """POST /completion's answer: microseconds per prompt token read (None: too few read)."""
+    obj = _load(body, "/completion")
+    timings = _field(obj, "timings", dict, "/completion")
+    n, ms = timings.get("prompt_n"), timings.get("prompt_ms")
+    if type(n) is not int or type(ms) not in (int, float) or n < 16:
+        return None
+    assert isinstance(ms, int | float)
+    return micros(ms) / n

@@ -25,35 +25,19 @@ import orjson
 from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.tools.port import FakeTools, utc_now
-from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.session_open import error_for, open_session
+from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
-    ErrorCode,
     SessionIdError,
     TurnDone,
     TurnEvent,
     WireError,
     event_to_json,
 )
-from boxmaker.session.baseline import assemble_baseline, check_budget
 from boxmaker.session.errors import (
-    NoSuchSession,
-    SessionBusy,
     SessionError,
-    SessionExists,
-)
-from boxmaker.session.store import SessionLog, SessionStore
-
-# The store's refusals, as the channel's codes.
-_CODES: tuple[tuple[type[Exception], ErrorCode], ...] = (
-    (SessionIdError, ErrorCode.BAD_REQUEST),
-    (SessionBusy, ErrorCode.SESSION_BUSY),
-    (NoSuchSession, ErrorCode.NO_SUCH_SESSION),
-    (SessionExists, ErrorCode.SESSION_EXISTS),
-    (InferError, ErrorCode.INFERENCE),
-    (SessionError, ErrorCode.INTERNAL),
 )
 
 
@@ -71,30 +55,6 @@ def outcome_to_json(outcome: TurnDone | WireError) -> dict[str, Any]:
 def _print(out: IO[str], obj: dict[str, Any]) -> None:
     out.write(orjson.dumps(obj).decode() + "\n")
     out.flush()  # a watcher sees each event as it happens
-
-
-def error_for(exc: SessionError | SessionIdError | InferError) -> WireError:
-    """The channel's error for a refusal of the store or a failure of the inference path."""
-    code = next(c for kind, c in _CODES if isinstance(exc, kind))
-    text = exc.describe() if isinstance(exc, InferError) else str(exc)
-    return WireError(code, text)
-
-
-def open_session(config: Config, client: Client, session: str, new: bool) -> SessionLog:
-    """The session's log, open and locked: created when `new` (it must not exist), else opened.
-
-    Raises:
-        SessionError: busy, missing, existing (when `new`), or unreadable; SessionIdError: a bad
-            id; InferError: the budget check could not reach the server.
-    """
-    store = SessionStore(config.paths.home)  # checks the id before any path is built
-    if not new:
-        return store.open(session)
-    if store.exists(session):
-        raise SessionExists(f"session {session} already exists; leave out --new to resume it")
-    baseline = assemble_baseline(config.baseline.system, config.paths.home, CORE_SCHEMAS)
-    check_budget(baseline, lambda text: len(client.tokenize(text)))
-    return store.create(session, baseline, slot=config.inference.slots[0], time=utc_now())
 
 
 def run_turn_command(

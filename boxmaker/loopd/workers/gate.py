@@ -35,7 +35,7 @@ from typing import Any, Protocol
 from boxmaker.loopd.llama.errors import Busy
 from boxmaker.loopd.llama.gate import Left, SlotGate
 from boxmaker.loopd.llama.types import OnEvent
-from boxmaker.proto import QueuedEvent
+from boxmaker.proto import BodyError, QueuedEvent
 from boxmaker.proto.frame import Frame
 
 from .pipes import PipeClosed
@@ -98,6 +98,21 @@ class PipeGate:
         except PipeClosed:
             self.parent_gone()
             return False
+
+    def pick(self, slots: tuple[int, ...]) -> int:
+        """The slot the main process's SlotGate gives a new session (the first once it is
+        gone). Asked before the session's first request, with no slot held."""
+        with self._cond:
+            self._ask += 1
+            ask = self._ask
+            gone = self._gone
+        if gone or not self._try_send(gate_frame("gate_pick", ask, slots=list(slots))):
+            return slots[0]
+        while (answer := self._next_answer(ask)) is not None:
+            if answer.kind == "gate_picked":
+                slot = gate_fields(answer, "slot")[1]
+                return slot if slot in slots else slots[0]
+        return slots[0]
 
     @contextmanager
     def hold(self, slot: int, on_event: OnEvent) -> Iterator[None]:
@@ -165,8 +180,16 @@ class GateServer:
         self._thread: threading.Thread | None = None
 
     def handle(self, frame: Frame) -> None:
-        """A gate frame from the worker (`gate_ask` or `gate_release`)."""
-        if frame.kind == "gate_ask":
+        """A gate frame from the worker (`gate_ask`, `gate_release` or `gate_pick`)."""
+        if frame.kind == "gate_pick":
+            (ask,) = gate_fields(frame)
+            slots = frame.body.get("slots")
+            if not (isinstance(slots, list) and slots and all(type(s) is int for s in slots)):
+                raise BodyError("gate_pick.slots: expected a list of slot ids")
+            self._reply(
+                gate_frame("gate_picked", ask, slot=self._gate.pick(tuple(slots), self._session()))
+            )
+        elif frame.kind == "gate_ask":
             ask, slot = gate_fields(frame, "slot")
             entry = _Ask()
             with self._lock:
@@ -232,7 +255,7 @@ class GateServer:
         answer = gate_frame("gate_left", ask)
         granted = False
         try:
-            with self._gate.hold(slot, queued, leave=entry.released.is_set):
+            with self._gate.hold(slot, queued, leave=entry.released.is_set, owner=self._session()):
                 if not entry.released.is_set():
                     self._grant(ask, slot)
                     granted = True

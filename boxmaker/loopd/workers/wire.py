@@ -18,6 +18,8 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 |                |        |       | saves/restores the session's log is owed (issue 14) |
 | `gate_busy`    | main   | false | `{ask, message}`: the line is full; nothing queued  |
 | `gate_left`    | main   | false | `{ask}`: the release is done (slot or line let go)  |
+| `gate_pick`    | worker | false | `{ask, slots}`: which slot should a new session take |
+| `gate_picked`  | main   | false | `{ask, slot}`: this one (SlotGate.pick, issue 19)   |
 | `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |
 
 `ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
@@ -26,11 +28,15 @@ apart from an answer to the next.
 
 from typing import Any
 
-from boxmaker.proto import BodyError, Turn, channel_frame, decode_body
+from boxmaker.proto import BodyError, Turn, channel_frame
+from boxmaker.proto.channel import (
+    parse_turn as parse_turn,  # moved to proto (issue 20); kept here for its callers
+)
 from boxmaker.proto.frame import CHANNEL_KINDS, Frame, encode_frame
 
 GATE_KINDS = frozenset(
     {"gate_ask", "gate_release", "gate_queued", "gate_grant", "gate_busy", "gate_left"}
+    | {"gate_pick", "gate_picked"}
 )
 # A worker whose session did not open (missing, busy, refused) holds nothing worth keeping: it
 # says so before its final frame, and loopd stops it then, before the next turn can reach it.
@@ -42,20 +48,6 @@ PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION, CONFIG}
 # The channel's frames a worker sends back: relayed to the client as they are.
 RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
 FINAL_KINDS = frozenset({"turn_done", "error"})
-
-
-def parse_turn(frame: Frame) -> Turn:
-    """The Turn a `turn` frame carries (`thinking` left out is true).
-
-    Raises:
-        BodyError: not a `turn`, `final` not true, a key missing, unknown or of the wrong type,
-            or a session id that breaks the rule; the message names the field.
-    """
-    if frame.kind != "turn":
-        raise BodyError(f"expected a turn frame, got {frame.kind}")
-    turn = decode_body(frame)
-    assert isinstance(turn, Turn)  # decode_body gives a Turn for kind `turn`
-    return turn
 
 
 def turn_frame(turn: Turn) -> bytes:

@@ -35,8 +35,8 @@ from boxmaker.loopd.cache.policy import Note
 from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
+from boxmaker.loopd.session_open import error_for, open_session
 from boxmaker.loopd.tools.port import tool_port, utc_now
-from boxmaker.loopd.turn.command import error_for, open_session
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import run_compaction, run_turn
 from boxmaker.proto import (

@@ -47,6 +47,7 @@ class CacheStack:
         config_slots: tuple[int, ...] | None = None,
         cache: dict[str, Any] | None = None,
         mode: Mode = "single",
+        inference: dict[str, Any] | None = None,
     ) -> None:
         built = ensure_built()
         self.mode: Mode = mode
@@ -60,6 +61,7 @@ class CacheStack:
         self.home = self.dir / f"home-{uuid.uuid4().hex[:6]}"
         self.config_slots = config_slots or tuple(range(slots))
         self.cache = {"slot_save": True, "min_tokens": 1, "idle_save_ms": 200} | (cache or {})
+        self.inference = inference or {}  # more [inference] keys (slot_choice, max_tokens)
         self.loopd: Daemon | None = None
         self.config_path = self.dir / "loopd.toml"
 
@@ -103,7 +105,7 @@ class CacheStack:
 
     def write_config(self) -> Path:
         table = self.stack.config_table(
-            inference={"max_tokens": MAX_TOKENS, "slots": list(self.config_slots)},
+            inference={"max_tokens": MAX_TOKENS, "slots": list(self.config_slots)} | self.inference,
             expect={"n_ctx": self.ctx, "total_slots": self.slots},
         )
         table |= {

@@ -8,8 +8,6 @@ the folder can be seen at work.
 
 from __future__ import annotations
 
-import os
-import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -21,68 +19,10 @@ from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper, server_identit
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.gate import SlotGate
+from tests.loopd.cache.fake_slots import MODEL, FakeSlots
 from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
 from tests.support.procs import wait_for
-from tests.support.recorded import Recorded
-from tests.support.replies import Reply, json_reply
-
-MODEL = "m"
-TEMPLATE = "{{ t }}"
-
-
-class FakeSlots:
-    def __init__(self, folder: Path, slots: int = 2) -> None:
-        self.folder = folder
-        self.lock = threading.Lock()
-        self.task: list[int | None] = [None] * slots
-        self.tokens = [0] * slots
-        self.files: dict[str, int] = {}
-        self.next_task = 0
-        self.n_ctx = 2048
-        self.save_path = True
-        self.actions: list[tuple[str, int, str]] = []
-
-    def run(self, slot: int, tokens: int) -> None:
-        """A completion on `slot` that leaves `tokens` in its cache."""
-        with self.lock:
-            self.task[slot], self.next_task = self.next_task, self.next_task + 1
-            self.tokens[slot] = tokens
-
-    def restart(self, n_ctx: int = 2048) -> None:
-        with self.lock:
-            self.task, self.tokens = [None] * len(self.task), [0] * len(self.tokens)
-            self.next_task, self.n_ctx = 0, n_ctx
-
-    def slots(self, _request: Recorded) -> Reply:
-        with self.lock:
-            return json_reply(200, [
-                {"id": i, "is_processing": False, "n_prompt_tokens": n}
-                | ({} if t is None else {"id_task": t})
-                for i, (t, n) in enumerate(zip(self.task, self.tokens, strict=True))
-            ])  # fmt: skip
-
-    def props(self, _request: Recorded) -> Reply:
-        return json_reply(200, {"chat_template": TEMPLATE, "total_slots": len(self.task),
-                                "default_generation_settings": {"n_ctx": self.n_ctx}})  # fmt: skip
-
-    def action(self, request: Recorded) -> Reply:
-        slot, what, name = int(request.path.rsplit("/", 1)[1]), request.query["action"], ""
-        if not self.save_path:
-            return json_reply(501, {"error": {"code": 501, "message": "not supported"}})
-        name = request.json["filename"]
-        with self.lock:
-            self.actions.append((what, slot, name))
-            if what == "save":
-                n = self.files[name] = self.tokens[slot]
-                path = self.folder / name
-                path.write_bytes(b"x" * n)
-                os.utime(path, (len(self.actions), len(self.actions)))  # mtime: the save's order
-                return json_reply(200, {"n_saved": n, "n_written": n, "timings": {"save_ms": 1.5}})
-            if name not in self.files:
-                return json_reply(400, {"error": {"code": 400, "message": "Unable to restore"}})
-            n = self.tokens[slot] = self.files[name]
-            return json_reply(200, {"n_restored": n, "n_read": n, "timings": {"restore_ms": 0.5}})
 
 
 @pytest.fixture
@@ -93,6 +33,7 @@ def rig() -> Iterator[tuple[FakeServer, FakeSlots, Path]]:
     with FakeServer(folder / "infer.sock") as server:
         server.on("GET", "/slots", fake_slots.slots)
         server.on("GET", "/props", fake_slots.props)
+        server.on("POST", "/completion", fake_slots.completion)
         for slot in (0, 1):
             server.on("POST", f"/slots/{slot}", fake_slots.action)
         yield server, fake_slots, folder
@@ -115,7 +56,7 @@ def keeper(folder: Path, warned: list[str], **cache: Any) -> CacheKeeper:
     said: list[str] = []
     made = open_keeper(cfg, SlotGate(8), Client(cfg.inference).props, said.append, warned.append)
     assert made is not None, said
-    assert said[0].startswith("selftest ok      slot_save: a save of slot 0 (0 tokens)"), said
+    assert said[0].startswith("selftest ok      slot_save: a save of slot "), said
     return made
 
 
@@ -189,10 +130,8 @@ def test_the_save_folder_is_kept_under_max_bytes(rig: Any) -> None:
         fs.run(0, tokens)
         k.after_release(0, session)
     k.drain()  # a, b and c saved in turn: a is the oldest and goes
-    assert sorted(p.name.rsplit("-", 1)[1] for p in (folder / "slots").glob("bx-*")) == [
-        "b.bin",
-        "c.bin",
-    ]
+    names = {p.name for p in (folder / "slots").glob("bx-*")}
+    assert names == {k.policy.name("b"), k.policy.name("c")}
     assert set(k.policy.saves) == {"b", "c"}
 
 
@@ -227,3 +166,19 @@ def test_a_failure_in_the_keeper_still_grants_the_slot(rig: Any) -> None:
     k.policy.before = broken  # type: ignore[method-assign,assignment]
     assert k.before_grant(0, "a") == []
     assert warned == ["cache: slot 0 for a: RuntimeError('a bug'); granted without it"]
+
+
+def test_a_slot_is_saved_right_after_a_turn_when_a_reread_costs_more(rig: Any) -> None:
+    _, fs, folder = rig
+    k = keeper(folder, [])  # idle_save_ms is a minute: only the after-turn save can be seen
+    with k.around_selftest() as slot:
+        assert slot == 0
+    assert k.policy.prompt_us == 1000 * 1000 / 192  # the fake reads 192 tokens in a second
+    k.start()
+    try:
+        k.before_grant(1, "a")
+        fs.run(1, 300)
+        k.after_release(1, "a")
+        wait_for(lambda: ("save", 1, k.policy.name("a")) in fs.actions, "the after-turn save")
+    finally:
+        k.drain()

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from boxmaker.loopd.cache.policy import (
+    MAX_COUNT,
     Mark,
     Note,
     Policy,
@@ -12,11 +15,11 @@ from boxmaker.loopd.cache.policy import (
     Save,
     SlotIO,
     identity,
-    parse_io,
-    parse_marks,
+    marks_of,
     save_name,
-    session_of,
 )
+from boxmaker.loopd.llama.errors import BadResponse
+from boxmaker.loopd.llama.info import parse_slot_io, parse_slots
 
 ID = identity("SmolLM2-135M-Instruct.Q4_1", "b2" * 32, 2048)
 IO = SlotIO(500, 11_500_000, 900)
@@ -37,18 +40,30 @@ def test_identity_changes_with_the_model_the_template_and_the_context_size() -> 
 
 
 @pytest.mark.parametrize("session", ["s-1", "a.b_c", "a..b", "a_d", "a._", "x" * 128])
-def test_save_names_avoid_dot_dot_and_read_back(session: str) -> None:
+def test_save_names_are_short_and_plain_whatever_the_id(session: str) -> None:
     name = save_name(ID, session)
-    assert ".." not in name.removesuffix(".bin")
-    assert name.startswith(f"bx-{ID}-")
-    assert session_of(ID, name) == session
-    assert session_of("0" * 16, name) is None
+    assert re.fullmatch(rf"bx-{ID}-[0-9a-f]{{32}}\.bin", name), name
+    assert len(name) < 64
+    assert save_name("0" * 16, session) != name
 
 
-def test_save_names_are_one_to_one() -> None:
-    assert save_name(ID, "a.b") != save_name(ID, "a_db")
-    assert save_name(ID, "a_d") == f"bx-{ID}-a__d.bin"
-    assert session_of(ID, f"bx-{ID}-a_x.bin") is None
+def test_save_names_are_one_to_one_and_read_back_through_the_state() -> None:
+    p = policy()
+    for session in ("a.b", "a_db", "a"):
+        p.saved(Save(0, session, p.name(session)), IO)
+    assert len(set(p.by_name())) == 3
+    assert p.by_name()[save_name(ID, "a_db")] == "a_db"
+
+
+def test_numbers_from_the_server_are_bounded_where_they_enter() -> None:
+    huge = b'{"n_saved": 18446744073709551615, "n_written": 1, "timings": {"save_ms": 1e300}}'
+    assert parse_slot_io(huge, "save") == SlotIO(MAX_COUNT, 1, MAX_COUNT)
+    nan_like = b'{"n_restored": -5, "n_read": 2, "timings": {"restore_ms": -1e300}}'
+    assert parse_slot_io(nan_like, "restore") == SlotIO(0, 2, 0)
+    body = b'[{"id": 0, "is_processing": false, "id_task": 18446744073709551615, '
+    body += b'"n_prompt_tokens": 9}]'
+    marks = marks_of(parse_slots(body))
+    assert marks == {0: Mark(MAX_COUNT, 9)}
 
 
 def use(p: Policy, slot: int, session: str | None, mark: Mark) -> None:
@@ -167,20 +182,23 @@ def test_a_bad_state_file_is_refused(data: bytes) -> None:
         Policy.from_json(data, ID, 100)
 
 
-def test_parse_marks_reads_id_task_and_n_prompt_tokens() -> None:
-    body = b'[{"id":0,"is_processing":false},{"id":1,"id_task":16,"n_prompt_tokens":77}]'
-    assert parse_marks(body) == {0: Mark(None, 0), 1: Mark(16, 77)}
-    with pytest.raises(ValueError, match="integer id"):
-        parse_marks(b'[{"id":"0"}]')
+def test_the_slots_parser_reads_id_task_and_n_prompt_tokens() -> None:
+    body = (
+        b'[{"id":0,"is_processing":false},'
+        b'{"id":1,"is_processing":true,"id_task":16,"n_prompt_tokens":77}]'
+    )
+    assert marks_of(parse_slots(body)) == {0: Mark(None, 0), 1: Mark(16, 77)}
+    with pytest.raises(BadResponse, match="id"):
+        parse_slots(b'[{"id":"0","is_processing":false}]')
 
 
 def test_parse_io_reads_the_save_and_restore_answers() -> None:
     save = b'{"id_slot":0,"n_saved":77,"n_written":1776084,"timings":{"save_ms":1.231}}'
-    assert parse_io(save, "save") == SlotIO(77, 1_776_084, 1231)
+    assert parse_slot_io(save, "save") == SlotIO(77, 1_776_084, 1231)
     restore = b'{"n_restored":77,"n_read":1776084,"timings":{"restore_ms":0.727}}'
-    assert parse_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
-    with pytest.raises(ValueError, match="n_saved"):
-        parse_io(restore, "save")
+    assert parse_slot_io(restore, "restore") == SlotIO(77, 1_776_084, 727)
+    with pytest.raises(BadResponse, match="save"):
+        parse_slot_io(restore, "save")
 
 
 def test_notes_refuse_anything_but_their_own_shape() -> None:
@@ -190,3 +208,20 @@ def test_notes_refuse_anything_but_their_own_shape() -> None:
     for bad in bad_notes:
         with pytest.raises(ValueError, match="a cache note"):
             Note.from_json(bad)
+
+
+def test_a_save_right_after_a_turn_only_when_a_reread_costs_more_than_k_saves() -> None:
+    p = policy(min_tokens=100)
+    mark = Mark(5, 1000)
+    p.granted(0, "a", mark)
+    p.released(0, "a")
+    assert p.after_turn(0, 10) is None  # no prompt rate measured yet
+    p.prompt_us = 5000.0  # 5 ms a token: 1,000 tokens re-read in 5 s
+    assert p.after_turn(0, 10) == save_of("a")  # the save cost is not known: this measures
+    p.saved(save_of("a"), SlotIO(1000, 1, 30_000))  # 30 us a token
+    assert p.save_us == 30.0
+    assert p.after_turn(0, 10) is None  # saved already
+    p.released(0, "a")
+    assert p.after_turn(0, 10) == save_of("a")  # 5 s against 10 x 30 ms
+    assert p.after_turn(0, 200) is None  # 5 s against 200 x 30 ms
+    assert p.after_turn(1, 10) is None  # a slot no session holds

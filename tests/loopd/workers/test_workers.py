@@ -106,8 +106,10 @@ def test_loopd_killed_mid_turn_the_worker_finishes_and_a_restart_waits_for_it(
 
 def test_two_sessions_share_the_slot_gate_in_order(env: ServeEnv) -> None:
     env.start()
-    for s in ("a", "b"):
+    for s in ("a", "x", "b"):  # spread over the two slots (issue 19): a and b share one
         assert isinstance(turn(env.socket, s, "new", resume=False)[-1], TurnDone)
+    slots = {s: env.log_lines(s)[0]["slot"] for s in ("a", "x", "b")}
+    assert slots["a"] == slots["b"] != slots["x"], slots
     env.model.hold()
     a = TurnClient(env.socket, "a", "from a")
     wait_for(lambda: env.model.waiting == 1, "a's chat request")

@@ -1,4 +1,4 @@
-"""What the save/restore policy asks llama-server: /slots marks, and slot save, restore, erase.
+"""What the cache keeper asks llama-server: /slots, and slot save and restore (issue 14).
 
     POST /slots/<id>?action=save     {"filename"}  -> n_saved, n_written, timings.save_ms
     POST /slots/<id>?action=restore  {"filename"}  -> n_restored, n_read, timings.restore_ms
@@ -16,15 +16,21 @@ from collections.abc import Callable
 import orjson
 
 from boxmaker.loopd.config import InferenceConfig
-from boxmaker.loopd.llama.errors import BadResponse
 from boxmaker.loopd.llama.http import target
-from boxmaker.loopd.llama.info import slots_target
+from boxmaker.loopd.llama.info import (
+    SlotIO,
+    SlotState,
+    parse_prompt_rate,
+    parse_slot_io,
+    parse_slots,
+    slots_target,
+)
 from boxmaker.loopd.llama.transport import short_call
-
-from .policy import Mark, SlotIO, parse_io, parse_marks
 
 # The status of a server started without --slot-save-path.
 NOT_SUPPORTED = 501
+# The prompt loopd times at start-up (on the self-test's slot), to price a re-read.
+RATE_TOKENS = 192
 
 
 class SlotFiles:
@@ -32,17 +38,21 @@ class SlotFiles:
         self.config = config
         self._clock = clock
 
-    def marks(self) -> dict[int, Mark]:
-        """GET /slots: each slot's mark.
+    def slots(self) -> tuple[SlotState, ...]:
+        """GET /slots: each slot as llama.info parses it.
 
         Raises:
             InferError: no answer, an HTTP error, or an answer of the wrong shape.
         """
-        body = self._call("GET", slots_target(self.config.model), None)
-        try:
-            return parse_marks(body)
-        except ValueError as exc:
-            raise BadResponse(str(exc)) from None
+        return parse_slots(self._call("GET", slots_target(self.config.model), None))
+
+    def prompt_rate(self, slot: int) -> float | None:
+        """Reads a prompt of about RATE_TOKENS tokens into `slot`, uncached, generating one:
+        the server's microseconds per prompt token (None: it read too few to say)."""
+        text = " ".join(f"w{k % 89}q{k // 89}" for k in range(RATE_TOKENS // 3))
+        body = orjson.dumps({"model": self.config.model, "prompt": text, "n_predict": 1,
+                             "id_slot": slot, "cache_prompt": False})  # fmt: skip
+        return parse_prompt_rate(self._call("POST", "/completion", body))
 
     def save(self, slot: int, filename: str) -> SlotIO:
         """Saves the slot's cache to `filename` in the server's save folder.
@@ -59,11 +69,7 @@ class SlotFiles:
     def _action(self, slot: int, action: str, filename: str) -> SlotIO:
         path = target(f"/slots/{slot}", action=action, model=self.config.model)
         body = orjson.dumps({"filename": filename, "model": self.config.model})
-        answer = self._call("POST", path, body)
-        try:
-            return parse_io(answer, "save" if action == "save" else "restore")
-        except ValueError as exc:
-            raise BadResponse(str(exc)) from None
+        return parse_slot_io(self._call("POST", path, body), action)
 
     def _call(self, method: str, path: str, body: bytes | None) -> bytes:
         return short_call(self.config, method, path, body, self._clock).body
