@@ -341,16 +341,8 @@ class Config:
 def parse_config(
     text: str, source: str, base_dir: Path, env: Mapping[str, str] | None = None
 ) -> Config:
-    """Parses and checks the text of a config file.
-
-    Args:
-        text: the file's content.
-        source: the file's name as the user gave it; every error message starts with it.
-        base_dir: the folder relative paths (and path defaults) are resolved against.
-        env: the environment (`BOXMAKER_HOME`); None means an empty one.
-
-    Returns:
-        The Config, every key given or defaulted, every value within its kind's bounds.
+    """The Config in `text` (a file named `source`, paths relative to `base_dir`, `env` for
+    BOXMAKER_HOME: None means an empty one), every key given or defaulted and within its bounds.
 
     Raises:
         ConfigError: not TOML, an unknown key, a wrong type or value, a missing required key.

@@ -63,8 +63,21 @@ class MainSide:
         """One turn; every gate_grant carries `notes`. Its channel frames, the final one last."""
         self.down.send(turn_bytes(self.session, content, resume))
         out: list[ChannelBody] = []
+        # A frame this side does not answer would hang the read: the worker is killed at the
+        # bound, so the read ends in EOF and the test fails with what it has.
+        watchdog = threading.Timer(BOUND_S, self.proc.kill)
+        watchdog.start()
+        try:
+            return self._frames(out, notes)
+        finally:
+            watchdog.cancel()
+
+    def _frames(self, out: list[ChannelBody], notes: list[dict[str, Any]]) -> list[ChannelBody]:
         while (frame := self.up.next()) is not None:
-            if frame.kind == "gate_ask":
+            if frame.kind == "gate_pick":
+                ask = gate_fields(frame)[0]
+                self.down.send(gate_frame("gate_picked", ask, slot=frame.body["slots"][0]))
+            elif frame.kind == "gate_ask":
                 ask = gate_fields(frame)[0]
                 self.down.send(gate_frame("gate_grant", ask, cache=notes))
             elif frame.kind == "gate_release":
@@ -85,9 +98,12 @@ class MainSide:
         return self.proc.returncode, err.decode()
 
 
-def test_a_count_no_log_line_can_hold_ends_the_turn_with_an_error_not_a_traceback(
+def test_a_count_no_log_line_can_hold_is_refused_where_it_enters_and_the_turn_goes_on(
     env: ServeEnv,
 ) -> None:
+    """Issue 24.3: a cache note with a count past 2**63-1 crashed the worker at encode_line. The
+    note is now checked where it enters (cache.policy's Note bounds every count), so the turn
+    ends normally, the bad note is said once on stderr, and nothing unencodable is logged."""
     main = MainSide(env, "s")
     try:
         assert isinstance(main.turn("hi", False, [])[-1], TurnDone)
@@ -96,11 +112,8 @@ def test_a_count_no_log_line_can_hold_ends_the_turn_with_an_error_not_a_tracebac
     finally:
         code, err = main.close()
     assert frames, f"no final frame; the worker said: {err}"
-    last = frames[-1]
-    assert isinstance(last, WireError), frames
-    assert last.code == ErrorCode.INTERNAL
-    assert "EncodeError" in last.message, last
-    assert "next turn resumes" in last.message, last
+    assert isinstance(frames[-1], TurnDone), frames
+    assert "a bad cache note from loopd" in err, err
     assert "Traceback" not in err, err
     assert code == 0, err
 
