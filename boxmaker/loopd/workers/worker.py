@@ -157,11 +157,13 @@ class Worker:
             if turn.compact:  # `/compact` (issue 21): no turn, the fold alone
                 outcome = run_compaction(self.log, self.compactor, self.on_event)
             else:
+                log = self.log
+                epoch = lambda: log.epoch  # noqa: E731  read at each call: a compaction moves it
                 outcome = run_turn(
-                    self.log,
+                    log,
                     turn.content,
                     client=self.client,
-                    **tool_port(self.config.tools, self.on_approval, turn.session),
+                    **tool_port(self.config.tools, self.on_approval, turn.session, epoch),
                     config=self.config.loop,
                     thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                     on_event=self.on_event,
