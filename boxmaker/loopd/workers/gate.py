@@ -17,7 +17,8 @@ released it, before letting it go. A grant then carries `cache`, the notes
 the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
 Each `gate_ask` names the session's current epoch (the worker's `epoch` callable, read from its
 open log); the GateServer keeps the held ask's in `epoch`, for the keeper (issue 21: a save
-file is per epoch, since another epoch's prefix differs from its first token on).
+file is per epoch, since each epoch's prefix differs from the earlier section of its system
+message on).
 
 When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
 share the slot with: a PipeGate then lets its worker through at once, so the turn in flight can
