@@ -158,6 +158,17 @@ def test_the_taint_survives_kill_9_and_verify_replays_the_asks(rig: Rig) -> None
     assert (result["untrusted"], result["host"], result["class"]) == (True, None, "public")
 
 
+def refused_write(rig: Rig, epoch: int) -> str:
+    """A write of s1 claiming `epoch`: it must ask; the owner says no; the call's end is waited
+    for (its approval line is then in the log). Returns the approval's summary."""
+    write = Call(rig, "s1", "write_file", WRITE, epoch)
+    asked = write.outcome()
+    owner_says(rig, asked["id"], "no")
+    write.join(BOUND_S)
+    assert write.frames[-1].body["content"].startswith("error: denied: the owner did not approve")
+    return str(asked["summary"])
+
+
 def test_a_new_epoch_does_not_shed_the_taint_and_a_restart_recomputes_it(rig: Rig) -> None:
     rig.grants_text = grants()
     rig.start()
@@ -165,19 +176,14 @@ def test_a_new_epoch_does_not_shed_the_taint_and_a_restart_recomputes_it(rig: Ri
     call(rig, "s1", "read_file", {"path": "plan.md"}, epoch=0)
     carried = "from read_file at call 1 in epoch 0 (the summary carries it into later epochs)"
     for claimed in (1, 5):  # the next epoch after a compaction, or any number loopd names
-        asked = call(rig, "s1", "write_file", WRITE, epoch=claimed)
-        assert carried in asked["summary"]
-        owner_says(rig, asked["id"], "no")
+        assert carried in refused_write(rig, claimed)
     assert rig.daemon is not None
     rig.daemon.kill()  # SIGKILL: only the log is left
     rig.daemon = None
     rig.start()
-    asked = call(rig, "s1", "write_file", WRITE, epoch=2)
-    assert carried in asked["summary"]  # recomputed from the log, across the epochs
-    owner_says(rig, asked["id"], "no")
-    asked = call(rig, "s1", "write_file", WRITE, epoch=0)  # back to the epoch it began in
-    assert asked["summary"].endswith("from read_file at call 1; write_file can write or send")
-    owner_says(rig, asked["id"], "no")
+    assert carried in refused_write(rig, 2)  # recomputed from the log, across the epochs
+    back = refused_write(rig, 0)  # back to the epoch it began in
+    assert back.endswith("from read_file at call 1; write_file can write or send")
     out = run_cli(brokerd_main, ["verify", "--log", str(rig.log)])
     assert out.status == 0, out.stderr
     assert "9 decision(s) replay the same" in out.stdout  # the read, 4 asks, 4 answers
