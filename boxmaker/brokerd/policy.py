@@ -10,9 +10,9 @@ So a restart recomputes the taint from the log, and a replay reproduces every ta
 
 The log (`log.py` writes it) is a file of JSON lines chained like a session log
 (`session.chain`: each line's `prev` is the hex SHA-256 of the line before). The records:
-`start` (the grants file's text), `request` (with the session and its epoch), `decision`,
-`approval`, `grant` (a rule an "always" added), `result` (with `untrusted`, and the host a fetch
-reached).
+`start` (the grants file's text), `request` (with the session and the epoch loopd claims, for
+audit: the taint is the session's whatever the epoch), `decision`, `approval`, `grant` (a rule an
+"always" added), `result` (with `untrusted`, and the host a fetch reached).
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from boxmaker.brokerd.grants import (
     parse_grants,
     target_of,
 )
-from boxmaker.brokerd.taint import Record, Taint, must_ask, taint_of
+from boxmaker.brokerd.taint import Record, Taint, Tracker, must_ask
 from boxmaker.brokerd.tools.spec import CLOCK, parse_arguments
 from boxmaker.session.chain import ChainError, verify_chain
 
@@ -77,28 +77,31 @@ def decide(
 
 
 class Ledger:
-    """Each session's calls, per epoch, as taint needs them: fed the log's records in order."""
+    """Each session's taint, fed the log's records in order. The taint is the session's, over
+    all its epochs: a call that claims another epoch (higher or lower) sees it all the same, so
+    loopd cannot shed it by naming a new epoch. Calls are numbered per session, from 1."""
 
     def __init__(self) -> None:
-        self._calls: dict[tuple[str, int], list[Record]] = {}
-        self._count: dict[tuple[str, int], int] = {}
-        self._open: dict[str, tuple[tuple[str, int], int, str]] = {}  # id -> key, call, tool
+        self._sessions: dict[str, Tracker] = {}
+        self._calls: dict[str, int] = {}
+        self._open: dict[str, tuple[str, int, int, str]] = {}  # id -> session, epoch, call, tool
 
     def feed(self, rec: dict[str, Any]) -> None:
         kind = rec["type"]
         if kind == "request":
-            key = (rec.get("session", ""), rec.get("epoch", 0))
-            self._count[key] = n = self._count.get(key, 0) + 1
-            self._open[rec["id"]] = (key, n, rec["tool"])
+            session = rec.get("session", "")
+            self._calls[session] = n = self._calls.get(session, 0) + 1
+            self._open[rec["id"]] = (session, rec.get("epoch", 0), n, rec["tool"])
         elif kind in ("decision", "approval") and rec["mode"] == "deny":
             self._open.pop(rec["id"], None)  # nothing will be returned but the refusal
         elif kind == "result" and (call := self._open.pop(rec["id"], None)) is not None:
-            key, n, tool = call
+            session, epoch, n, tool = call
             record = Record(n, tool, bool(rec.get("untrusted")), rec.get("host"))
-            self._calls.setdefault(key, []).append(record)
+            self._sessions.setdefault(session, Tracker()).add(record, epoch)
 
     def taint(self, session: str, epoch: int = 0) -> Taint | None:
-        return taint_of(self._calls.get((session, epoch), ()))
+        tracker = self._sessions.get(session)
+        return None if tracker is None else tracker.seen_from(epoch)
 
 
 def rule_json(rule: Rule) -> dict[str, Any]:

@@ -1,7 +1,9 @@
-"""Taint, recomputed from brokerd's own decision records of the session's epoch. [core]
+"""Taint, recomputed from brokerd's own decision records of the session. [core]
 
-A session is tainted from the first result brokerd returned with `untrusted: true` in the
-current epoch (or a taint carried over from the previous epoch's summary). While tainted, every
+A session is tainted from the first result brokerd returned to it with `untrusted: true`, and
+stays tainted in every later epoch: a compaction writes the next epoch's summary from the
+tainted conversation, so the summary carries the taint. The epoch a call claims (loopd's word)
+never lifts it, whether higher or lower: it only changes how the reason reads. While tainted, every
 call that can write or send asks the owner, whatever its grant: a call is let through on its
 grant alone only if it is known to read and nothing else, or it is a `fetch` of a host the
 session had fetched before the taint began (no host is ever learned from the untrusted content).
@@ -39,26 +41,51 @@ class Taint:
     seq: int
     source: str  # "fetch of example.org" or "shell"
     trusted_hosts: frozenset[str]
-    carried: bool = False  # from the previous epoch's summary
+    carried: bool = False  # from another epoch (its summary carries it)
+    epoch: int = 0  # the epoch the untrusted result was returned in
 
     @property
     def reason(self) -> str:
-        where = "in the previous epoch" if self.carried else f"at call {self.seq}"
+        where = f"at call {self.seq}"
+        if self.carried:
+            where += f" in epoch {self.epoch} (the summary carries it into later epochs)"
         return f"the session read untrusted content from {self.source} {where}"
 
 
-def taint_of(records: Iterable[Record], carried: Taint | None = None) -> Taint | None:
-    """The session's taint, or None. `records` in log order; only the current epoch's."""
-    if carried is not None:
-        return carried
-    hosts: set[str] = set()
-    for rec in records:
+class Tracker:
+    """One session's taint, kept as its records come, in log order (what `taint_of` computes
+    over a whole list, without walking it again at every call)."""
+
+    def __init__(self) -> None:
+        self.hosts: set[str] = set()
+        self.taint: Taint | None = None
+
+    def add(self, rec: Record, epoch: int = 0) -> None:
+        if self.taint is not None:
+            return  # the first untrusted result is where it began; nothing lifts it
         if rec.untrusted:
             source = f"fetch of {rec.fetched_host}" if rec.fetched_host else rec.tool
-            return Taint(rec.seq, source, frozenset(hosts))
-        if rec.tool == FETCH and rec.fetched_host:
-            hosts.add(rec.fetched_host.lower())
-    return None
+            self.taint = Taint(rec.seq, source, frozenset(self.hosts), epoch=epoch)
+        elif rec.tool == FETCH and rec.fetched_host:
+            self.hosts.add(rec.fetched_host.lower())
+
+    def seen_from(self, epoch: int) -> Taint | None:
+        """The taint as a call that claims `epoch` sees it: marked carried from another epoch."""
+        t = self.taint
+        if t is None or t.epoch == epoch:
+            return t
+        return Taint(t.seq, t.source, t.trusted_hosts, carried=True, epoch=t.epoch)
+
+
+def taint_of(records: Iterable[Record], carried: Taint | None = None) -> Taint | None:
+    """The session's taint, or None. `records` in log order (`policy.Ledger` keeps the same
+    answer with a `Tracker` per session, over every epoch of it)."""
+    if carried is not None:
+        return carried
+    tracker = Tracker()
+    for rec in records:
+        tracker.add(rec)
+    return tracker.taint
 
 
 def must_ask(taint: Taint | None, tool: str, host: str | None = None) -> str | None:

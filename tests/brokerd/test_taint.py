@@ -7,6 +7,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from boxmaker.brokerd.policy import Ledger
 from boxmaker.brokerd.taint import READ_ONLY, Record, Taint, must_ask, taint_of
 
 WRITERS = ("write_file", "edit_file", "note", "shell", "some_new_tool")
@@ -61,11 +62,50 @@ def test_a_denied_fetch_fetched_nothing() -> None:
 
 
 def test_a_taint_carried_from_the_last_epoch_holds() -> None:
-    carried = Taint(0, "fetch of evil.example", frozenset(), carried=True)
+    carried = Taint(3, "fetch of evil.example", frozenset(), carried=True, epoch=0)
     taint = taint_of([Record(1, "read_file")], carried)
     reason = must_ask(taint, "write_file")
     assert reason is not None
-    assert "in the previous epoch" in reason
+    assert "from fetch of evil.example at call 3 in epoch 0 (the summary carries it" in reason
+
+
+def _request(call_id: str, session: str, epoch: int, tool: str) -> dict[str, object]:
+    return {"type": "request", "id": call_id, "session": session, "epoch": epoch, "tool": tool}
+
+
+def _result(call_id: str, untrusted: bool, host: str | None = None) -> dict[str, object]:
+    return {"type": "result", "id": call_id, "untrusted": untrusted, "host": host}
+
+
+@pytest.mark.parametrize("claimed", [0, 1, 2, 7])
+def test_no_epoch_a_call_claims_sheds_the_taint(claimed: int) -> None:
+    ledger = Ledger()
+    ledger.feed(_request("a", "s", 1, "fetch"))
+    ledger.feed(_result("a", False, "docs.org"))
+    ledger.feed(_request("b", "s", 1, "read_file"))
+    ledger.feed(_result("b", True))
+    assert ledger.taint("other", claimed) is None  # another session is not touched
+    taint = ledger.taint("s", claimed)  # higher, lower or the same epoch: still tainted
+    assert taint is not None
+    assert (taint.seq, taint.source, taint.epoch) == (2, "read_file", 1)
+    assert taint.trusted_hosts == frozenset({"docs.org"})
+    assert taint.carried is (claimed != 1)
+    reason = must_ask(taint, "write_file")
+    assert reason is not None
+    if claimed != 1:
+        assert "at call 2 in epoch 1 (the summary carries it into later epochs)" in reason
+    else:
+        assert reason.endswith("from read_file at call 2; write_file can write or send")
+
+
+def test_calls_are_numbered_per_session_across_epochs() -> None:
+    ledger = Ledger()
+    for n, epoch in enumerate([0, 0, 1], start=1):
+        ledger.feed(_request(str(n), "s", epoch, "list_dir"))
+        ledger.feed(_result(str(n), n == 3))
+    taint = ledger.taint("s", 1)
+    assert taint is not None
+    assert (taint.seq, taint.epoch, taint.carried) == (3, 1, False)
 
 
 TOOLS = st.sampled_from(["read_file", "list_dir", "fetch", "shell", "write_file", "note"])

@@ -47,9 +47,13 @@ hosts = ["{port_host}"]
 class Call(threading.Thread):
     """loopd's side of one call of `session`, in a thread: every frame brokerd sends back."""
 
-    def __init__(self, rig: Rig, session: str, tool: str, args: dict[str, Any]) -> None:
+    def __init__(
+        self, rig: Rig, session: str, tool: str, args: dict[str, Any], epoch: int | None = None
+    ) -> None:
         super().__init__(daemon=True)
         self.body = {"tool": tool, "arguments": orjson.dumps(args).decode(), "session": session}
+        if epoch is not None:
+            self.body["epoch"] = epoch
         self.rig = rig
         self.frames: list[Frame] = []
         self.needed = threading.Event()
@@ -73,8 +77,10 @@ class Call(threading.Thread):
         return self.frames[0].body
 
 
-def call(rig: Rig, session: str, tool: str, args: dict[str, Any]) -> dict[str, Any]:
-    return Call(rig, session, tool, args).outcome()
+def call(
+    rig: Rig, session: str, tool: str, args: dict[str, Any], epoch: int | None = None
+) -> dict[str, Any]:
+    return Call(rig, session, tool, args, epoch).outcome()
 
 
 @pytest.fixture
@@ -150,6 +156,40 @@ def test_the_taint_survives_kill_9_and_verify_replays_the_asks(rig: Rig) -> None
     assert ask["reason"].startswith("write_file asks because the session read untrusted content")
     result = next(r for r in records if r["type"] == "result")
     assert (result["untrusted"], result["host"], result["class"]) == (True, None, "public")
+
+
+def refused_write(rig: Rig, epoch: int) -> str:
+    """A write of s1 claiming `epoch`: it must ask; the owner says no; the call's end is waited
+    for (its approval line is then in the log). Returns the approval's summary."""
+    write = Call(rig, "s1", "write_file", WRITE, epoch)
+    asked = write.outcome()
+    owner_says(rig, asked["id"], "no")
+    write.join(BOUND_S)
+    assert write.frames[-1].body["content"].startswith("error: denied: the owner did not approve")
+    return str(asked["summary"])
+
+
+def test_a_new_epoch_does_not_shed_the_taint_and_a_restart_recomputes_it(rig: Rig) -> None:
+    rig.grants_text = grants()
+    rig.start()
+    (rig.workspace / "plan.md").write_text("planted\n")
+    call(rig, "s1", "read_file", {"path": "plan.md"}, epoch=0)
+    carried = "from read_file at call 1 in epoch 0 (the summary carries it into later epochs)"
+    for claimed in (1, 5):  # the next epoch after a compaction, or any number loopd names
+        assert carried in refused_write(rig, claimed)
+    assert rig.daemon is not None
+    rig.daemon.kill()  # SIGKILL: only the log is left
+    rig.daemon = None
+    rig.start()
+    assert carried in refused_write(rig, 2)  # recomputed from the log, across the epochs
+    back = refused_write(rig, 0)  # back to the epoch it began in
+    assert back.endswith("from read_file at call 1; write_file can write or send")
+    out = run_cli(brokerd_main, ["verify", "--log", str(rig.log)])
+    assert out.status == 0, out.stderr
+    assert "9 decision(s) replay the same" in out.stdout  # the read, 4 asks, 4 answers
+    records = [orjson.loads(line) for line in rig.log.read_bytes().splitlines()]
+    epochs = [r["epoch"] for r in records if r["type"] == "request"]
+    assert epochs == [0, 1, 5, 2, 0]  # the epoch each call claimed, kept for audit
 
 
 def test_shell_and_fetch_through_brokerd(rig: Rig, page: int) -> None:

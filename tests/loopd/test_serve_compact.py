@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import orjson
 import pytest
 
 from boxmaker.proto import (
@@ -18,7 +19,7 @@ from boxmaker.proto import (
 )
 from boxmaker.session.verify import verify_session
 from tests.loopd.serve_support import ServeEnv, serve_env, turn
-from tests.loopd.turn.support import say
+from tests.loopd.turn.support import calls, say
 
 LONG = "a long answer that fills the context. " * 20
 SUMMARY = "## Goal\ntest\n## What was done\ntwo turns\n"
@@ -66,3 +67,26 @@ def test_compact_on_the_channel_folds_the_session(env: ServeEnv) -> None:
     assert isinstance(final, WireError)
     assert final.code == ErrorCode.SESSION_FULL
     assert "nothing was folded: nothing to fold" in final.message
+
+
+def test_recall_through_serve_with_fake_tools(env: ServeEnv) -> None:
+    """`recall` in a worker of `loopd serve` with FakeTools (no brokerd): after `/compact`, the
+    model calls it for the folded owner message and gets it back exactly."""
+    env.start(spare_worker=False, compact={"keep_turns": 1, "min_cut": 0.0, "at": 0.99})
+    env.model.load([say(LONG)])
+    assert isinstance(turn(env.socket, "s1", "the code word is teal", resume=False)[-1], TurnDone)
+    env.model.load([say("ok")])
+    assert isinstance(turn(env.socket, "s1", "second")[-1], TurnDone)
+    env.model.load([say(SUMMARY), say("(pre-warm)")])
+    assert isinstance(turn(env.socket, "s1", "/compact", compact=True)[-1], TurnDone)
+    recall = {"name": "recall", "arguments": {"epoch": 0, "seq": 1}}
+    env.model.load([calls(("call_tool", recall)), say("teal")])
+    final = turn(env.socket, "s1", "what was the code word?")[-1]
+    assert isinstance(final, TurnDone), final
+    path = env.home / "sessions" / "s1" / "1.jsonl"
+    results = [r for r in map(orjson.loads, path.read_bytes().splitlines())
+               if r["type"] == "tool_result"]  # fmt: skip
+    assert len(results) == 1
+    head, content = results[0]["content"].split("\n", 1)
+    assert content == "the code word is teal"
+    assert head.startswith("[recalled: epoch 0, seq 1, user of ")

@@ -117,8 +117,11 @@ class Writer:
             self.n += 1
             self._complete(Assistant(T0, None, None, calls))
             for call, size in zip(calls, rnd.sizes, strict=True):
+                untrusted = size % 5 == 1  # some, as a fetch's or a file's would be
                 self.log.append(
-                    ToolResult(T0, self.n, call.id, "r" * size, ResultClass.PUBLIC, False, False)
+                    ToolResult(
+                        T0, self.n, call.id, "r" * size, ResultClass.PUBLIC, untrusted, False
+                    )
                 )
             if after and r < len(plan.rounds):
                 self.compact(plan.keep_turns)

@@ -23,17 +23,19 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from boxmaker.proto import GENESIS_PREV, EpochEnd, User, next_prev
+from boxmaker.proto import GENESIS_PREV, EpochEnd, ToolResult, User, next_prev
 from boxmaker.session import epoch_files
 from boxmaker.session.crashpoint import ENV
 from boxmaker.session.epochs import (
     EARLIER_HEADING,
+    UNTRUSTED_MARK,
     cut_index,
     earlier_section,
     next_log,
     unpaired,
 )
 from boxmaker.session.errors import LogCorrupt
+from boxmaker.session.recall import recall
 from boxmaker.session.replay import request_messages
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
@@ -86,6 +88,21 @@ def test_generated_sessions_compacted_at_random_points(plans: list[TurnPlan]) ->
             assert thread_problem(request_messages(base(), recs)) is None
             assert unpaired(recs) is None
         assert verify_session(home, "s1").ok
+        # recall gives each folded record back exactly; the untrusted marker follows the folds
+        path = home / "sessions" / "s1"
+        tainted = False
+        for e, records in enumerate(all_epochs[:-1]):
+            end = records[-1]
+            assert type(end) is EpochEnd
+            for seq, r in enumerate(records[: end.keep_from]):
+                if type(r) in (User, ToolResult):
+                    got = recall(path, epochs - 1, e, seq)
+                    assert got.content.split("\n", 1)[1] == r.content
+                    assert got.untrusted is (type(r) is ToolResult and r.untrusted)
+            folded = records[: end.keep_from]
+            tainted |= any(type(r) is ToolResult and r.untrusted for r in folded)
+            marked = UNTRUSTED_MARK in (path / f"{e + 1}.baseline.json").read_text()
+            assert marked is tainted, e
         # a crash right after each epoch_end: roll-forward gives the same bytes
         if epochs > 1:
             whole = files_of(home, "s1")

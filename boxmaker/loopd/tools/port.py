@@ -23,7 +23,7 @@ from typing import Any, Protocol
 import orjson
 
 from boxmaker.loopd.config import ToolsConfig
-from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
+from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RECALL_SCHEMA, RegisteredTool, Registry
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.errors import ProtocolError
@@ -87,6 +87,10 @@ def unavailable(why: str) -> ToolResponse:
     )
 
 
+def _epoch_0() -> int:
+    return 0
+
+
 class BrokerPort:
     """Every tool call goes to brokerd over `broker.sock`, one connection per call (so parallel
     calls need no lock). loopd holds no authority: brokerd decides, asks the owner, runs the
@@ -94,16 +98,24 @@ class BrokerPort:
     it as an event; it cannot answer it)."""
 
     def __init__(
-        self, socket_path: str, timeout_s: float, on_approval: OnApproval, session: str = ""
+        self,
+        socket_path: str,
+        timeout_s: float,
+        on_approval: OnApproval,
+        session: str = "",
+        epoch: Callable[[], int] = _epoch_0,
     ) -> None:
         """Args:
         socket_path: brokerd's broker.sock.
         timeout_s: the longest wait for one frame (above brokerd's approval_timeout_ms).
         on_approval: called from the calling thread for each `approval_needed`.
         session: the session's id, sent with each call: brokerd keeps each session's taint
-            from its own log (an epoch is sent when compaction makes more than epoch 0).
+            from its own log.
+        epoch: the session's current epoch, read at each call (a compaction moves it mid-turn);
+            brokerd logs it for audit, and the taint is the session's whatever it says.
         """
         self._session = session
+        self._epoch = epoch
         self._path = socket_path
         self._timeout_s = timeout_s
         self._on_approval = on_approval
@@ -137,7 +149,12 @@ class BrokerPort:
         return None
 
     def call(self, request: ToolRequest) -> ToolResponse:
-        body = {"tool": request.tool, "arguments": request.arguments, "session": self._session}
+        body = {
+            "tool": request.tool,
+            "arguments": request.arguments,
+            "session": self._session,
+            "epoch": self._epoch(),
+        }
         try:
             for frame in self._exchange("call", body):
                 if frame.kind == "approval_needed":
@@ -159,10 +176,14 @@ class BrokerPort:
 
 
 def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
-    """`clock` (core) and the tools brokerd grants, reached through call_tool."""
+    """`clock` (core), the tools brokerd grants, and loopd's own `recall`, reached through
+    call_tool."""
     # clock keeps loopd's own schema: it is in every baseline's tools array, fixed for the epoch.
-    rest = [RegisteredTool(t, core=False) for t in tools if t.name != CLOCK_SCHEMA.name]
-    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), *rest])
+    # recall is loopd's (the session's own record): a brokerd tool of that name is not reachable.
+    own = (CLOCK_SCHEMA.name, RECALL_SCHEMA.name)
+    rest = [RegisteredTool(t, core=False) for t in tools if t.name not in own]
+    recall = RegisteredTool(RECALL_SCHEMA, core=False)
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), *rest, recall])
 
 
 # The tools brokerd granted at the last turn that could ask, per socket: with brokerd down, the
@@ -171,13 +192,19 @@ def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
 _last_tools: dict[str, tuple[ToolSchema, ...]] = {}
 
 
-def tool_port(config: ToolsConfig, on_approval: OnApproval, session: str = "") -> dict[str, Any]:
+def tool_port(
+    config: ToolsConfig,
+    on_approval: OnApproval,
+    session: str = "",
+    epoch: Callable[[], int] = _epoch_0,
+) -> dict[str, Any]:
     """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
-    when [tools] broker_socket is set, else FakeTools and M2b's registry."""
+    when [tools] broker_socket is set, else FakeTools and M2b's registry. `epoch` gives the
+    session's current epoch at each call."""
     if config.broker_socket is None:
         return {"port": FakeTools(), "registry": None}
     path = str(config.broker_socket)
-    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session)
+    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session, epoch)
     tools = port.tools()
     if tools is None:
         tools = _last_tools.get(path, (CLOCK_SCHEMA,))

@@ -10,7 +10,9 @@ epoch so the prompt cache keeps hitting:
 | `call_tool` | loopd, the port  | runs a registry tool that is not core                       |
 
 The registry lists the tools the port can run, each with its `core` flag; M2b's is `clock`
-(core) and `echo`. `find_tool` searches only the tools that are not core: the core ones are in the
+(core) and `echo`. Every registry also lists `recall` (issue 21), reached through `call_tool`
+like any other; loopd answers it itself beside the port (`turn.recall`), since it reads only the
+session's own log. `find_tool` searches only the tools that are not core: the core ones are in the
 tools array already, and call_tool refuses them, so offering them there would mislead the model.
 
 `resolve` decides what happens to one call, with no I/O: an `Answer` that loopd gives itself
@@ -74,6 +76,22 @@ ECHO_SCHEMA: Final = ToolSchema(
     },
 )
 
+RECALL: Final = "recall"
+RECALL_SCHEMA: Final = ToolSchema(
+    RECALL,
+    "Returns the exact content of a record that a compaction folded out of the conversation, "
+    "by its epoch and seq (the section 'Earlier in this conversation' names them).",
+    {
+        "type": "object",
+        "properties": {
+            "epoch": {"type": "integer", "description": "The folded epoch, from 0."},
+            "seq": {"type": "integer", "description": "The record's sequence number in it."},
+        },
+        "required": ["epoch", "seq"],
+        "additionalProperties": False,
+    },
+)
+
 # The tools array of every session, in this order.
 CORE_SCHEMAS: Final = (CLOCK_SCHEMA, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
 
@@ -111,8 +129,15 @@ class Registry:
 
 
 def default_registry() -> Registry:
-    """M2b's registry: `clock` (core) and `echo`, the tools FakeTools answers."""
-    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), RegisteredTool(ECHO_SCHEMA, False)])
+    """M2b's registry: `clock` (core) and `echo`, the tools FakeTools answers, and `recall`
+    (loopd's own, answered beside the port: `turn.recall`)."""
+    return Registry(
+        [
+            RegisteredTool(CLOCK_SCHEMA, core=True),
+            RegisteredTool(ECHO_SCHEMA, False),
+            RegisteredTool(RECALL_SCHEMA, False),
+        ]
+    )
 
 
 def find_tool_answer(registry: Registry, query: str) -> str:

@@ -8,11 +8,12 @@
 - `Complete`: `client.chat_with_retry`; each ChatEvent the channel knows is passed to `on_event`
   as it arrives (the streamed tool-call pieces are not: the channel hears of a call once it is
   whole, as `tool_call_started`). An InferError goes back to the core, which ends the turn.
-- `RunTools`: the port's calls, each on its own daemon thread so that one that hangs can be left
-  behind: with `[loop] parallel_tools` all at once, else one after another. Each call has
-  `tool_timeout_ms`; one that raises or has not answered by then becomes a `ToolFailure` and the
-  others are not affected. The outcomes go back in call order, whatever order they finish in. A
-  call left behind keeps its thread until the port answers; its answer is dropped.
+- `RunTools`: the port's calls (`recall` is answered beside the port, from the log's files:
+  `turn.recall`), each on its own daemon thread so that one that hangs can be left behind: with
+  `[loop] parallel_tools` all at once, else one after another. Each call has `tool_timeout_ms`;
+  one that raises or has not answered by then becomes a `ToolFailure` and the others are not
+  affected. The outcomes go back in call order, whatever order they finish in. A call left
+  behind keeps its thread until the port answers; its answer is dropped.
 - `Append`: `log.append`, durable before it returns, so before the event that reports it.
 - `Emit`: `on_event`.
 - `Compact` (issue 21, only with a `compactor`): `compactor.run`, the summary, the epoch switch
@@ -48,6 +49,7 @@ from boxmaker.loopd.turn.loop import (
     ToolOutcome,
     TurnLoop,
 )
+from boxmaker.loopd.turn.recall import WithRecall
 from boxmaker.proto import (
     EVENT_TYPES,
     ErrorCode,
@@ -141,6 +143,7 @@ def run_turn(
             on_event(event)
 
     timeout_s = config.tool_timeout_ms / 1000
+    port = WithRecall(port, log)
     action = core.start()
     while True:
         result: object = None

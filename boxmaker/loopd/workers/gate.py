@@ -15,6 +15,10 @@ With `[cache] slot_save` on, the GateServer calls its `SlotCache` (loopd/cache/k
 the slot is held and before it grants it (the saves and restores due), and once the worker has
 released it, before letting it go. A grant then carries `cache`, the notes
 the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
+Each `gate_ask` names the session's current epoch (the worker's `epoch` callable, read from its
+open log); the GateServer keeps the held ask's in `epoch`, for the keeper (issue 21: a save
+file is per epoch, since each epoch's prefix differs from the earlier section of its system
+message on).
 
 When the main process is gone (EOF on the worker's stdin, `parent_gone`), there is nobody to
 share the slot with: a PipeGate then lets its worker through at once, so the turn in flight can
@@ -66,6 +70,9 @@ class PipeGate:
         self._ask = 0
         self._gone = False
         self.on_cache: OnCache | None = None  # the grant's cache notes, for the session's log
+        # The session's current epoch, sent with each ask (issue 21: a compaction moves it, and
+        # the cache keeper's save files are per epoch); None sends none (the main process: 0).
+        self.epoch: Callable[[], int] | None = None
 
     def deliver(self, frame: Frame) -> None:
         """A gate frame from the main process (called by the worker's stdin reader)."""
@@ -121,7 +128,8 @@ class PipeGate:
             self._ask += 1
             ask = self._ask
             gone = self._gone
-        if gone or not self._try_send(gate_frame("gate_ask", ask, slot=slot)):
+        fields = {"slot": slot} if self.epoch is None else {"slot": slot, "epoch": self.epoch()}
+        if gone or not self._try_send(gate_frame("gate_ask", ask, **fields)):
             yield
             return
         asked = True
@@ -174,9 +182,12 @@ class GateServer:
         self._lock = threading.Lock()
         self._asks: dict[int, _Ask] = {}
         self._closed = False
+        # The epoch the ask held now named (0 until one names it): for the cache keeper's save
+        # file, which must not be restored into another epoch (issue 21).
+        self.epoch = 0
         # One thread holds this worker's asks, one after another: a PipeGate asks again only
         # once its last ask is let go, so a thread per ask would only add its start-up.
-        self._pending: queue.SimpleQueue[tuple[int, int, _Ask] | None] = queue.SimpleQueue()
+        self._pending: queue.SimpleQueue[tuple[int, int, int, _Ask] | None] = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
 
     def handle(self, frame: Frame) -> None:
@@ -191,6 +202,7 @@ class GateServer:
             )
         elif frame.kind == "gate_ask":
             ask, slot = gate_fields(frame, "slot")
+            epoch = gate_fields(frame, "epoch")[1] if "epoch" in frame.body else 0
             entry = _Ask()
             with self._lock:
                 if self._closed:
@@ -199,7 +211,7 @@ class GateServer:
                 if self._thread is None:
                     self._thread = threading.Thread(target=self._serve, name="gate", daemon=True)
                     self._thread.start()
-            self._pending.put((ask, slot, entry))
+            self._pending.put((ask, slot, epoch, entry))
         elif frame.kind == "gate_release":
             (ask,) = gate_fields(frame)
             with self._lock:
@@ -247,7 +259,7 @@ class GateServer:
         while (item := self._pending.get()) is not None:
             self._hold(*item)
 
-    def _hold(self, ask: int, slot: int, entry: _Ask) -> None:
+    def _hold(self, ask: int, slot: int, epoch: int, entry: _Ask) -> None:
         def queued(event: object) -> None:
             assert isinstance(event, QueuedEvent)
             self._reply(gate_frame("gate_queued", ask, ahead=event.ahead))
@@ -257,6 +269,7 @@ class GateServer:
         try:
             with self._gate.hold(slot, queued, leave=entry.released.is_set, owner=self._session()):
                 if not entry.released.is_set():
+                    self.epoch = epoch  # one ask at a time: this worker's, for the keeper
                     self._grant(ask, slot)
                     granted = True
                     entry.released.wait()

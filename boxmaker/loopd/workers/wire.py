@@ -11,7 +11,7 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 | `turn_event`   | worker | false | the channel's `{event}`                             |
 | `turn_done`    | worker | true  | the channel's TurnDone                              |
 | `error`        | worker | true  | WireError                                           |
-| `gate_ask`     | worker | false | `{ask, slot}`: wants the slot (PipeGate.hold)       |
+| `gate_ask`     | worker | false | `{ask, slot, epoch?}`: wants the slot (PipeGate.hold)|
 | `gate_release` | worker | false | `{ask}`: gives the slot up, or leaves the line      |
 | `gate_queued`  | main   | false | `{ask, ahead}`: waiting, with `ahead` before it     |
 | `gate_grant`   | main   | false | `{ask, cache?}`: holds the slot now; `cache`: the   |

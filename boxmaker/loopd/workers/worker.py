@@ -84,6 +84,7 @@ class Worker:
         self.out = out
         self.gate = PipeGate(out.send)
         self.gate.on_cache = self.on_cache
+        self.gate.epoch = self.current_epoch
         self.client = Client(config.inference, gate=self.gate)
         self.compactor = Compactor.from_config(config, self.client)
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
@@ -157,11 +158,13 @@ class Worker:
             if turn.compact:  # `/compact` (issue 21): no turn, the fold alone
                 outcome = run_compaction(self.log, self.compactor, self.on_event)
             else:
+                log = self.log
+                epoch = lambda: log.epoch  # noqa: E731  read at each call: a compaction moves it
                 outcome = run_turn(
-                    self.log,
+                    log,
                     turn.content,
                     client=self.client,
-                    **tool_port(self.config.tools, self.on_approval, turn.session),
+                    **tool_port(self.config.tools, self.on_approval, turn.session, epoch),
                     config=self.config.loop,
                     thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                     on_event=self.on_event,
@@ -181,6 +184,10 @@ class Worker:
             return
         for data in done_frames(outcome):  # an answer too large for one frame is split
             self.send(data)
+
+    def current_epoch(self) -> int:
+        """The open session's epoch (each slot ask carries it: issue 21's cache keeper)."""
+        return 0 if self.log is None else self.log.epoch
 
     def on_approval(self, call_id: str, tool: str, summary: str) -> None:
         self.on_event(ApprovalNeededEvent(call_id, tool, summary))

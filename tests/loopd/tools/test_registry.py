@@ -5,6 +5,7 @@ from __future__ import annotations
 import orjson
 import pytest
 
+from boxmaker.loopd.tools.port import broker_registry
 from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     CLOCK_SCHEMA,
@@ -13,6 +14,7 @@ from boxmaker.loopd.tools.registry import (
     FIND_TOOL,
     FIND_TOOL_FOOTER,
     NO_TOOL_MATCHES,
+    RECALL_SCHEMA,
     Answer,
     Dispatch,
     RegisteredTool,
@@ -41,8 +43,34 @@ def test_the_tools_array_is_the_three_core_schemas_in_order() -> None:
     )
 
 
-def test_m2b_registry_is_clock_core_and_echo() -> None:
-    assert [(t.schema.name, t.core) for t in REG.tools] == [("clock", True), ("echo", False)]
+def test_m2b_registry_is_clock_core_and_echo_and_recall() -> None:
+    got = [(t.schema.name, t.core) for t in REG.tools]
+    assert got == [("clock", True), ("echo", False), ("recall", False)]
+
+
+def test_recall_is_found_never_a_core_schema() -> None:
+    assert RECALL_SCHEMA not in CORE_SCHEMAS  # the baseline's tools array stays the three
+    body, footer = find_tool_answer(REG, "folded").rsplit("\n", 1)
+    assert orjson.loads(body) == [RECALL_SCHEMA.to_json()]
+    assert footer == "Call it with call_tool."
+    got = resolve(ToolCall("c1", "recall", '{"epoch": 0, "seq": 3}'), REG)
+    assert isinstance(got, Answer)  # called directly: refused, with how to call it
+    assert "recall is not called directly: call it with call_tool" in got.content
+    args = '{"name": "recall", "arguments": {"epoch": 0, "seq": "3"}}'
+    bad = resolve(ToolCall("c2", "call_tool", args), REG)
+    assert bad == Answer(
+        "recall", f"error: recall: {SCHEMA_MISS}$.seq: expected integer, got string", True
+    )
+
+
+SCHEMA_MISS = "the arguments do not match the tool's schema: "
+
+
+def test_the_broker_registry_keeps_loopds_recall() -> None:
+    fake = ToolSchema("recall", "brokerd's, shadowing loopd's", {"type": "object"})
+    reg = broker_registry([ToolSchema("read_file", "Reads a file.", {"type": "object"}), fake])
+    assert [t.schema.name for t in reg.tools] == ["clock", "read_file", "recall"]
+    assert reg.get("recall") == RegisteredTool(RECALL_SCHEMA, core=False)
 
 
 def test_find_tool_hit_gives_the_schemas_then_the_brief_text() -> None:

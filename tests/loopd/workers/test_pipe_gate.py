@@ -217,3 +217,20 @@ def test_a_failing_cache_keeper_neither_withholds_the_grant_nor_the_release() ->
             t.join(5.0)
         for fd in (up_r, down_r):
             os.close(fd)
+
+
+def test_each_ask_carries_the_sessions_epoch_to_the_main_process() -> None:
+    """Issue 21: the cache keeper's save files are per epoch, so the main process's side of the
+    gate knows the epoch of the ask it holds (the worker reads it from its log at each ask)."""
+    side = Side(SlotGate(4))
+    try:
+        epochs = iter([0, 2])
+        side.pipe_gate.epoch = lambda: next(epochs)
+        for expected in (0, 2):
+            with side.pipe_gate.hold(0, lambda _e: None):
+                assert side.server.epoch == expected  # set before the grant was sent
+        side.pipe_gate.epoch = None  # a worker that names none: epoch 0
+        with side.pipe_gate.hold(0, lambda _e: None):
+            assert side.server.epoch == 0
+    finally:
+        side.close()
