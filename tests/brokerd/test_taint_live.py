@@ -51,7 +51,11 @@ class Call(threading.Thread):
         self, rig: Rig, session: str, tool: str, args: dict[str, Any], epoch: int | None = None
     ) -> None:
         super().__init__(daemon=True)
-        self.body = {"tool": tool, "arguments": orjson.dumps(args).decode(), "session": session}
+        self.body: dict[str, Any] = {
+            "tool": tool,
+            "arguments": orjson.dumps(args).decode(),
+            "session": session,
+        }
         if epoch is not None:
             self.body["epoch"] = epoch
         self.rig = rig

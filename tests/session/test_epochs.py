@@ -95,7 +95,7 @@ def test_generated_sessions_compacted_at_random_points(plans: list[TurnPlan]) ->
             end = records[-1]
             assert type(end) is EpochEnd
             for seq, r in enumerate(records[: end.keep_from]):
-                if type(r) in (User, ToolResult):
+                if isinstance(r, (User, ToolResult)):
                     got = recall(path, epochs - 1, e, seq)
                     assert got.content.split("\n", 1)[1] == r.content
                     assert got.untrusted is (type(r) is ToolResult and r.untrusted)
