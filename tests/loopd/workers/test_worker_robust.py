@@ -4,29 +4,16 @@ worker must still end every turn with a final frame, never with a traceback."""
 
 from __future__ import annotations
 
-import os
 import queue
-import subprocess
-import sys
 import threading
-from typing import Any
 
 import pytest
 
 from boxmaker.loopd.config import read_config
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.workers import process
-from boxmaker.loopd.workers.pipes import FrameReader, FrameWriter
 from boxmaker.loopd.workers.pool import Pool, TurnSink
-from boxmaker.loopd.workers.wire import (
-    FINAL_KINDS,
-    RELAYED_KINDS,
-    config_frame,
-    gate_fields,
-    gate_frame,
-)
 from boxmaker.proto import (
-    ChannelBody,
     ContentEvent,
     ErrorCode,
     Turn,
@@ -36,66 +23,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.frame import Frame, FrameDecoder
 from tests.loopd.serve_support import BOUND_S, ServeEnv, turn_bytes
-
-
-class MainSide:
-    """One worker process, its pipes, and the test playing loopd's main process."""
-
-    def __init__(self, env: ServeEnv, session: str) -> None:
-        down_r, down_w = os.pipe()
-        up_r, up_w = os.pipe()
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "boxmaker.loopd.workers.worker", "--session", session],
-            stdin=down_r,
-            stdout=up_w,
-            stderr=subprocess.PIPE,
-        )
-        os.close(down_r)
-        os.close(up_w)
-        self.down = FrameWriter(down_w)
-        self.up = FrameReader(up_r)
-        source = read_config(env.write_config())
-        base_dir = str(source.base_dir)
-        self.down.send(config_frame(source.text, source.source, base_dir, dict(source.env)))
-        self.session = session
-
-    def turn(self, content: str, resume: bool, notes: list[dict[str, Any]]) -> list[ChannelBody]:
-        """One turn; every gate_grant carries `notes`. Its channel frames, the final one last."""
-        self.down.send(turn_bytes(self.session, content, resume))
-        out: list[ChannelBody] = []
-        # A frame this side does not answer would hang the read: the worker is killed at the
-        # bound, so the read ends in EOF and the test fails with what it has.
-        watchdog = threading.Timer(BOUND_S, self.proc.kill)
-        watchdog.start()
-        try:
-            return self._frames(out, notes)
-        finally:
-            watchdog.cancel()
-
-    def _frames(self, out: list[ChannelBody], notes: list[dict[str, Any]]) -> list[ChannelBody]:
-        while (frame := self.up.next()) is not None:
-            if frame.kind == "gate_pick":
-                ask = gate_fields(frame)[0]
-                self.down.send(gate_frame("gate_picked", ask, slot=frame.body["slots"][0]))
-            elif frame.kind == "gate_ask":
-                ask = gate_fields(frame)[0]
-                self.down.send(gate_frame("gate_grant", ask, cache=notes))
-            elif frame.kind == "gate_release":
-                self.down.send(gate_frame("gate_left", gate_fields(frame)[0]))
-            elif frame.kind in RELAYED_KINDS:
-                out.append(decode_body(frame))
-                if frame.kind in FINAL_KINDS:
-                    return out
-        return out  # EOF: the worker died before its final frame
-
-    def close(self) -> tuple[int, str]:
-        self.down.close()
-        try:
-            _, err = self.proc.communicate(timeout=BOUND_S)
-        finally:
-            self.proc.kill()
-        os.close(self.up.fd)
-        return self.proc.returncode, err.decode()
+from tests.support.main_side import MainSide
 
 
 def test_a_count_no_log_line_can_hold_is_refused_where_it_enters_and_the_turn_goes_on(
@@ -104,11 +32,11 @@ def test_a_count_no_log_line_can_hold_is_refused_where_it_enters_and_the_turn_go
     """Issue 24.3: a cache note with a count past 2**63-1 crashed the worker at encode_line. The
     note is now checked where it enters (cache.policy's Note bounds every count), so the turn
     ends normally, the bad note is said once on stderr, and nothing unencodable is logged."""
-    main = MainSide(env, "s")
+    main = MainSide(read_config(env.write_config()), "s")
     try:
-        assert isinstance(main.turn("hi", False, [])[-1], TurnDone)
+        assert isinstance(main.turn(turn_bytes("s", "hi", False))[-1], TurnDone)
         huge = {"kind": "saved", "slot": 0, "tokens": 2**63, "size": 1, "elapsed_us": 1}
-        frames = main.turn("again", True, [huge])
+        frames = main.turn(turn_bytes("s", "again", True), [huge])
     finally:
         code, err = main.close()
     assert frames, f"no final frame; the worker said: {err}"
