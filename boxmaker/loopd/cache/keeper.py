@@ -2,23 +2,24 @@
 
 The main process grants the slots (one SlotGate, a GateServer per worker), so it is the one that
 knows which session is about to use a slot and which used it last. The GateServer calls
-`before_grant(slot, session)` once the slot is held for a worker, before it sends `gate_grant`:
-the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and restores this
-session's as it says, and returns the notes this session's log is owed, which go to the worker in
-the grant frame; the worker, the log's one writer, appends them as CacheSaved / CacheRestored
-records and sends their events. `after_release(slot, session)` notes that the holder's cache
-grew past its file (no call to the server). Both run while the caller holds the slot, so no
-request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
-has shown in /slots (the server might now run another model, template or context size).
+`before_grant(slot, session, epoch)` once the slot is held for a worker, before it sends
+`gate_grant`: the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and
+restores this session's as it says, and returns the notes this session's log is owed, which go to
+the worker in the grant frame; the worker, the log's one writer, appends them as CacheSaved /
+CacheRestored records and sends their events. `after_release(slot, session, epoch)` notes that the
+holder's cache grew past its file (no call to the server). Both run while the caller holds the slot,
+so no request runs on the slot meanwhile. /props is asked before a save or restore only once a
+restart has shown in /slots (the server might now run another model, template or context size).
 
-A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost
-more than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot
-whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does;
-`drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
-the self-test a slot that holds no session when there is one, and saves the holder first when
-there is not. Every failure of these calls is one warning line, never a failed turn: the request
-then runs as it would without the feature. The policy's state is kept in the state file after
-every change, so a restarted loopd knows what each slot holds and what is saved.
+A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost more
+than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot whose
+holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does; `drain()`
+saves every unsaved slot when loopd stops. `around_selftest` gives the self-test a slot that holds
+no session when there is one, and saves the holder first when there is not. Save files are per epoch
+(issue 21): an earlier epoch's goes once a later one asks. Every failure of these calls is one
+warning line, never a failed turn: the request then runs as it would without the feature. The
+policy's state is kept in the state file after every change, so a restarted loopd knows what each
+slot holds and what is saved.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props, template_sha256
 from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
 
-from .policy import SAVE_PREFIX, Action, Mark, Restore, Save, identity, marks_of
+from .policy import PROBE_NAME, SAVE_PREFIX, Action, Drop, Mark, Restore, Save, identity, marks_of
 from .state import STATE_FILE, StateFile
 
 Warn = Callable[[str], None]
@@ -114,7 +115,7 @@ class CacheKeeper:
             slot = next(
                 (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
             )
-            io = self.files.save(slot, self.policy.name("probe"))
+            io = self.files.save(slot, self.policy.name(PROBE_NAME, 0))
         except HttpStatus as exc:
             if exc.status == NOT_SUPPORTED:
                 return False, "the server was not started with --slot-save-path; the feature is off"
@@ -123,7 +124,7 @@ class CacheKeeper:
             return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
         return True, (
             f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
-            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>.bin"
+            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>-e<epoch>.bin"
         )
 
     def _marks(self) -> dict[int, Mark]:
@@ -138,6 +139,9 @@ class CacheKeeper:
 
     def _act(self, action: Action, slot: int, mark: Mark) -> None:
         """Carries out one action; a failure is a warning."""
+        if isinstance(action, Drop):
+            self._unlink(action.filename)  # the policy has forgotten it already
+            return
         try:
             if isinstance(action, Save):
                 io = self.files.save(slot, action.filename)
@@ -153,34 +157,38 @@ class CacheKeeper:
                 self.policy.restore_failed(action)
 
     # ---- around each grant ----
-    def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+    def before_grant(self, slot: int, session: str | None, epoch: int = 0) -> list[dict[str, Any]]:
         """Called with the slot held for `session`: the saves and restores due, then the notes
         the session's log is owed (JSON, for the grant frame). Never raises: a bug here must not
         leave a worker waiting for its grant."""
         try:
-            return self._before_grant(slot, session)
+            return self._before_grant(slot, session, epoch)
         except Exception as exc:  # the grant goes out whatever happened here
             self.warn(f"cache: slot {slot} for {session}: {exc!r}; granted without it")
             return []
 
-    def _before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+    def _before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, Any]]:
         with self._lock:
             mark = self._marks().get(slot)
-            actions = self.policy.before(slot, session, mark)
+            actions = self.policy.before(slot, session, mark, epoch)
+            for drop in [a for a in actions if isinstance(a, Drop)]:
+                self._act(drop, slot, Mark(None, 0))  # dead whatever the server: no call to it
+            actions = [a for a in actions if not isinstance(a, Drop)]
             if actions and mark is not None and self._same_server():
                 for action in actions:
                     self._act(action, slot, mark)
-            self.policy.granted(slot, session, mark)
+            self.policy.granted(slot, session, mark, epoch)
             if mark is not None:
                 self._grant_marks[slot] = mark  # for the after-turn save's bookkeeping
             notes = self.policy.take_notes(session) if session is not None else []
             self.state.persist(self.policy)
         return [note.to_json() for note in notes]
 
-    def after_release(self, slot: int, session: str | None) -> None:
+    def after_release(self, slot: int, session: str | None, epoch: int = 0) -> None:
         """Called with the slot still held, once `session`'s request is over (no call to the
         server: the next grant's /slots tells what became of the slot). Never raises: the
-        gate's thread must go on to let the slot go."""
+        gate's thread must go on to let the slot go. (`epoch`: the grant's, which `before_grant`
+        already recorded on the slot.)"""
         try:
             with self._lock:
                 self.policy.released(slot, session)
@@ -338,6 +346,10 @@ class CacheKeeper:
     def _remove(self, name: str, session: str | None) -> bool:
         if session is not None:
             self.policy.forget(session)
+        return self._unlink(name)
+
+    def _unlink(self, name: str) -> bool:
+        """Removes a save file, when loopd knows the server's folder ([cache] folder)."""
         if self.cache.folder is None:
             return True
         try:
