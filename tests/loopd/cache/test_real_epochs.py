@@ -33,7 +33,7 @@ def test_the_prewarm_is_saved_and_restored_after_a_server_restart() -> None:
         assert done.content == "compacted into epoch 1"
 
         def epoch1_saved() -> bool:  # the file, then the state that names it
-            return cs.state().get("saves", {}).get("ep", {}).get("epoch") == 1
+            return bool(cs.state().get("saves", {}).get("ep", {}).get("epoch") == 1)
 
         wait_for(epoch1_saved, "the pre-warm's save of epoch 1", SAVE_BOUND_S)
         assert len(list(cs.saves.glob(f"{head}-e1.bin"))) == 1
