@@ -12,14 +12,14 @@ so no request runs on the slot meanwhile. /props is asked before a save or resto
 restart has shown in /slots (the server might now run another model, template or context size).
 
 A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost more
-than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot whose
-holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does; `drain()`
-saves every unsaved slot when loopd stops. `around_selftest` gives the self-test a slot that holds
-no session when there is one, and saves the holder first when there is not. Save files are per epoch
-(issue 21): an earlier epoch's goes once a later one asks. Every failure of these calls is one
-warning line, never a failed turn: the request then runs as it would without the feature. The
-policy's state is kept in the state file after every change, so a restarted loopd knows what each
-slot holds and what is saved.
+than `save_factor` saves (the prompt rate is timed once, by the self-test: `set_prompt_rate`), and a
+slot whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it
+does; `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives the self-test a
+slot that holds no session when there is one, and saves the holder first when there is not. Save
+files are per epoch (issue 21): an earlier epoch's goes once a later one asks. Every failure of
+these calls is one warning line, never a failed turn: the request then runs as it would without the
+feature. The policy's state is kept in the state file after every change, so a restarted loopd knows
+what each slot holds and what is saved.
 """
 
 from __future__ import annotations
@@ -33,12 +33,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from boxmaker.loopd.config import Config
-from boxmaker.loopd.llama.errors import HttpStatus, InferError
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props, template_sha256
-from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
+from boxmaker.loopd.llama.slots import SlotFiles
 
-from .policy import PROBE_NAME, SAVE_PREFIX, Action, Drop, Mark, Restore, Save, identity, marks_of
+from .policy import SAVE_PREFIX, Action, Drop, Mark, Restore, Save, identity, marks_of
 from .state import STATE_FILE, StateFile
 
 Warn = Callable[[str], None]
@@ -67,10 +67,10 @@ class CacheKeeper:
         self.files = files if files is not None else SlotFiles(config.inference)
         self.state = StateFile(self.cache.state or config.paths.home / STATE_FILE, warn)
         self.policy = self.state.load(ident, self.cache.min_tokens, self.cache.folder)
-        # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
-        # /slots shows a restart, so the next save or restore asks /props again first.
+        # The server answering is known to be of `ident` (the self-test's open_keeper asked
+        # /props); cleared when /slots shows a restart, so the next save or restore asks again.
         self._verified = True
-        self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
+        self.probe_marks: dict[int, Mark] | None = None  # the self-test's probe's /slots
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
         self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
@@ -105,28 +105,6 @@ class CacheKeeper:
         return found == self.policy.ident
 
     # ---- the server ----
-    def probe(self) -> tuple[bool, str]:
-        """Whether the server saves slots: a save of a slot (an empty one if there is one).
-
-        Returns (on, the self-test's line).
-        """
-        try:
-            marks = self._first_marks = marks_of(self.files.slots())
-            slot = next(
-                (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
-            )
-            io = self.files.save(slot, self.policy.name(PROBE_NAME, 0))
-        except HttpStatus as exc:
-            if exc.status == NOT_SUPPORTED:
-                return False, "the server was not started with --slot-save-path; the feature is off"
-            return False, f"the server refused a slot save ({exc}); the feature is off"
-        except InferError as exc:
-            return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
-        return True, (
-            f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
-            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>-e<epoch>.bin"
-        )
-
     def _marks(self) -> dict[int, Mark]:
         try:
             marks = marks_of(self.files.slots())
@@ -206,7 +184,7 @@ class CacheKeeper:
         holder's cache saved first (then restored at the session's next request)."""
         order = order or list(self.slots)
         with self._lock:
-            marks, self._first_marks = self._first_marks or self._marks(), None
+            marks, self.probe_marks = self.probe_marks or self._marks(), None
             free = [s for s in order if self.policy.holder(s, marks.get(s)) is None]
             slot = free[0] if free else order[0]
             mark = marks.get(slot)
@@ -216,20 +194,12 @@ class CacheKeeper:
                     self._act(action, slot, mark)
             self.policy.granted(slot, None, mark)
             self.state.persist(self.policy)
-            self._measure(slot)
         yield slot
 
-    def _measure(self, slot: int) -> None:
-        """The prompt rate, on the self-test's slot (whose cache the self-test replaces)."""
-        try:
-            self.policy.prompt_us = rate = self.files.prompt_rate(slot)
-            if rate is not None:
-                k = self.cache.save_factor
-                self.warn(f"cache: a prompt token read in {rate:.0f} us on slot {slot}; a slot "
-                          f"is saved after a turn when a re-read costs over {k} saves")  # fmt: skip
-        except InferError as exc:
-            self.warn(f"cache: the prompt rate could not be measured ({exc.describe()}); "
-                      "no saves right after a turn")  # fmt: skip
+    def set_prompt_rate(self, us: float | None) -> None:
+        """The prompt rate the self-test timed (None: unknown), for the after-turn rule."""
+        with self._lock:
+            self.policy.prompt_us = us
 
     # ---- idle saves and the drain ----
     def start(self) -> None:
@@ -365,23 +335,3 @@ class CacheKeeper:
 def server_identity(model: str, props: Props) -> str:
     """The identity save files are named with, for the server whose /props this is."""
     return identity(model, template_sha256(props.chat_template), props.n_ctx)
-
-
-def open_keeper(
-    config: Config,
-    gate: SlotGate,
-    props: Callable[[], Props],
-    say: Callable[[str], None],
-    warn: Warn,
-) -> CacheKeeper | None:
-    """The keeper for `loopd serve`, when the server saves slots; one self-test line either way
-    (`ok` or `off`, never a failure: without it loopd runs as it would with slot_save off)."""
-    try:
-        found = props()
-    except InferError as exc:
-        say(f"selftest off     slot_save: no answer from /props ({exc.describe()})")
-        return None
-    keeper = CacheKeeper(config, gate, server_identity(config.inference.model, found), warn, props)
-    on, line = keeper.probe()
-    say(f"selftest {'ok      ' if on else 'off     '}slot_save: {line}")
-    return keeper if on else None
