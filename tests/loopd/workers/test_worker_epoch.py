@@ -37,7 +37,10 @@ def test_each_slot_ask_names_the_sessions_current_epoch(env: ServeEnv) -> None:
     def run(content: str, resume: bool = True, compact: bool = False) -> object:
         down.send(turn_bytes("s1", content, resume, compact))
         while (frame := up.next()) is not None:
-            if frame.kind == "gate_ask":
+            if frame.kind == "gate_pick":  # a new session's (and epoch's) slot choice
+                ask = gate_fields(frame)[0]
+                down.send(gate_frame("gate_picked", ask, slot=frame.body["slots"][0]))
+            elif frame.kind == "gate_ask":
                 asked.append(frame.body.get("epoch"))
                 down.send(gate_frame("gate_grant", gate_fields(frame)[0]))
             elif frame.kind == "gate_release":
