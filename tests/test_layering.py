@@ -66,12 +66,13 @@ RULES: dict[str, frozenset[str]] = {
     "boxmaker.inferproxy.limits": frozenset(),  # [core]
     # loopd. The package row holds cli.py and __main__.py (and serve.py later).
     "boxmaker.loopd": frozenset({PROTO, CLI, DAEMON, FAST, CONFIG, LLAMA, SELFTEST})
-    | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS, CACHE}),
+    | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS}),
     KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
     WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
     "boxmaker.loopd._readfile": frozenset({KINDS}),  # the config file read bounded
     CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON, DEFAULTS, "boxmaker.loopd._readfile"}),
-    SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records"}),
+    # The self-test in one place (issue 20): the checks, and its run with the keeper's probe.
+    SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records", CACHE, f"{CACHE}.policy"}),
     # llama: one row per module, because the direction inside it matters.
     LLAMA: frozenset(),  # __init__
     f"{LLAMA}.errors": frozenset(),  # llama's ground floor

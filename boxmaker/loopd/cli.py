@@ -36,13 +36,12 @@ from typing import TYPE_CHECKING
 
 from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded, print_json_line
 from boxmaker.loopd import serve
-from boxmaker.loopd.cache.keeper import open_keeper
 from boxmaker.loopd.config import Config, ConfigError, read_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, completion_to_json, event_to_json
-from boxmaker.loopd.selftest import iter_selftest
+from boxmaker.loopd.selftest import run_selftest
 from boxmaker.loopd.turn.command import run_turn_command
 from boxmaker.proto import (
     BodyError,
@@ -71,23 +70,15 @@ def _error(env: Environment, command: str, message: str) -> None:
 
 
 def cmd_selftest(config: Config, _args: argparse.Namespace, env: Environment) -> ExitStatus:
-    failed = []
-    if config.cache.slot_save:  # whether the server saves slots: a line, never a failure
-
-        def say(line: str) -> None:
-            env.stdout.write(line.removeprefix("selftest ") + "\n")
-
-        gate = SlotGate(config.inference.queue_length)
-
-        def warn(line: str) -> None:
-            env.stderr.write(f"loopd selftest: {line}\n")
-
-        open_keeper(config, gate, Client(config.inference).props, say, warn)
-    for result in iter_selftest(config, Client(config.inference)):
-        env.stdout.write(result.line() + "\n")
+    def say(line: str) -> None:  # with [cache] slot_save, a first line: does the server save slots
+        env.stdout.write(line.removeprefix("selftest ") + "\n")
         env.stdout.flush()
-        if not result.ok:
-            failed.append(result.check)
+
+    def warn(line: str) -> None:
+        env.stderr.write(f"loopd selftest: {line}\n")
+
+    gate = SlotGate(config.inference.queue_length)
+    failed = run_selftest(config, gate, say, warn, serving=False).failed
     if failed:
         why = f"FAILED ({', '.join(failed)}); loopd will not start against this server"
         _error(env, "selftest", why)

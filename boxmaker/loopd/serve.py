@@ -22,12 +22,9 @@ still running are cut (their worker is killed: the log holds whole lines only) a
 
 from __future__ import annotations
 
-import contextlib
-import dataclasses
 import os
 import time
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager
 from pathlib import Path
 
 import orjson
@@ -39,7 +36,6 @@ from boxmaker._daemon.listener import bind_unix_listener, remove_stale_socket
 from boxmaker._daemon.log import DaemonLog
 from boxmaker._daemon.signals import stop_signals
 from boxmaker._fast import IMPLEMENTATIONS  # filled in as the client imports the twins
-from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper
 from boxmaker.loopd.channel.locks import SessionLocks
 from boxmaker.loopd.channel.server import ChannelServer
 from boxmaker.loopd.config import Config, ConfigSource
@@ -47,7 +43,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.retry import is_retryable
-from boxmaker.loopd.selftest import iter_selftest
+from boxmaker.loopd.selftest import run_selftest
 from boxmaker.loopd.workers.pool import Pool
 from boxmaker.proto import is_session_id
 from boxmaker.proto.errors import EncodeError
@@ -191,22 +187,8 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
     client = Client(config.inference)
     wait_until_loaded(client.props, config.inference.load_wait_ms, log.say)
     gate = slot_gate(config)
-    # The self-test's slot: the one least likely to hold a live session's cache.
-    order = gate.order(config.inference.slots)
-    keeper: CacheKeeper | None = None
-    around: AbstractContextManager[int] = contextlib.nullcontext(order[0])
-    if config.cache.slot_save:
-        keeper = open_keeper(config, gate, client.props, log.say, log.warn)
-        around = around if keeper is None else keeper.around_selftest(order)
-    failed = []
-    with around as slot:  # with slot_save: a slot no session holds, or its holder saved first
-        others = tuple(s for s in config.inference.slots if s != slot)
-        inference = dataclasses.replace(config.inference, slots=(slot, *others))
-        tested = dataclasses.replace(config, inference=inference)
-        for result in iter_selftest(tested, Client(inference)):
-            log.say(f"selftest {result.line()}")
-            if not result.ok:
-                failed.append(result.check)
+    outcome = run_selftest(config, gate, log.say, log.warn, serving=True)
+    keeper, failed = outcome.keeper, outcome.failed
     if failed:
         log.warn(
             f"serve: the self-test FAILED ({', '.join(failed)}); not starting against this "

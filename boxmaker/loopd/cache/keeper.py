@@ -2,23 +2,24 @@
 
 The main process grants the slots (one SlotGate, a GateServer per worker), so it is the one that
 knows which session is about to use a slot and which used it last. The GateServer calls
-`before_grant(slot, session)` once the slot is held for a worker, before it sends `gate_grant`:
-the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and restores this
-session's as it says, and returns the notes this session's log is owed, which go to the worker in
-the grant frame; the worker, the log's one writer, appends them as CacheSaved / CacheRestored
-records and sends their events. `after_release(slot, session)` notes that the holder's cache
-grew past its file (no call to the server). Both run while the caller holds the slot, so no
-request runs on the slot meanwhile. /props is asked before a save or restore only once a restart
-has shown in /slots (the server might now run another model, template or context size).
+`before_grant(slot, session, epoch)` once the slot is held for a worker, before it sends
+`gate_grant`: the keeper reads /slots, asks the `Policy`, saves the previous holder's cache and
+restores this session's as it says, and returns the notes this session's log is owed, which go to
+the worker in the grant frame; the worker, the log's one writer, appends them as CacheSaved /
+CacheRestored records and sends their events. `after_release(slot, session, epoch)` notes that the
+holder's cache grew past its file (no call to the server). Both run while the caller holds the slot,
+so no request runs on the slot meanwhile. /props is asked before a save or restore only once a
+restart has shown in /slots (the server might now run another model, template or context size).
 
-A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost
-more than `save_factor` saves (the prompt rate is timed once, on the self-test's slot), and a slot
-whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it does;
-`drain()` saves every unsaved slot when loopd stops. `around_selftest` gives
-the self-test a slot that holds no session when there is one, and saves the holder first when
-there is not. Every failure of these calls is one warning line, never a failed turn: the request
-then runs as it would without the feature. The policy's state is kept in the state file after
-every change, so a restarted loopd knows what each slot holds and what is saved.
+A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost more
+than `save_factor` saves (the prompt rate is timed once, by the self-test: `set_prompt_rate`), and a
+slot whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it
+does; `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives the self-test a
+slot that holds no session when there is one, and saves the holder first when there is not. Save
+files are per epoch (issue 21): an earlier epoch's goes once a later one asks. Every failure of
+these calls is one warning line, never a failed turn: the request then runs as it would without the
+feature. The policy's state is kept in the state file after every change, so a restarted loopd knows
+what each slot holds and what is saved.
 """
 
 from __future__ import annotations
@@ -32,12 +33,12 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from boxmaker.loopd.config import Config
-from boxmaker.loopd.llama.errors import HttpStatus, InferError
+from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props, template_sha256
-from boxmaker.loopd.llama.slots import NOT_SUPPORTED, SlotFiles
+from boxmaker.loopd.llama.slots import SlotFiles
 
-from .policy import SAVE_PREFIX, Action, Mark, Restore, Save, identity, marks_of
+from .policy import SAVE_PREFIX, Action, Drop, Mark, Restore, Save, identity, marks_of
 from .state import STATE_FILE, StateFile
 
 Warn = Callable[[str], None]
@@ -66,10 +67,10 @@ class CacheKeeper:
         self.files = files if files is not None else SlotFiles(config.inference)
         self.state = StateFile(self.cache.state or config.paths.home / STATE_FILE, warn)
         self.policy = self.state.load(ident, self.cache.min_tokens, self.cache.folder)
-        # The server answering is known to be of `ident` (open_keeper asked /props); cleared when
-        # /slots shows a restart, so the next save or restore asks /props again first.
+        # The server answering is known to be of `ident` (the self-test's open_keeper asked
+        # /props); cleared when /slots shows a restart, so the next save or restore asks again.
         self._verified = True
-        self._first_marks: dict[int, Mark] | None = None  # the probe's, for around_selftest
+        self.probe_marks: dict[int, Mark] | None = None  # the self-test's probe's /slots
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
         self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
@@ -104,28 +105,6 @@ class CacheKeeper:
         return found == self.policy.ident
 
     # ---- the server ----
-    def probe(self) -> tuple[bool, str]:
-        """Whether the server saves slots: a save of a slot (an empty one if there is one).
-
-        Returns (on, the self-test's line).
-        """
-        try:
-            marks = self._first_marks = marks_of(self.files.slots())
-            slot = next(
-                (s for s in self.slots if marks.get(s, Mark(None, 1)).tokens == 0), self.slots[0]
-            )
-            io = self.files.save(slot, self.policy.name("probe"))
-        except HttpStatus as exc:
-            if exc.status == NOT_SUPPORTED:
-                return False, "the server was not started with --slot-save-path; the feature is off"
-            return False, f"the server refused a slot save ({exc}); the feature is off"
-        except InferError as exc:
-            return False, f"no answer to a slot save ({exc.describe()}); the feature is off"
-        return True, (
-            f"a save of slot {slot} ({io.tokens} tokens) took {io.elapsed_us} us; files "
-            f"{SAVE_PREFIX}{self.policy.ident}-<hash of the session id>.bin"
-        )
-
     def _marks(self) -> dict[int, Mark]:
         try:
             marks = marks_of(self.files.slots())
@@ -138,6 +117,9 @@ class CacheKeeper:
 
     def _act(self, action: Action, slot: int, mark: Mark) -> None:
         """Carries out one action; a failure is a warning."""
+        if isinstance(action, Drop):
+            self._unlink(action.filename)  # the policy has forgotten it already
+            return
         try:
             if isinstance(action, Save):
                 io = self.files.save(slot, action.filename)
@@ -153,34 +135,38 @@ class CacheKeeper:
                 self.policy.restore_failed(action)
 
     # ---- around each grant ----
-    def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+    def before_grant(self, slot: int, session: str | None, epoch: int = 0) -> list[dict[str, Any]]:
         """Called with the slot held for `session`: the saves and restores due, then the notes
         the session's log is owed (JSON, for the grant frame). Never raises: a bug here must not
         leave a worker waiting for its grant."""
         try:
-            return self._before_grant(slot, session)
+            return self._before_grant(slot, session, epoch)
         except Exception as exc:  # the grant goes out whatever happened here
             self.warn(f"cache: slot {slot} for {session}: {exc!r}; granted without it")
             return []
 
-    def _before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]:
+    def _before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, Any]]:
         with self._lock:
             mark = self._marks().get(slot)
-            actions = self.policy.before(slot, session, mark)
+            actions = self.policy.before(slot, session, mark, epoch)
+            for drop in [a for a in actions if isinstance(a, Drop)]:
+                self._act(drop, slot, Mark(None, 0))  # dead whatever the server: no call to it
+            actions = [a for a in actions if not isinstance(a, Drop)]
             if actions and mark is not None and self._same_server():
                 for action in actions:
                     self._act(action, slot, mark)
-            self.policy.granted(slot, session, mark)
+            self.policy.granted(slot, session, mark, epoch)
             if mark is not None:
                 self._grant_marks[slot] = mark  # for the after-turn save's bookkeeping
             notes = self.policy.take_notes(session) if session is not None else []
             self.state.persist(self.policy)
         return [note.to_json() for note in notes]
 
-    def after_release(self, slot: int, session: str | None) -> None:
+    def after_release(self, slot: int, session: str | None, epoch: int = 0) -> None:
         """Called with the slot still held, once `session`'s request is over (no call to the
         server: the next grant's /slots tells what became of the slot). Never raises: the
-        gate's thread must go on to let the slot go."""
+        gate's thread must go on to let the slot go. (`epoch`: the grant's, which `before_grant`
+        already recorded on the slot.)"""
         try:
             with self._lock:
                 self.policy.released(slot, session)
@@ -198,7 +184,7 @@ class CacheKeeper:
         holder's cache saved first (then restored at the session's next request)."""
         order = order or list(self.slots)
         with self._lock:
-            marks, self._first_marks = self._first_marks or self._marks(), None
+            marks, self.probe_marks = self.probe_marks or self._marks(), None
             free = [s for s in order if self.policy.holder(s, marks.get(s)) is None]
             slot = free[0] if free else order[0]
             mark = marks.get(slot)
@@ -208,20 +194,12 @@ class CacheKeeper:
                     self._act(action, slot, mark)
             self.policy.granted(slot, None, mark)
             self.state.persist(self.policy)
-            self._measure(slot)
         yield slot
 
-    def _measure(self, slot: int) -> None:
-        """The prompt rate, on the self-test's slot (whose cache the self-test replaces)."""
-        try:
-            self.policy.prompt_us = rate = self.files.prompt_rate(slot)
-            if rate is not None:
-                k = self.cache.save_factor
-                self.warn(f"cache: a prompt token read in {rate:.0f} us on slot {slot}; a slot "
-                          f"is saved after a turn when a re-read costs over {k} saves")  # fmt: skip
-        except InferError as exc:
-            self.warn(f"cache: the prompt rate could not be measured ({exc.describe()}); "
-                      "no saves right after a turn")  # fmt: skip
+    def set_prompt_rate(self, us: float | None) -> None:
+        """The prompt rate the self-test timed (None: unknown), for the after-turn rule."""
+        with self._lock:
+            self.policy.prompt_us = us
 
     # ---- idle saves and the drain ----
     def start(self) -> None:
@@ -338,6 +316,10 @@ class CacheKeeper:
     def _remove(self, name: str, session: str | None) -> bool:
         if session is not None:
             self.policy.forget(session)
+        return self._unlink(name)
+
+    def _unlink(self, name: str) -> bool:
+        """Removes a save file, when loopd knows the server's folder ([cache] folder)."""
         if self.cache.folder is None:
             return True
         try:
@@ -353,23 +335,3 @@ class CacheKeeper:
 def server_identity(model: str, props: Props) -> str:
     """The identity save files are named with, for the server whose /props this is."""
     return identity(model, template_sha256(props.chat_template), props.n_ctx)
-
-
-def open_keeper(
-    config: Config,
-    gate: SlotGate,
-    props: Callable[[], Props],
-    say: Callable[[str], None],
-    warn: Warn,
-) -> CacheKeeper | None:
-    """The keeper for `loopd serve`, when the server saves slots; one self-test line either way
-    (`ok` or `off`, never a failure: without it loopd runs as it would with slot_save off)."""
-    try:
-        found = props()
-    except InferError as exc:
-        say(f"selftest off     slot_save: no answer from /props ({exc.describe()})")
-        return None
-    keeper = CacheKeeper(config, gate, server_identity(config.inference.model, found), warn, props)
-    on, line = keeper.probe()
-    say(f"selftest {'ok      ' if on else 'off     '}slot_save: {line}")
-    return keeper if on else None

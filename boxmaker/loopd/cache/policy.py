@@ -30,12 +30,18 @@ And after each request (`after_turn`): `Save` the slot's unsaved holder when re-
 (`prompt_us`, timed at start-up) would cost more than `factor` times saving it (`save_us`, from
 each save's answer); the idle and hand-over saves stay as they are.
 
-Save files are named `bx-<identity>-<hash>.bin` (`save_name`): the identity is a hash of the
-model id, the chat template's SHA-256 and the per-slot context size, so a file made under another
-model, template or context size is never asked for (llama-server itself restores such a file
-without a word: measured with another -c); the hash is 32 hex digits of the session id's SHA-256,
-so every id makes a short name the server's filename check takes (a 128-character id written out
-made a 279-character name, refused `400 Invalid filename`). The state maps sessions to names.
+Save files are named `bx-<identity>-<hash>-e<epoch>.bin` (`save_name`): the identity is a hash of
+the model id, the chat template's SHA-256 and the per-slot context size, so a file made under
+another model, template or context size is never asked for (llama-server itself restores such a file
+without a word: measured with another -c); the hash is 32 hex digits of the session id's SHA-256, so
+every id makes a short name the server's filename check takes (a 128-character id written out made a
+279-character name, refused `400 Invalid filename`). The state maps sessions to names.
+
+Epochs (issue 21): epoch n+1's prefix differs from epoch n's from the summary section on, so
+holders and saves carry their epoch; a save is restored only into its own epoch; once epoch n+1
+asks, epoch n's save is dropped (`Drop`: its file goes) and a slot still holding epoch n is never
+saved. A new epoch's first release (the pre-warm) is saved whatever the cost rule says
+(docs/decisions/compaction.md).
 
 Every number from outside (the server's answers, the state file) is bounded where it enters
 (`MAX_COUNT`), so nothing downstream can fail to encode it.
@@ -48,7 +54,7 @@ the session's next grant (`take_notes`). `to_json`/`from_json` keep it all acros
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from typing import Any, Literal
 
 import orjson
@@ -59,9 +65,11 @@ from boxmaker.proto import is_session_id, sha256_hex
 __all__ = ["MAX_COUNT", "SlotIO"]  # the llama/ parser's results, named where the policy uses them
 
 SAVE_PREFIX = "bx-"
-PROBE_NAME = "probe"  # the self-test's probe file: bx-<identity>-probe.bin (no session id clashes:
+PROBE_NAME = "probe"  # the self-test's probe file is named as its session (no clash with one:
 # a probe file is never restored, and a session called "probe" would only overwrite it)
-STATE_VERSION = 2  # 1 named files by the escaped session id; its files are not looked for
+# 1 named files by the escaped session id, 2 had no epochs: their files are not looked for (an
+# older state is read as empty; the folder's age and size bounds remove the files).
+STATE_VERSION = 3
 MAX_NOTES = 16  # per session: the oldest go first (a session that never comes back owes few)
 
 
@@ -70,10 +78,10 @@ def identity(model: str, template_sha256: str, n_ctx: int) -> str:
     return sha256_hex(f"{model}\n{template_sha256}\n{n_ctx}".encode())[:16]
 
 
-def save_name(ident: str, session: str) -> str:
-    """`bx-<identity>-<32 hex digits of the session id's SHA-256>.bin`: short and plain whatever
-    the id (llama-server refuses a name over 255 characters, or holding `..`)."""
-    return f"{SAVE_PREFIX}{ident}-{sha256_hex(session.encode())[:32]}.bin"
+def save_name(ident: str, session: str, epoch: int) -> str:
+    """`bx-<identity>-<32 hex digits of the session id's SHA-256>-e<epoch>.bin`: short and plain
+    whatever the id (llama-server refuses a name over 255 characters, or holding `..`)."""
+    return f"{SAVE_PREFIX}{ident}-{sha256_hex(session.encode())[:32]}-e{epoch}.bin"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +97,7 @@ class Save:
     slot: int
     session: str
     filename: str
+    epoch: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,9 +105,19 @@ class Restore:
     slot: int
     session: str
     filename: str
+    epoch: int = 0
 
 
-Action = Save | Restore
+@dataclass(frozen=True, slots=True)
+class Drop:
+    """An earlier epoch's save, dead since a later epoch asked: its file is to be removed (the
+    policy has already forgotten it)."""
+
+    session: str
+    filename: str
+
+
+Action = Save | Restore | Drop
 
 
 @dataclass(frozen=True, slots=True)
@@ -136,12 +155,13 @@ class Note:
 
 @dataclass(slots=True)
 class Held:
-    """A slot's cache as far as loopd knows: `session`'s since the slot's `id_task` was `floor`
-    (-1: none yet); `saved`: the session's file holds all of it."""
+    """A slot's cache as far as loopd knows: `session`'s (in `epoch`) since the slot's `id_task`
+    was `floor` (-1: none yet); `saved`: the session's file holds all of it."""
 
     session: str
     floor: int
     saved: bool
+    epoch: int = 0
 
 
 def marks_of(states: tuple[SlotState, ...]) -> dict[int, Mark]:
@@ -161,15 +181,27 @@ class Policy:
         self.min_tokens = min_tokens
         self.held: dict[int, Held] = {}
         self.saves: dict[str, int] = {}  # session -> tokens in its save file
-        self.saved_at: dict[str, int] = {}  # session -> when its file was written (epoch s)
+        self.saved_at: dict[str, int] = {}  # session -> when its file was written (Unix s)
+        self.epochs: dict[str, int] = {}  # session -> the epoch its save file holds
+        self.latest: dict[str, int] = {}  # session -> the latest epoch seen asking (not kept)
         self.notes: dict[str, list[Note]] = {}
         # What this server was measured to cost, in microseconds per token: reading a prompt
         # (at start-up), and saving (each save's answer; None until the first).
         self.prompt_us: float | None = None
         self.save_us: float | None = None
 
-    def name(self, session: str) -> str:
-        return save_name(self.ident, session)
+    def name(self, session: str, epoch: int | None = None) -> str:
+        """The file of `session`'s save in `epoch` (None: the epoch it holds)."""
+        return save_name(
+            self.ident, session, self.epochs.get(session, 0) if epoch is None else epoch
+        )
+
+    def _live(self, held: Held) -> bool:
+        """The held cache is of its session's latest epoch (an earlier one is not worth a save)."""
+        return held.epoch >= self.latest.get(held.session, 0)
+
+    def _save(self, slot: int, held: Held) -> Save:
+        return Save(slot, held.session, self.name(held.session, held.epoch), held.epoch)
 
     def holder(self, slot: int, mark: Mark | None) -> Held | None:
         """Whose cache the slot holds now: the last holder's, unless the server restarted."""
@@ -182,18 +214,28 @@ class Policy:
         """True when /slots shows a slot's cache lost behind loopd's back (a server restart)."""
         return any(slot in marks and self.holder(slot, marks[slot]) is None for slot in self.held)
 
-    def before(self, slot: int, session: str | None, mark: Mark | None) -> list[Action]:
-        """What to do before `session` (None: loopd's own self-test) uses `slot`, which /slots
-        shows at `mark` (None: /slots did not say)."""
-        held = self.holder(slot, mark)
-        if held is not None and held.session == session:
-            return []
+    def before(
+        self, slot: int, session: str | None, mark: Mark | None, epoch: int = 0
+    ) -> list[Action]:
+        """What to do before `session` (None: loopd's own self-test), in `epoch`, uses `slot`,
+        which /slots shows at `mark` (None: /slots did not say)."""
         actions: list[Action] = []
+        if session is not None:
+            self.latest[session] = max(self.latest.get(session, 0), epoch)
+            if session in self.saves and self.epochs.get(session, 0) < epoch:
+                actions.append(Drop(session, self.name(session)))  # dead once a later epoch asks
+                for kept in (self.saves, self.saved_at, self.epochs):
+                    kept.pop(session, None)  # its notes stay: the log is still owed them
+        held = self.holder(slot, mark)
+        if held is not None and held.session == session and held.epoch == epoch:
+            return actions
         long_enough = mark is not None and mark.tokens >= self.min_tokens
-        if held is not None and not held.saved and long_enough:
-            actions.append(Save(slot, held.session, self.name(held.session)))
-        if session is not None and self.saves.get(session, 0) > 0:
-            actions.append(Restore(slot, session, self.name(session)))
+        # The asker's own earlier epoch on the slot is dead, not saved (nor a stray later one).
+        if held is not None and held.session != session and not held.saved and long_enough:
+            actions += [self._save(slot, held)] if self._live(held) else []
+        saved = session is not None and self.saves.get(session, 0) > 0
+        if session is not None and saved and self.epochs.get(session, 0) == epoch:
+            actions.append(Restore(slot, session, self.name(session, epoch), epoch))
         return actions
 
     def idle_save(self, slot: int, mark: Mark | None) -> Save | None:
@@ -201,7 +243,7 @@ class Policy:
         held = self.holder(slot, mark)
         if held is None or held.saved or mark is None or mark.tokens < self.min_tokens:
             return None
-        return Save(slot, held.session, self.name(held.session))
+        return self._save(slot, held) if self._live(held) else None
 
     def after_turn(self, slot: int, factor: int) -> Save | None:
         """The save due right after a request (issue 19): when re-reading the slot's cache
@@ -209,23 +251,28 @@ class Policy:
         Nothing before the prompt rate is known; a save when only the save cost is unknown
         (that save measures it)."""
         held = self.held.get(slot)  # the request just released: its session holds the slot
-        if held is None or held.saved or self.prompt_us is None:
+        if held is None or held.saved or not self._live(held):
+            return None
+        if held.epoch > 0 and self.epochs.get(held.session) != held.epoch:
+            return self._save(slot, held)  # a new epoch's first release: the pre-warm, saved
+        if self.prompt_us is None:
             return None
         # Both costs grow with the cache's size, so their ratio decides, and nothing is asked of
         # the server but the save (a server restarted mid-turn got the retry's whole prompt).
         if self.save_us is not None and self.prompt_us <= factor * self.save_us:
             return None
-        return Save(slot, held.session, self.name(held.session))
+        return self._save(slot, held)
 
     def saved(self, action: Save, io: SlotIO, now: int = 0) -> None:
         """The save is done (`now`: the wall clock, epoch seconds, for the age bound)."""
         self.saves[action.session] = io.tokens
         self.saved_at[action.session] = now
+        self.epochs[action.session] = action.epoch
         if io.tokens >= self.min_tokens and io.tokens > 0:
             rate = io.elapsed_us / io.tokens
             self.save_us = rate if self.save_us is None else (self.save_us + rate) / 2
         held = self.held.get(action.slot)
-        if held is not None and held.session == action.session:
+        if held is not None and held.session == action.session and held.epoch == action.epoch:
             held.saved = True
         self._note(action.session, Note("saved", action.slot, io))
 
@@ -235,20 +282,20 @@ class Policy:
         del notes[:-MAX_NOTES]
 
     def restored(self, action: Restore, io: SlotIO, mark: Mark) -> None:
-        self.held[action.slot] = Held(action.session, _floor(mark), saved=True)
+        self.held[action.slot] = Held(action.session, _floor(mark), True, action.epoch)
         self._note(action.session, Note("restored", action.slot, io))
 
     def restore_failed(self, action: Restore) -> None:
         """The file is gone or refused: not asked for again until the next save."""
         self.saves.pop(action.session, None)
 
-    def granted(self, slot: int, session: str | None, mark: Mark | None) -> None:
+    def granted(self, slot: int, session: str | None, mark: Mark | None, epoch: int = 0) -> None:
         """`session` (None: the self-test) uses the slot now (after `before`'s actions)."""
         held = self.holder(slot, mark)
         if session is None or mark is None:
             self.held.pop(slot, None)
-        elif held is None or held.session != session:
-            self.held[slot] = Held(session, _floor(mark), saved=False)
+        elif held is None or held.session != session or held.epoch != epoch:
+            self.held[slot] = Held(session, _floor(mark), False, epoch)
 
     def released(self, slot: int, session: str | None) -> None:
         """`session`'s request on the slot is over: the cache grew past what its file holds."""
@@ -264,6 +311,7 @@ class Policy:
         nothing is kept of it but what its slot holds."""
         self.saves.pop(session, None)
         self.saved_at.pop(session, None)
+        self.epochs.pop(session, None)
         if not any(h.session == session for h in self.held.values()):
             self.notes.pop(session, None)
 
@@ -281,12 +329,10 @@ class Policy:
             {
                 "version": STATE_VERSION,
                 "identity": self.ident,
-                "held": {
-                    str(slot): {"session": h.session, "floor": h.floor, "saved": h.saved}
-                    for slot, h in self.held.items()
-                },
+                "held": {str(slot): asdict(h) for slot, h in self.held.items()},
                 "saves": {
-                    s: {"tokens": n, "at": self.saved_at.get(s, 0)} for s, n in self.saves.items()
+                    s: {"tokens": n, "at": self.saved_at.get(s, 0), "epoch": self.epochs.get(s, 0)}
+                    for s, n in self.saves.items()
                 },
                 "notes": {s: [n.to_json() for n in notes] for s, notes in self.notes.items()},
             }
@@ -304,6 +350,8 @@ class Policy:
             obj = orjson.loads(data)
         except orjson.JSONDecodeError as exc:
             raise ValueError(f"not JSON: {exc}") from None
+        if isinstance(obj, dict) and obj.get("version") in (1, 2):
+            return policy  # an older loopd's: its files are named otherwise, and not looked for
         if not isinstance(obj, dict) or obj.get("version") != STATE_VERSION:
             raise ValueError(f"expected a version {STATE_VERSION} object")
         if obj.get("identity") != ident:
@@ -311,11 +359,15 @@ class Policy:
         try:
             for slot, h in obj["held"].items():
                 policy.held[_count(slot, "held")] = Held(
-                    _session(h["session"]), _floor_of(h["floor"]), bool(h["saved"])
+                    _session(h["session"]),
+                    _floor_of(h["floor"]),
+                    bool(h["saved"]),
+                    _count(h["epoch"], "held epoch"),
                 )
             for session, saved in obj["saves"].items():
                 policy.saves[_session(session)] = _count(saved["tokens"], session)
                 policy.saved_at[session] = _count(saved["at"], session)
+                policy.epochs[session] = _count(saved["epoch"], session)
             for session, notes in obj["notes"].items():
                 policy.notes[_session(session)] = [Note.from_json(n) for n in notes][-MAX_NOTES:]
         except (KeyError, TypeError, AttributeError) as exc:

@@ -52,9 +52,9 @@ OnCache = Callable[[list[Any]], None]
 class SlotCache(Protocol):
     """The main process's save/restore keeper, as the gate needs it (cache.keeper.CacheKeeper)."""
 
-    def before_grant(self, slot: int, session: str | None) -> list[dict[str, Any]]: ...
+    def before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, Any]]: ...
 
-    def after_release(self, slot: int, session: str | None) -> None: ...
+    def after_release(self, slot: int, session: str | None, epoch: int) -> None: ...
 
 
 class PipeGate:
@@ -239,7 +239,8 @@ class GateServer:
     def _grant(self, ask: int, slot: int) -> None:
         notes: list[dict[str, Any]] = []
         try:
-            notes = [] if self._cache is None else self._cache.before_grant(slot, self._session())
+            cache, session = self._cache, self._session()
+            notes = [] if cache is None else cache.before_grant(slot, session, self.epoch)
             grant = gate_frame("gate_grant", ask, **({"cache": notes} if notes else {}))
         except Exception as exc:  # the keeper's bug, or notes that cannot be sent: the turn
             self._warn(f"the slot cache failed before a grant ({type(exc).__name__}: {exc})")
@@ -250,7 +251,7 @@ class GateServer:
         if self._cache is None:
             return
         try:
-            self._cache.after_release(slot, self._session())
+            self._cache.after_release(slot, self._session(), self.epoch)
         except Exception as exc:  # gate_left must still be sent, or the worker waits for ever
             self._warn(f"the slot cache failed after a release ({type(exc).__name__}: {exc})")
 

@@ -24,6 +24,7 @@ from boxmaker._toml import toml_dumps
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import ChannelBody, Turn, TurnDone, Usage, User, channel_frame, verify_log
 from boxmaker.proto.log import LogRecord
+from boxmaker.session import epoch_files
 from tests.loopd.conftest import Stack
 from tests.loopd.serve_support import connect, read_frames
 from tests.support.llama import LlamaServer, Mode, ensure_built
@@ -48,6 +49,7 @@ class CacheStack:
         cache: dict[str, Any] | None = None,
         mode: Mode = "single",
         inference: dict[str, Any] | None = None,
+        tables: dict[str, Any] | None = None,
     ) -> None:
         built = ensure_built()
         self.mode: Mode = mode
@@ -62,6 +64,7 @@ class CacheStack:
         self.config_slots = config_slots or tuple(range(slots))
         self.cache = {"slot_save": True, "min_tokens": 1, "idle_save_ms": 200} | (cache or {})
         self.inference = inference or {}  # more [inference] keys (slot_choice, max_tokens)
+        self.tables = tables or {}  # more tables ([compact])
         self.loopd: Daemon | None = None
         self.config_path = self.dir / "loopd.toml"
 
@@ -113,7 +116,7 @@ class CacheStack:
             "baseline": {"system": str(SYSTEM_MD)},
             "channel": {"socket": str(self.dir / "loop.sock"), "spare_worker": False},
             "cache": self.cache,
-        }
+        } | self.tables
         self.config_path.write_text(toml_dumps(table))
         return self.config_path
 
@@ -137,15 +140,20 @@ class CacheStack:
         return "\n".join(daemon.lines + daemon.err_lines)
 
     # ---- turns and the log ----
-    def turn(self, session: str, content: str, resume: bool = True) -> list[ChannelBody]:
+    def turn(
+        self, session: str, content: str, resume: bool = True, compact: bool | None = None
+    ) -> list[ChannelBody]:
         sock = connect(self.dir / "loop.sock", BOUND_S)
         with sock:
-            sock.sendall(channel_frame(Turn(session, content, resume, thinking=False)))
+            sock.sendall(channel_frame(Turn(session, content, resume, False, compact)))
             frames = read_frames(sock)
         assert isinstance(frames[-1], TurnDone), frames[-1:]
         return frames
 
-    def records(self, session: str) -> list[LogRecord]:
+    def records(self, session: str, epoch: int = 0) -> list[LogRecord]:
+        if epoch:  # its first record links to the epoch before: checked through the chain
+            chain = epoch_files.check_chain(session, self.home / "sessions" / session)
+            return list(chain[epoch].checked.records)
         data = (self.home / "sessions" / session / "0.jsonl").read_bytes()
         return list(verify_log(data).records)
 

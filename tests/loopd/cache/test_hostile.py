@@ -129,7 +129,7 @@ def test_a_dangling_link_in_the_save_folder_leaves_the_bound_on(rig: Any) -> Non
     os.symlink(folder / "nowhere", folder / "slots" / f"bx-{k.policy.ident}-dangling.bin")
     three_saves(k, fs)
     ours = sorted(p.name for p in (folder / "slots").glob(f"bx-{k.policy.ident}-*[0-9a-f].bin"))
-    assert ours == sorted(save_name(k.policy.ident, s) for s in ("b", "c")), warned
+    assert ours == sorted(save_name(k.policy.ident, s, 0) for s in ("b", "c")), warned
 
 
 def test_pruning_leaves_other_identities_files_alone(rig: Any) -> None:
@@ -147,7 +147,7 @@ def test_save_files_past_their_age_are_removed_and_forgotten(rig: Any) -> None:
     _, fs, folder = rig
     k = keeper(folder, [], max_age_s=60)
     three_saves(k, fs)
-    old = folder / "slots" / save_name(k.policy.ident, "a")
+    old = folder / "slots" / save_name(k.policy.ident, "a", 0)
     os.utime(old, (1, 1))
     k.before_grant(1, "d")  # any grant's save prunes; so does the next drain
     fs.run(1, 50)
@@ -219,7 +219,7 @@ def test_the_state_file_forgets_sessions_whose_files_are_gone(rig: Any) -> None:
     _, fs, folder = rig
     k = keeper(folder, [])
     three_saves(k, fs)
-    (folder / "slots" / save_name(k.policy.ident, "b")).unlink()
+    (folder / "slots" / save_name(k.policy.ident, "b", 0)).unlink()
     again = keeper(folder, [])
     assert set(again.policy.saves) == {"a", "c"}
 

@@ -15,10 +15,11 @@ from typing import Any
 import pytest
 
 from boxmaker._toml import toml_dumps
-from boxmaker.loopd.cache.keeper import CacheKeeper, open_keeper, server_identity
+from boxmaker.loopd.cache.keeper import CacheKeeper, server_identity
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.selftest.run import measure_prompt_rate, open_keeper
 from tests.loopd.cache.fake_slots import MODEL, FakeSlots
 from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
@@ -173,6 +174,7 @@ def test_a_slot_is_saved_right_after_a_turn_when_a_reread_costs_more(rig: Any) -
     k = keeper(folder, [])  # idle_save_ms is a minute: only the after-turn save can be seen
     with k.around_selftest() as slot:
         assert slot == 0
+        measure_prompt_rate(k, slot, lambda _line: None)  # as the self-test's run does
     assert k.policy.prompt_us == 1000 * 1000 / 192  # the fake reads 192 tokens in a second
     k.start()
     try:

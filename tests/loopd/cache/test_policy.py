@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import re
 
+import orjson
 import pytest
 
 from boxmaker.loopd.cache.policy import (
@@ -41,10 +42,10 @@ def test_identity_changes_with_the_model_the_template_and_the_context_size() -> 
 
 @pytest.mark.parametrize("session", ["s-1", "a.b_c", "a..b", "a_d", "a._", "x" * 128])
 def test_save_names_are_short_and_plain_whatever_the_id(session: str) -> None:
-    name = save_name(ID, session)
-    assert re.fullmatch(rf"bx-{ID}-[0-9a-f]{{32}}\.bin", name), name
+    name = save_name(ID, session, 0)
+    assert re.fullmatch(rf"bx-{ID}-[0-9a-f]{{32}}-e0\.bin", name), name
     assert len(name) < 64
-    assert save_name("0" * 16, session) != name
+    assert save_name("0" * 16, session, 0) != name
 
 
 def test_save_names_are_one_to_one_and_read_back_through_the_state() -> None:
@@ -52,7 +53,7 @@ def test_save_names_are_one_to_one_and_read_back_through_the_state() -> None:
     for session in ("a.b", "a_db", "a"):
         p.saved(Save(0, session, p.name(session)), IO)
     assert len(set(p.by_name())) == 3
-    assert p.by_name()[save_name(ID, "a_db")] == "a_db"
+    assert p.by_name()[save_name(ID, "a_db", 0)] == "a_db"
 
 
 def test_numbers_from_the_server_are_bounded_where_they_enter() -> None:
@@ -74,11 +75,11 @@ def use(p: Policy, slot: int, session: str | None, mark: Mark) -> None:
 
 
 def save_of(session: str) -> Save:
-    return Save(0, session, save_name(ID, session))
+    return Save(0, session, save_name(ID, session, 0))
 
 
 def restore_of(session: str) -> Restore:
-    return Restore(0, session, save_name(ID, session))
+    return Restore(0, session, save_name(ID, session, 0))
 
 
 def test_the_same_session_on_an_untouched_slot_needs_nothing() -> None:
@@ -176,10 +177,18 @@ def test_the_state_survives_a_round_trip_under_the_same_identity_only() -> None:
     assert (other.held, other.saves, other.notes) == ({}, {}, {})
 
 
-@pytest.mark.parametrize("data", [b"", b"[]", b'{"version":1,"identity":"' + ID.encode() + b'"}'])
+@pytest.mark.parametrize("data", [b"", b"[]", b'{"version":4,"identity":"' + ID.encode() + b'"}'])
 def test_a_bad_state_file_is_refused(data: bytes) -> None:
     with pytest.raises(ValueError, match=r"JSON|version|field"):
         Policy.from_json(data, ID, 100)
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_state_file_is_read_as_empty(version: int) -> None:
+    """Versions 1 and 2 named files without the epoch: none of them is ever asked for."""
+    data = orjson.dumps({"version": version, "identity": ID, "held": {"0": {}}, "saves": {"a": {}}})
+    p = Policy.from_json(data, ID, 100)
+    assert (p.held, p.saves, p.notes) == ({}, {}, {})
 
 
 def test_the_slots_parser_reads_id_task_and_n_prompt_tokens() -> None:

@@ -110,7 +110,7 @@ def test_a_file_made_under_another_context_size_is_never_restored() -> None:
         cs.start_loopd()
         cs.turn("foreign", "Say hello.", resume=False)
         cs.wait_saved("foreign")
-        named = f"bx-*-{sha256_hex(b'foreign')[:32]}.bin"  # save files are named by a hash
+        named = f"bx-*-{sha256_hex(b'foreign')[:32]}-e0.bin"  # named by a hash and the epoch
         files = sorted(p.name for p in cs.saves.glob(named))
         assert len(files) == 1, files
         cs.restart_server(ctx=1024)  # the same model, another -c

@@ -129,11 +129,11 @@ class RecordingCache:
     def __init__(self) -> None:
         self.calls: list[tuple[str, int, str | None]] = []
 
-    def before_grant(self, slot: int, session: str | None) -> list[dict[str, object]]:
+    def before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, object]]:
         self.calls.append(("before", slot, session))
         return [{"kind": "restored", "slot": slot, "tokens": 7, "size": 70, "elapsed_us": 9}]
 
-    def after_release(self, slot: int, session: str | None) -> None:
+    def after_release(self, slot: int, session: str | None, epoch: int) -> None:
         self.calls.append(("after", slot, session))
 
 
@@ -174,11 +174,11 @@ class FailingCache:
     def __init__(self) -> None:
         self.calls = 0
 
-    def before_grant(self, slot: int, session: str | None) -> list[dict[str, object]]:
+    def before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, object]]:
         self.calls += 1
         raise TypeError("Type is not JSON serializable: float")
 
-    def after_release(self, slot: int, session: str | None) -> None:
+    def after_release(self, slot: int, session: str | None, epoch: int) -> None:
         self.calls += 1
         raise TypeError("Type is not JSON serializable: float")
 
