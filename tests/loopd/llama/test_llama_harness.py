@@ -250,7 +250,7 @@ def test_ensure_built_returns_the_binary_and_the_model() -> None:
 
 # ----- the committed recordings (scripts/record.py) -----
 
-RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 
 
 def test_every_recording_is_a_whole_response_listed_in_the_index() -> None:
