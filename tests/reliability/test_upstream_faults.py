@@ -6,11 +6,11 @@ from __future__ import annotations
 
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import TurnClient, turn
-from tests.loopd.turn.support import say
 from tests.support.crash_rig import Stall, log_path, start_loopd
 from tests.support.load_rig import PROXY_LINE, stack
 from tests.support.procs import Daemon, wait_for
+from tests.support.serve import TurnClient, turn
+from tests.support.turn import say
 
 
 def test_inferproxy_killed_mid_stream_and_restarted() -> None:

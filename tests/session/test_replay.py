@@ -39,8 +39,8 @@ from boxmaker.proto import (
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.replay import message, messages, request_messages
 from boxmaker.session.store import SessionStore
-from tests.loopd.client_support import make_config
 from tests.proto.test_log import records as any_record
+from tests.support.client import make_config
 
 from .cases import BASELINE, CONVERSATION, T0, t
 

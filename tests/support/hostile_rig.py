@@ -22,7 +22,7 @@ import orjson
 import pytest
 
 from boxmaker.loopd.llama.errors import InferError
-from tests.loopd.client_support import config_text
+from tests.support.client import config_text
 from tests.support.hostile import HostileServer, Script, Served
 from tests.support.procs import Daemon, python_module, wait_for_socket
 

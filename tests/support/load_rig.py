@@ -14,10 +14,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tests.loopd.conftest import short_tmpdir
-from tests.loopd.serve_support import ServeEnv, children
 from tests.support.fakeserver import FakeServer
 from tests.support.flood import close_all, flood
 from tests.support.procs import Daemon, python_module
+from tests.support.serve import ServeEnv, children
 
 PROXY_LINE = "inferproxy: listening on"
 MAX_PROXY_CONNECTIONS = 64

@@ -25,7 +25,7 @@ from boxmaker.proto import (
     ThinkingCappedEvent,
     UserMessage,
 )
-from tests.loopd.client_support import (
+from tests.support.client import (
     BOUND_S,
     CID,
     LOADING,

@@ -27,7 +27,7 @@ from boxmaker.proto import (
     Timings,
     WaitingEvent,
 )
-from tests.loopd.client_support import (
+from tests.support.client import (
     BOUND_S,
     CID,
     LOADING,

@@ -21,7 +21,7 @@ from boxmaker.loopd.llama.info import (
     parse_tokenize,
 )
 from boxmaker.proto import Timings
-from tests.loopd.client_support import (
+from tests.support.client import (
     MODEL,
     RECORDINGS,
     at,

@@ -21,7 +21,7 @@ from boxmaker.loopd.llama.errors import (
     WaitTimeout,
 )
 from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
-from tests.loopd.client_support import make_config
+from tests.support.client import make_config
 
 RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 

@@ -19,7 +19,8 @@ from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import TurnDone, TurnEvent, WireError
 from boxmaker.session.store import SessionLog
-from tests.loopd.turn.support import (
+from tests.support.fakeserver import FakeServer
+from tests.support.turn import (
     RecordingPort,
     Said,
     ScriptedModel,
@@ -27,7 +28,6 @@ from tests.loopd.turn.support import (
     config_for,
     serve_model,
 )
-from tests.support.fakeserver import FakeServer
 
 
 @dataclass

@@ -36,7 +36,7 @@ from boxmaker.proto import (
 )
 from boxmaker.session.store import SessionStore
 from tests.loopd.turn.conftest import NOON, Env, Turns, echo_via_call_tool
-from tests.loopd.turn.support import (
+from tests.support.turn import (
     Said,
     calls,
     chat_bodies,

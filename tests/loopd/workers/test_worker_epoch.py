@@ -12,8 +12,8 @@ from boxmaker.loopd.config import read_config
 from boxmaker.loopd.workers.pipes import FrameReader, FrameWriter
 from boxmaker.loopd.workers.wire import FINAL_KINDS, config_frame, gate_fields, gate_frame
 from boxmaker.proto import TurnDone, decode_body
-from tests.loopd.serve_support import BOUND_S, ServeEnv, turn_bytes
-from tests.loopd.turn.support import say
+from tests.support.serve import BOUND_S, ServeEnv, turn_bytes
+from tests.support.turn import say
 
 LONG = "a long answer that fills the context. " * 20
 

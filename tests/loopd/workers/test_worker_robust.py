@@ -35,7 +35,7 @@ from boxmaker.proto import (
     decode_body,
 )
 from boxmaker.proto.frame import Frame, FrameDecoder
-from tests.loopd.serve_support import BOUND_S, ServeEnv, turn_bytes
+from tests.support.serve import BOUND_S, ServeEnv, turn_bytes
 
 
 class MainSide:

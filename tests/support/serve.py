@@ -8,7 +8,7 @@ The fake answers everything the daemon asks:
 - /tokenize: a token per 4 bytes (the budget check of a new session);
 - the self-test's tool-call request (the `get_time` tool, tool_choice auto): a call of get_time;
 - every other chat request: the next `Said` loaded with `model.load`, else "ok", with the prompt
-  cache played as tests/loopd/turn/support.py's ScriptedModel plays it (so the self-test's cache
+  cache played as tests/support/turn.py's ScriptedModel plays it (so the self-test's cache
   check passes: turn 2 extends turn 1). `model.hold()` makes the next chat requests wait until
   `model.release()`, so a test can act while a turn is in flight, without sleeping.
 
@@ -33,7 +33,11 @@ from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
 from tests.loopd.conftest import short_tmpdir
-from tests.loopd.turn.support import (
+from tests.support.fakeserver import FakeServer
+from tests.support.procs import Daemon, python_module
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, json_reply, sse_reply
+from tests.support.turn import (
     CONTEXT_FULL,
     MODEL,
     ScriptedModel,
@@ -43,10 +47,6 @@ from tests.loopd.turn.support import (
     prompt_bytes,
     say,
 )
-from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module
-from tests.support.recorded import Recorded
-from tests.support.replies import Reply, json_reply, sse_reply
 
 TEMPLATE = "{{ serve test template }}"
 START_LINE = "loopd: listening on"
