@@ -17,9 +17,8 @@ import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, socket_accepts, wait_for, wait_for_socket
+from tests.support.procs import Daemon, short_tmpdir, socket_accepts, wait_for, wait_for_socket
 from tests.support.serve import ServeEnv, TurnClient, alive, turn
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "supervisord.conf"

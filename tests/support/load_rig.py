@@ -13,10 +13,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
 from tests.support.flood import close_all, flood
-from tests.support.procs import Daemon, python_module
+from tests.support.procs import Daemon, python_module, short_tmpdir
 from tests.support.serve import ServeEnv, children
 
 PROXY_LINE = "inferproxy: listening on"

@@ -32,9 +32,8 @@ import orjson
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
-from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module
+from tests.support.procs import Daemon, python_module, short_tmpdir
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
 from tests.support.turn import (

@@ -31,12 +31,17 @@ import orjson
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.tools.registry import CALL_TOOL, CORE_SCHEMAS
+from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     AssistantMessage,
     ToolCall,
     ToolRequest,
     ToolResponse,
+    TurnDone,
+    TurnEvent,
+    WireError,
     format_time,
 )
 from boxmaker.session.baseline import Baseline
@@ -309,3 +314,53 @@ def log_lines(log: SessionLog) -> bytes:
 
 def names(records: Sequence[object]) -> list[str]:
     return [type(r).__name__ for r in records]
+
+
+# ---- a session's turns against the scripted model (the `env` fixture is in tests/loopd/turn) ----
+
+
+@dataclass
+class Env:
+    fake: FakeServer
+    model: ScriptedModel
+    home: Path
+
+    def config(self, **loop: Any) -> Config:
+        assert isinstance(self.fake.address, Path)
+        return config_for(self.fake.address, self.home, **loop)
+
+
+NOON = "2026-11-30T12:00:00.000Z"  # what FakeTools' clock answers in these tests
+
+
+class Turns:
+    """Runs turns of one session against the env, with a recording FakeTools port."""
+
+    def __init__(self, env: Env, log: SessionLog, **loop: Any) -> None:
+        self.env = env
+        self.log = log
+        self.config = env.config(**loop)
+        self.port = RecordingPort(FakeTools(clock=lambda: NOON))
+        self.clock = Ticker()
+        self.events: list[TurnEvent] = []
+
+    def run(self, text: str, *script: Said, thinking: bool = True) -> TurnDone | WireError:
+        self.env.model.load(script)
+        self.events = []
+        return run_turn(
+            self.log,
+            text,
+            client=Client(self.config.inference),
+            port=self.port,
+            config=self.config.loop,
+            thinking=thinking,
+            on_event=self.events.append,
+            clock=self.clock,
+        )
+
+    def new_records(self, since: int) -> list[object]:
+        return list(self.log.records[since:])
+
+
+def echo_via_call_tool(text: str) -> tuple[str, object]:
+    return (CALL_TOOL, {"name": "echo", "arguments": {"text": text}})

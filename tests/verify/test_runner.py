@@ -21,9 +21,8 @@ from boxmaker.verify import checks, device
 from boxmaker.verify.checks import Check, Status
 from boxmaker.verify.device import Run
 from boxmaker.verify.stack import Stack
-from tests.loopd.turn.conftest import echo_via_call_tool
 from tests.support.serve import ServeEnv, serve_env
-from tests.support.turn import calls, chat_bodies, say
+from tests.support.turn import calls, chat_bodies, echo_via_call_tool, say
 
 
 @pytest.fixture

@@ -21,10 +21,10 @@ from boxmaker.loopd.llama.errors import ConnectFailed, Refused
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.transport import short_call
 from boxmaker.loopd.llama.types import Completion
-from tests.inferproxy.conftest import closed_port
 from tests.support.client import answer_chunks, make_config, run, slots_reply
 from tests.support.fakeserver import FakeServer
 from tests.support.procs import Daemon, python_module, wait_for_socket
+from tests.support.proxy import closed_port
 from tests.support.replies import End, Reply, json_reply, sse_reply
 
 BOUND = 10.0

@@ -32,8 +32,7 @@ from boxmaker.proto import (
 )
 from boxmaker.session.store import SessionLog
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.conftest import NOON, Env
-from tests.support.turn import Said, Ticker, calls, chat_bodies, new_session, say
+from tests.support.turn import NOON, Env, Said, Ticker, calls, chat_bodies, new_session, say
 
 LONG = "Please remember this detail: " + "the quick brown fox jumps over the lazy dog. " * 12
 SUMMARY = "## Goal\nchat\n## What was done\ntalked\n## Decisions and facts the owner gave\nnone\n"

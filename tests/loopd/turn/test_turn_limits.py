@@ -27,13 +27,15 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.session.store import SessionLog
-from tests.loopd.turn.conftest import Env, Turns, echo_via_call_tool
 from tests.support.replies import json_reply, sse_reply
 from tests.support.turn import (
+    Env,
     Said,
+    Turns,
     calls,
     chat_bodies,
     completion_events,
+    echo_via_call_tool,
     names,
     new_session,
     say,
