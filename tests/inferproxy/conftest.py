@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.support.procs import Daemon, python_module, short_tmpdir, wait_for_socket
-from tests.support.proxy import BOUND, START_LINE, StartProxy
+from tests.support.procs import Daemon, python_module, short_tmpdir
+from tests.support.proxy import BOUND, StartProxy, start_inferproxy
 
 
 @pytest.fixture
@@ -44,13 +44,12 @@ def start_proxy() -> Iterator[StartProxy]:
     daemons: list[Daemon] = []
 
     def start(listen: str, upstream: str, *flags: str, wait: bool = True) -> Daemon:
-        daemon = Daemon(
-            python_module("boxmaker.inferproxy", "--listen", listen, "--upstream", upstream, *flags)
-        )
-        daemons.append(daemon)
         if wait:
-            daemon.wait_for_line(START_LINE, BOUND)
-            wait_for_socket(listen, BOUND)
+            daemon = start_inferproxy(listen, upstream, *flags)
+        else:
+            argv = ("--listen", listen, "--upstream", upstream, *flags)
+            daemon = Daemon(python_module("boxmaker.inferproxy", *argv))
+        daemons.append(daemon)
         return daemon
 
     yield start

@@ -7,15 +7,33 @@ import signal
 import socket
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.inferproxy.cli import main
-from tests.support.procs import Daemon
+from tests.support.procs import Daemon, python_module, wait_for_socket
 
 BOUND = 10.0  # seconds for anything that should take milliseconds
 START_LINE = "inferproxy: listening on"
 
 StartProxy = Callable[..., Daemon]
+
+
+def start_inferproxy(
+    listen: Path | str, upstream: str, *flags: str, bound: float = BOUND
+) -> Daemon:
+    """`python -m boxmaker.inferproxy` as a real daemon, returned once its start line is out and
+    its socket accepts (killed if either does not come within `bound`). The one proxy launcher of
+    the tests: tests/inferproxy, the stack rig, the load and hostile rigs."""
+    argv = ("--listen", str(listen), "--upstream", upstream, *flags)
+    daemon = Daemon(python_module("boxmaker.inferproxy", *argv))
+    try:
+        daemon.wait_for_line(START_LINE, bound)
+        wait_for_socket(str(listen), bound)
+    except BaseException:
+        daemon.kill()
+        raise
+    return daemon
 
 
 def address(listener: socket.socket) -> str:

@@ -25,12 +25,12 @@ from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
 from tests.support.llama import LlamaServer, Mode, ensure_built
-from tests.support.procs import Daemon, python_module, short_tmpdir, wait_for_socket
+from tests.support.procs import Daemon, short_tmpdir
+from tests.support.proxy import start_inferproxy
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"
 MODES: tuple[Mode, ...] = ("single", "router")
-PROXY_START_LINE = "inferproxy: listening on"
 BOUND = 30.0  # seconds for a daemon to start on a loaded 2-core machine
 # The proxy's accept bucket (burst 10, refill 2/s) is for retry storms, and is tested in
 # tests/inferproxy. Here many short requests come back to back, so it is opened wide.
@@ -74,18 +74,7 @@ class Stack:
     def start_proxy(self) -> Daemon:
         """Starts inferproxy on `socket` (a stale socket file from a killed one is taken over)."""
         upstream = f"{self.server.host}:{self.server.port}"
-        self.proxy = Daemon(
-            python_module(
-                "boxmaker.inferproxy",
-                "--listen",
-                str(self.socket),
-                "--upstream",
-                upstream,
-                *PROXY_FLAGS,
-            )
-        )
-        self.proxy.wait_for_line(PROXY_START_LINE, BOUND)
-        wait_for_socket(str(self.socket), BOUND)
+        self.proxy = start_inferproxy(self.socket, upstream, *PROXY_FLAGS, bound=BOUND)
         return self.proxy
 
     def kill_proxy(self) -> None:

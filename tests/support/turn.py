@@ -46,11 +46,11 @@ from boxmaker.proto import (
 )
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.store import SessionLog, SessionStore
+from tests.support.config import MODEL, fake_expect, fake_inference, loopd_toml
 from tests.support.fakeserver import FakeServer
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
 
-MODEL = "test-model"
 SYSTEM = "You are a test."
 START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -192,31 +192,21 @@ def chat_bodies(fake: FakeServer) -> list[dict[str, Any]]:
 def config_text(socket: Path, home: Path, system: Path | None = None, **loop: Any) -> str:
     """A whole loopd.toml: the fake server's socket, short waits, the home, the system prompt
     file (when given) and [loop] overrides."""
-
-    def toml(v: Any) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
-
-    lines = [
-        "[inference]",
-        f"socket = {toml(str(socket))}",
-        f'model = "{MODEL}"',
-        "slots = [0, 1]",
-        "liveness_ms = 2000",
-        "control_timeout_ms = 2000",
-        "retry_attempts = 1",
-        "retry_delays_ms = []",
-        "[expect]",
-        f'chat_template_sha256 = "{"0" * 64}"',
-        "n_ctx = 2048",
-        "total_slots = 2",
-        "[paths]",
-        f"home = {toml(str(home))}",
-        "[loop]",
-        *(f"{k} = {toml(v)}" for k, v in loop.items()),
-    ]
+    sections: dict[str, dict[str, Any]] = {
+        "inference": fake_inference(
+            socket,
+            liveness_ms=2000,
+            control_timeout_ms=2000,
+            retry_attempts=1,
+            retry_delays_ms=[],
+        ),
+        "expect": fake_expect(),
+        "paths": {"home": str(home)},
+        "loop": loop,
+    }
     if system is not None:
-        lines += ["[baseline]", f"system = {toml(str(system))}"]
-    return "\n".join(lines) + "\n"
+        sections["baseline"] = {"system": str(system)}
+    return loopd_toml(sections)
 
 
 def config_for(socket: Path, home: Path, **loop: Any) -> Config:
