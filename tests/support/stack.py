@@ -43,6 +43,19 @@ def local_profile() -> dict[str, Any]:
     return tomllib.loads(LOCAL_PROFILE.read_text())
 
 
+def write_local_config(run: Path) -> Path:
+    """The local profile as `make run` uses it, with its sockets and home in the `run` folder (the
+    e2e and verify tests run the whole stack on it)."""
+    text = LOCAL_PROFILE.read_text()
+    for name in ("infer.sock", "loop.sock", "home", "broker.sock"):
+        old = f'"../run/{name}"'
+        assert old in text, f"conf/loopd.local.toml no longer names {old}"
+        text = text.replace(old, f'"{run / name}"')
+    path = run / "loopd.toml"
+    path.write_text(f'{text}\n[baseline]\nsystem = "{REPO / "conf" / "system.md"}"\n')
+    return path
+
+
 class Stack:
     """One llama-server and the inferproxy in front of it."""
 
