@@ -22,12 +22,12 @@ from boxmaker.loopd.llama.info import (
 )
 from boxmaker.proto import Timings
 from tests.support.client import (
-    MODEL,
     RECORDINGS,
     at,
     make_config,
     read_recording,
 )
+from tests.support.config import MODEL
 from tests.support.fakeserver import FakeServer
 from tests.support.replies import json_reply, raw_reply
 
