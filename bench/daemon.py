@@ -1,6 +1,6 @@
 """`loopd serve` end to end: turn latency through the channel and a worker, spawn cost, relay rate.
 
-A real `loopd serve` runs against the scripted fake llama-server (tests/loopd/serve_support.py),
+A real `loopd serve` runs against the scripted fake llama-server (tests/support/serve.py),
 which answers at once. Measured from a client on loop.sock:
 
 - warm turn: the time from writing the `turn` frame to reading the final frame, for a turn of one
@@ -43,11 +43,11 @@ from boxmaker.proto import ContentEvent, TurnDone, channel_frame
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.store import SessionStore
-from tests.loopd.serve_support import ServeEnv, connect, read_frames, serve_env, turn, turn_bytes
-from tests.loopd.turn.support import completion_events, say
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, sse_reply
+from tests.support.serve import ServeEnv, connect, read_frames, serve_env, turn, turn_bytes
+from tests.support.turn import completion_events, say
 
 
 def timed_turn(sock_path: Path, session: str, content: str) -> float:

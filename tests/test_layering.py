@@ -227,7 +227,8 @@ def _resolve(mod: Module, level: int, module: str | None, alias: str) -> str:
         module = ".".join([*base, *([module] if module else [])])
     assert module is not None
     # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod.
-    return f"{module}.{alias}" if f"{module}.{alias}" in NAMES else module
+    name = f"{module}.{alias}"
+    return name if name in NAMES or name in TEST_NAMES else module
 
 
 # `from x import y` and `import x` in a .pyx; `cimport` is compile-time and passes over.
@@ -545,3 +546,93 @@ def test_only_the_turn_runner_starts_threads() -> None:
         and "Thread(" in m.path.read_text("utf-8")
     )
     assert starting == [f"{TURN}.runner"]
+
+
+# ---- the tests/ tree (issue 20 item 4) ----------------------------------------------------------
+# Tests mirror the package (tests/loopd/llama/ for boxmaker/loopd/llama/, ...) and stand on one
+# support floor, tests/support/. A module of tests/ may import boxmaker, tests.support and the
+# helpers of its own test package (or of one above it, short of tests/ itself); never a conftest
+# (fixtures reach a test by name; what a test imports lives in tests/support), and never another
+# package's test_* module. tests/support imports no test package: it is the floor.
+
+TESTS = "tests"
+SUPPORT = "tests.support"
+TEST_MODULES = sorted(
+    (Module(_module_name(p), p) for p in Path(__file__).resolve().parent.rglob("*.py")),
+    key=lambda m: m.name,
+)
+TEST_NAMES = frozenset(m.name for m in TEST_MODULES)
+
+
+TEST_PACKAGES = frozenset(m.name for m in TEST_MODULES if m.is_package)
+
+
+def _package_of(name: str) -> str:
+    return name if name in TEST_PACKAGES else name.rpartition(".")[0]
+
+
+def tree_faults(mod: Module, source: str | None = None) -> list[str]:
+    """What a module of tests/ imports that the tests/ rules above forbid, one line each."""
+    faults = []
+    home = _package_of(mod.name)
+    for imp in imports_of(mod, source):
+        target = imp.target
+        if not _under(target, TESTS):
+            continue
+        where = f"{mod.rel}:{imp.line} imports {target}"
+        package, _, leaf = target.rpartition(".")
+        if leaf == "conftest":
+            faults.append(f"{where}: a conftest; move what it shares into tests/support")
+        elif _under(mod.name, SUPPORT):
+            if not _under(target, SUPPORT):
+                faults.append(f"{where}: tests/support is the floor and imports no test package")
+        elif _under(target, SUPPORT):
+            continue
+        elif leaf.startswith("test_") and package != home:
+            faults.append(f"{where}: another package's test module; share it from tests/support")
+        elif _package_of(target) == TESTS or not _under(home, _package_of(target)):
+            faults.append(f"{where}: another test package's helper; move it into tests/support")
+    return faults
+
+
+@pytest.mark.parametrize("mod", [m for m in TEST_MODULES if m.path.suffix == ".py"], ids=str)
+def test_a_test_module_imports_only_its_floor(mod: Module) -> None:
+    assert tree_faults(mod) == []
+
+
+def test_the_tests_tree_is_seen() -> None:
+    assert {"tests.support.stack", "tests.loopd.llama.test_gate", "tests.loopd.conftest"} <= (
+        TEST_NAMES
+    )
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("tests.loopd.test_cli", "from tests.loopd.conftest import Stack"),
+        ("tests.inferproxy.test_idle", "from .conftest import BOUND"),
+        ("tests.loopd.test_cli", "from tests.loopd import conftest"),
+        ("tests.support.stack", "from tests.loopd.cache.support import X"),
+        ("tests.support.serve", "import tests.loopd.turn.real_compact"),
+        ("tests.session.test_replay", "from tests.proto.test_log import records"),
+        ("tests.loopd.channel.test_channel", "from tests.loopd.turn.real_compact import C"),
+        ("tests.bxctl.test_verify", "from tests.session import writer"),
+    ],
+)
+def test_the_tests_rules_catch(name: str, source: str) -> None:
+    assert len(tree_faults(_fake(name), source)) == 1
+
+
+@pytest.mark.parametrize(
+    ("name", "source"),
+    [
+        ("tests.loopd.llama.test_gate", "from tests.support.serve import turn\nimport boxmaker"),
+        ("tests.loopd.test_config_bounds", "from tests.loopd.test_config import error"),
+        ("tests.loopd.turn.test_real_compact", "from tests.loopd.turn.real_compact import C"),
+        ("tests.proto.test_log", "from .log_cases import LINES"),
+        ("tests.support.serve", "from tests.support.turn import say"),
+        ("tests.loopd.cache.test_keeper", "from tests.loopd.cache.fake_slots import FakeSlots"),
+    ],
+)
+def test_the_tests_rules_allow(name: str, source: str) -> None:
+    assert tree_faults(_fake(name), source) == []

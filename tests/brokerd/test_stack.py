@@ -18,7 +18,9 @@ import pytest
 from boxmaker.bxctl.cli import main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
 from tests.brokerd.rig import Rig, remove, sandbox_workspace, short_base
-from tests.loopd.serve_support import (
+from tests.support.cli import run_cli
+from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import (
     BOUND_S,
     START_LINE,
     ServeEnv,
@@ -26,9 +28,7 @@ from tests.loopd.serve_support import (
     config_text,
     serve_env,
 )
-from tests.loopd.turn.support import calls, say
-from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.turn import calls, say
 
 GRANTS = """
 [[grant]]

@@ -25,7 +25,9 @@ from boxmaker.session.epochs import UNTRUSTED_MARK
 from boxmaker.session.verify import verify_session
 from tests.brokerd.rig import Rig, remove, short_base
 from tests.brokerd.test_approvals import owner_says
-from tests.loopd.serve_support import (
+from tests.support.cli import run_cli
+from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import (
     BOUND_S,
     START_LINE,
     ServeEnv,
@@ -34,9 +36,7 @@ from tests.loopd.serve_support import (
     serve_env,
     turn,
 )
-from tests.loopd.turn.support import calls, say
-from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.turn import calls, say
 
 GRANTS = """
 [[grant]]

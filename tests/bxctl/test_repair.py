@@ -20,9 +20,9 @@ from boxmaker.session.errors import LogCorrupt
 from boxmaker.session.paths import BASELINE_NAME
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.session.cases import CONVERSATION, make_session, t
 from tests.support.cli import Result, run_cli
 from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.session_cases import CONVERSATION, make_session, t
 
 LAST = len(CONVERSATION) + 1  # the last line's number
 WRITER = [sys.executable, str(Path(__file__).parents[1] / "session/writer.py")]

@@ -11,7 +11,7 @@ import pytest
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.bxctl.cli import main
-from tests.session.cases import CONVERSATION, T0, make_session, t
+from tests.support.session_cases import CONVERSATION, T0, make_session, t
 
 
 @dataclass

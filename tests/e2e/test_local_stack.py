@@ -36,10 +36,10 @@ from boxmaker.session.check import check_session
 from boxmaker.verify.stack import free_port, healthy
 from tests.support.llama import ensure_built
 from tests.support.procs import wait_for, wait_for_socket
+from tests.support.stack import write_local_config
 
 REPO = Path(__file__).resolve().parents[2]
 CONF = REPO / "conf" / "supervisord.conf"
-LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"
 BIN = Path(sys.executable).parent
 PROGRAMS = ("brokerd", "inferproxy", "llama-server", "loopd")  # `supervisorctl pid all`'s order
 BOUND = 60.0  # seconds for llama-server to load the model on a loaded 2-core machine
@@ -52,18 +52,6 @@ def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
         [str(BIN / "supervisorctl"), "-c", str(CONF), *args],
         env=env, capture_output=True, text=True, timeout=BOUND, check=False,
     )  # fmt: skip
-
-
-def write_config(run: Path) -> Path:
-    """The local profile, with its sockets and home in this run folder."""
-    text = LOCAL_PROFILE.read_text()
-    for name in ("infer.sock", "loop.sock", "home", "broker.sock"):
-        old = f'"../run/{name}"'
-        assert old in text, f"conf/loopd.local.toml no longer names {old}"
-        text = text.replace(old, f'"{run / name}"')
-    path = run / "loopd.toml"
-    path.write_text(f'{text}\n[baseline]\nsystem = "{REPO / "conf" / "system.md"}"\n')
-    return path
 
 
 def write_brokerd_config(run: Path) -> Path:
@@ -108,7 +96,9 @@ def stack() -> Iterator[Stack]:
     env = dict(os.environ)
     for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
         env.pop(name, None)
-    env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_config(run)))
+    env.update(
+        BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_local_config(run))
+    )
     env.update(BROKERD_CONFIG=str(write_brokerd_config(run)))
     started = run_sh(env)
     # supervisorctl reads the same file: the names run.sh exported must be set for it to parse.

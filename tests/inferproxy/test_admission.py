@@ -5,8 +5,15 @@ import socket
 import time
 
 from tests.support.procs import Daemon, thread_count, wait_for
-
-from .conftest import BOUND, StartProxy, accept, address, closed_at_once, connect, upstream_pending
+from tests.support.proxy import (
+    BOUND,
+    StartProxy,
+    accept,
+    address,
+    closed_at_once,
+    connect,
+    upstream_pending,
+)
 
 
 def open_proxied(path: str, upstream: socket.socket) -> tuple[socket.socket, socket.socket]:

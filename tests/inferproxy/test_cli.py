@@ -9,8 +9,7 @@ import os
 import pytest
 
 from boxmaker._cli import ExitStatus
-
-from .conftest import run_main as run
+from tests.support.proxy import run_main as run
 
 
 @pytest.mark.parametrize(

@@ -13,7 +13,7 @@ import sys
 
 import pytest
 
-from .conftest import BOUND, StartProxy, accept, address, connect, upstream_pending
+from tests.support.proxy import BOUND, StartProxy, accept, address, connect, upstream_pending
 
 # Connects, sends a request, and prints what became of the connection within the bound.
 CLIENT = r"""

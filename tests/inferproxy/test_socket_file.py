@@ -11,8 +11,7 @@ import pytest
 
 from boxmaker._cli import ExitStatus
 from tests.support.procs import Daemon, python_module
-
-from .conftest import BOUND, StartProxy, accept, address, connect, run_main
+from tests.support.proxy import BOUND, StartProxy, accept, address, connect, run_main
 
 
 def mode(path: str) -> int:

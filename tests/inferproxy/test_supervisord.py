@@ -14,8 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.support.procs import Daemon, wait_for, wait_for_socket
-
-from .conftest import BOUND, START_LINE, accept, address, connect
+from tests.support.proxy import BOUND, START_LINE, accept, address, connect
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "supervisord.conf"
 BIN = Path(sys.executable).parent

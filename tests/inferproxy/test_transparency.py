@@ -11,8 +11,7 @@ from collections.abc import Callable
 import pytest
 
 from tests.support import check_stream
-
-from .conftest import StartProxy, accept, address, connect
+from tests.support.proxy import StartProxy, accept, address, connect
 
 # The kit makes more connections than the default accept burst; limits have their own tests.
 HIGH_LIMITS = ("--accept-burst", "1000", "--accept-rate", "1000")

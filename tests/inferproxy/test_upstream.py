@@ -6,7 +6,15 @@ import time
 
 import pytest
 
-from .conftest import BOUND, StartProxy, accept, address, closed_at_once, closed_port, connect
+from tests.support.proxy import (
+    BOUND,
+    StartProxy,
+    accept,
+    address,
+    closed_at_once,
+    closed_port,
+    connect,
+)
 
 
 def test_refused_upstream_closes_the_client_at_once(

@@ -6,9 +6,8 @@ import pytest
 
 from boxmaker.session.baseline import assemble_baseline, check_budget
 from boxmaker.session.errors import BaselineTooLarge
-from tests.loopd.conftest import Stack
-from tests.session.cases import CLOCK, FIND
-from tests.session.test_baseline import CALL_TOOL, SYSTEM_MD
+from tests.support.session_cases import CALL_TOOL, CLOCK, FIND, SYSTEM_MD
+from tests.support.stack import Stack
 
 
 def test_conf_system_md_is_within_budget_by_the_real_tokenizer(

@@ -1,11 +1,11 @@
 """`loopd selftest` and `loopd complete`: exit codes, stdout's lines (one result or one JSON
 object each) and stderr's messages; no traceback may show.
 
-Against the real llama-server through the real inferproxy (conftest.py), each command runs as a
-real subprocess (`python -m boxmaker.loopd`), as supervisord and the owner run it. What needs no
-server (usage errors, a bad config or --messages file, a socket nobody listens on) calls `main`
-in-process through tests/support/cli.py; two subprocess tests keep the entry point honest (the
-status reaches the shell, Ctrl-C is 130).
+Against the real llama-server through the real inferproxy (tests/support/stack.py), each command
+runs as a real subprocess (`python -m boxmaker.loopd`), as supervisord and the owner run it. What
+needs no server (usage errors, a bad config or --messages file, a socket nobody listens on) calls
+`main` in-process through tests/support/cli.py; two subprocess tests keep the entry point honest
+(the status reaches the shell, Ctrl-C is 130).
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ import pytest
 from boxmaker._cli import ExitStatus
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.cli import main
-from tests.loopd.conftest import Stack, local_profile, short_tmpdir
 from tests.support.cli import Result, run_cli
-from tests.support.procs import python_module
+from tests.support.procs import python_module, short_tmpdir
+from tests.support.stack import Stack, local_profile
 
 RUN_BOUND = 120.0  # seconds for one command; each takes a few when healthy
 EVENT_TYPES = {

@@ -1,6 +1,6 @@
 """The self-test's judges (pure), its requests, and its shell against a socket nobody listens on.
 
-The checks against a real server are in test_real_server.py; these need none.
+The checks against a real server are in llama/test_real_server.py; these need none.
 """
 
 from __future__ import annotations

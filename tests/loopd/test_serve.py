@@ -13,7 +13,8 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.proto import ContentEvent, TurnDone
-from tests.loopd.serve_support import (
+from tests.support.procs import wait_for
+from tests.support.serve import (
     BOUND_S,
     START_LINE,
     ServeEnv,
@@ -22,7 +23,6 @@ from tests.loopd.serve_support import (
     serve_env,
     turn,
 )
-from tests.support.procs import wait_for
 
 
 @pytest.fixture

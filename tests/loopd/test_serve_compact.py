@@ -18,8 +18,8 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import ServeEnv, serve_env, turn
-from tests.loopd.turn.support import calls, say
+from tests.support.serve import ServeEnv, serve_env, turn
+from tests.support.turn import calls, say
 
 LONG = "a long answer that fills the context. " * 20
 SUMMARY = "## Goal\ntest\n## What was done\ntwo turns\n"

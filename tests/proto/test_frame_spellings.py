@@ -22,7 +22,7 @@ import pytest
 from boxmaker.proto import TurnDone, WireError
 from boxmaker.proto.errors import FrameError
 from boxmaker.proto.frame import MAX_FRAME_DEPTH, Frame, FrameDecoder, encode_frame
-from tests.loopd.serve_support import connect, read_frames, serve_env
+from tests.support.serve import connect, read_frames, serve_env
 
 BODY = {"session": "spell", "content": 'café "quoted" \\ ✓ 😀\n', "resume": False}
 FRAME = {"kind": "turn", "final": True, "body": BODY}

@@ -26,8 +26,6 @@ from hypothesis import strategies as st
 
 from boxmaker.proto import ContentEvent, TurnDone
 from boxmaker.session.crashpoint import POINTS
-from tests.loopd.serve_support import ServeEnv, TurnClient, serve_env, turn
-from tests.loopd.turn.support import calls, say
 from tests.support.crash_rig import (
     Stall,
     arm,
@@ -41,6 +39,8 @@ from tests.support.crash_rig import (
     worker_of,
 )
 from tests.support.procs import Daemon, wait_for
+from tests.support.serve import ServeEnv, TurnClient, serve_env, turn
+from tests.support.turn import calls, say
 
 TOOL_TURN_APPENDS = 6  # user, assistant(call), usage, tool_result, assistant, usage
 PLAIN_TURN_APPENDS = 3  # user, assistant, usage

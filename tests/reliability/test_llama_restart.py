@@ -22,9 +22,9 @@ from boxmaker.proto import Assistant, ContentEvent, RetryingEvent, TurnDone, Tur
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from boxmaker.verify.stack import healthy
-from tests.loopd.conftest import Stack
-from tests.loopd.turn.support import new_session
 from tests.support.procs import wait_for
+from tests.support.stack import Stack
+from tests.support.turn import new_session
 
 READY_BOUND_S = 60.0  # the tiny model loads in a second or two; far more on a loaded machine
 # Retries soon enough for a test, and long enough in all for the server to load again.

@@ -20,12 +20,12 @@ from collections import Counter
 
 from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import ServeEnv, children, connect, read_frames, turn
 from tests.support.crash_rig import start_loopd
 from tests.support.flood import close_all
 from tests.support.flood import flood as flood_sockets
 from tests.support.load_rig import MAX_PROXY_CONNECTIONS, Faults, Flood, stack
 from tests.support.procs import open_fds, thread_count, wait_for
+from tests.support.serve import ServeEnv, children, connect, read_frames, turn
 
 SESSIONS = int(os.environ.get("LOAD_SESSIONS", "20"))
 TURNS = int(os.environ.get("LOAD_TURNS", "5"))

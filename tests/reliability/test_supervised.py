@@ -17,10 +17,9 @@ import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.conftest import short_tmpdir
-from tests.loopd.serve_support import ServeEnv, TurnClient, alive, turn
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, socket_accepts, wait_for, wait_for_socket
+from tests.support.procs import Daemon, short_tmpdir, socket_accepts, wait_for, wait_for_socket
+from tests.support.serve import ServeEnv, TurnClient, alive, turn
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "supervisord.conf"
 BIN = Path(sys.executable).parent
@@ -51,7 +50,7 @@ def with_retries(config: Path) -> Path:
     without answering`; the logs are printed if it comes back)."""
     text = config.read_text()
     old = "retry_attempts = 1\nretry_delays_ms = []\n"
-    assert old in text, "serve_support's config no longer disables retries"
+    assert old in text, "tests.support.serve's config no longer disables retries"
     config.write_text(text.replace(old, "retry_attempts = 3\nretry_delays_ms = [200, 1000]\n"))
     return config
 

@@ -6,11 +6,12 @@ from __future__ import annotations
 
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import TurnClient, turn
-from tests.loopd.turn.support import say
 from tests.support.crash_rig import Stall, log_path, start_loopd
-from tests.support.load_rig import PROXY_LINE, stack
+from tests.support.load_rig import stack
 from tests.support.procs import Daemon, wait_for
+from tests.support.proxy import START_LINE
+from tests.support.serve import TurnClient, turn
+from tests.support.turn import say
 
 
 def test_inferproxy_killed_mid_stream_and_restarted() -> None:
@@ -37,7 +38,7 @@ def test_inferproxy_killed_mid_stream_and_restarted() -> None:
         # Started again on the same path (it removes the stale socket file).
         again = Daemon(s.proxy.argv)
         try:
-            again.wait_for_line(PROXY_LINE, 15.0)
+            again.wait_for_line(START_LINE, 15.0)
             frames = turn(env.socket, "s", "after the restart")
             assert isinstance(frames[-1], TurnDone), frames
             assert verify_session(env.home, "s").ok

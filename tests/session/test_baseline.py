@@ -5,7 +5,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from boxmaker.proto import EncodeError, ToolSchema, sha256_hex
+from boxmaker.proto import EncodeError, sha256_hex
 from boxmaker.session.baseline import (
     Baseline,
     assemble_baseline,
@@ -15,20 +15,7 @@ from boxmaker.session.baseline import (
 from boxmaker.session.errors import BaselineError, BaselineTooLarge
 from boxmaker.session.paths import BASELINE_NAME
 from boxmaker.session.store import SessionStore
-
-from .cases import BASELINE, CLOCK, FIND, T0
-
-REPO = Path(__file__).resolve().parents[2]
-SYSTEM_MD = REPO / "conf" / "system.md"
-CALL_TOOL = ToolSchema(
-    "call_tool",
-    "Calls a tool that find_tool found, by name, with its arguments.",
-    {
-        "type": "object",
-        "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
-        "required": ["name", "arguments"],
-    },
-)
+from tests.support.session_cases import BASELINE, CLOCK, FIND, SYSTEM_MD, T0
 
 
 def test_the_file_bytes_are_fixed() -> None:

@@ -16,9 +16,8 @@ from boxmaker.proto import User, verify_log
 from boxmaker.session.errors import AppendFailed, SessionError
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
+from tests.support.session_cases import BASELINE, T0, t
 from tests.support.smalldisk import fill, free, small_disk
-
-from .cases import BASELINE, T0, t
 
 RECORD_CHARS = 700  # a few records per 4 KiB page, so a line lands across a page boundary
 

@@ -19,8 +19,8 @@ import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, User, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import BOUND_S, START_LINE, ServeEnv, serve_env, turn
 from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import BOUND_S, START_LINE, ServeEnv, serve_env, turn
 
 
 @pytest.fixture

@@ -39,10 +39,9 @@ from boxmaker.proto import (
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.replay import message, messages, request_messages
 from boxmaker.session.store import SessionStore
-from tests.loopd.client_support import make_config
-from tests.proto.test_log import records as any_record
-
-from .cases import BASELINE, CONVERSATION, T0, t
+from tests.support.client import make_config
+from tests.support.log_strategies import records as any_record
+from tests.support.session_cases import BASELINE, CONVERSATION, T0, t
 
 START = SessionStart(T0, "s1", 0, 0, BASELINE.hash)
 

@@ -27,10 +27,10 @@ from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, ToolResultEvent, TurnDone, WireError
 from boxmaker.session.crashpoint import ENV
 from boxmaker.session.verify import verify_session
-from tests.loopd.serve_support import START_LINE, ServeEnv, children, config_text, turn
 from tests.support.procs import Daemon, python_module
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply
+from tests.support.serve import START_LINE, ServeEnv, children, config_text, turn
 
 STALL_S = 60.0  # a stalled stream's pause: the test kills something long before it ends
 

@@ -22,12 +22,13 @@ import orjson
 import pytest
 
 from boxmaker.loopd.llama.errors import InferError
-from tests.loopd.client_support import config_text
+from tests.support.client import config_text
 from tests.support.hostile import HostileServer, Script, Served
-from tests.support.procs import Daemon, python_module, wait_for_socket
+from tests.support.procs import python_module
+from tests.support.proxy import start_inferproxy
 
 REPO = Path(__file__).resolve().parents[2]
-START_LINE = "inferproxy: listening on"
+PROXY_FLAGS = ("--accept-burst", "1000", "--accept-rate", "1000")
 STARTUP_S = 30.0  # daemons on a loaded 2-core machine
 LIMITS: dict[str, Any] = {
     "poll_ms": 100,
@@ -72,15 +73,9 @@ class Rig:
     def __init__(self, folder: Path) -> None:
         self.server = HostileServer()
         socket_path = folder / "infer.sock"
-        self.proxy = Daemon(
-            python_module(
-                "boxmaker.inferproxy",
-                *("--listen", str(socket_path), "--upstream", self.server.address),
-                *("--accept-burst", "1000", "--accept-rate", "1000"),
-            )
+        self.proxy = start_inferproxy(
+            socket_path, self.server.address, *PROXY_FLAGS, bound=STARTUP_S
         )
-        self.proxy.wait_for_line(START_LINE, STARTUP_S)
-        wait_for_socket(str(socket_path), STARTUP_S)
         config = folder / "loopd.toml"
         config.write_text(config_text(socket_path, **LIMITS))
         self.child = subprocess.Popen(

@@ -13,13 +13,12 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from tests.loopd.conftest import short_tmpdir
-from tests.loopd.serve_support import ServeEnv, children
 from tests.support.fakeserver import FakeServer
 from tests.support.flood import close_all, flood
-from tests.support.procs import Daemon, python_module
+from tests.support.procs import Daemon, short_tmpdir
+from tests.support.proxy import start_inferproxy
+from tests.support.serve import ServeEnv, children
 
-PROXY_LINE = "inferproxy: listening on"
 MAX_PROXY_CONNECTIONS = 64
 PROXY_LIMITS = (
     "--max-connections",
@@ -43,20 +42,9 @@ def stack() -> Iterator[Stack]:
     with FakeServer(("127.0.0.1", 0)) as fake:
         env = ServeEnv(folder, fake)
         host, port = fake.address  # type: ignore[misc]
-        proxy = Daemon(
-            python_module(
-                "boxmaker.inferproxy",
-                "--listen",
-                str(folder / "infer.sock"),
-                "--upstream",
-                f"{host}:{port}",
-                "--first-byte-timeout",
-                "2",
-                *PROXY_LIMITS,
-            )
-        )
+        flags = ("--first-byte-timeout", "2", *PROXY_LIMITS)
+        proxy = start_inferproxy(folder / "infer.sock", f"{host}:{port}", *flags, bound=15.0)
         try:
-            proxy.wait_for_line(PROXY_LINE, 15.0)
             yield Stack(env, proxy)
         finally:
             env.model.release()

@@ -10,14 +10,21 @@ import socket
 import stat
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import IO, TypeVar
 
 T = TypeVar("T")
 
 DEFAULT_BOUND = 10.0  # seconds; generous for a loaded 2-core machine, never reached when healthy
+
+
+def short_tmpdir(prefix: str) -> Path:
+    """A folder under /tmp: a Unix socket path may have at most 107 bytes."""
+    return Path(tempfile.mkdtemp(prefix=prefix, dir="/tmp"))
 
 
 def wait_for(

@@ -15,9 +15,9 @@ import time
 from pathlib import Path
 
 from boxmaker.verify.stack import CONF, REPO, free_port
-from tests.e2e.test_local_stack import write_config
 from tests.support.llama import ensure_built
 from tests.support.procs import wait_for
+from tests.support.stack import write_local_config
 
 BOUND = 120.0
 
@@ -30,7 +30,7 @@ def test_run_sh_names_a_program_that_cannot_start() -> None:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if k not in ("BOXMAKER_SOCKET", "UPSTREAM")}
     env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), MODEL=str(model),
-               CONFIG=str(write_config(run)))  # fmt: skip
+               CONFIG=str(write_local_config(run)))  # fmt: skip
     started = time.monotonic()
     try:
         p = subprocess.run(

@@ -1,5 +1,5 @@
 """`make verify-device`'s check runner (boxmaker/verify) against a real `loopd serve` that talks to
-the scripted fake llama-server (tests/loopd/serve_support.py): the driver's turns through `bxctl
+the scripted fake llama-server (tests/support/serve.py): the driver's turns through `bxctl
 chat --say --json`, the session's log read from disk, and the rules of checks.py on what they
 found. A model that makes no tool call gives SKIP, never PASS, and the exit status stays 0; a
 call of the wrong tool, a request that does not extend the one before, or a cache lost after
@@ -21,9 +21,8 @@ from boxmaker.verify import checks, device
 from boxmaker.verify.checks import Check, Status
 from boxmaker.verify.device import Run
 from boxmaker.verify.stack import Stack
-from tests.loopd.serve_support import ServeEnv, serve_env
-from tests.loopd.turn.conftest import echo_via_call_tool
-from tests.loopd.turn.support import calls, chat_bodies, say
+from tests.support.serve import ServeEnv, serve_env
+from tests.support.turn import calls, chat_bodies, echo_via_call_tool, say
 
 
 @pytest.fixture

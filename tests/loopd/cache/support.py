@@ -25,10 +25,10 @@ from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import ChannelBody, Turn, TurnDone, Usage, User, channel_frame, verify_log
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
-from tests.loopd.conftest import Stack
-from tests.loopd.serve_support import connect, read_frames
 from tests.support.llama import LlamaServer, Mode, ensure_built
 from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import connect, read_frames
+from tests.support.stack import Stack
 
 REPO = Path(__file__).resolve().parents[3]
 SYSTEM_MD = REPO / "conf" / "system.md"

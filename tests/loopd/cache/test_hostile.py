@@ -23,12 +23,11 @@ from boxmaker.loopd.cache.state import STATE_FILE
 from boxmaker.proto import CacheSaved, TurnDone, verify_log
 from tests.loopd.cache.fake_slots import FakeSlots
 from tests.loopd.cache.test_keeper import keeper
-from tests.loopd.conftest import short_tmpdir
-from tests.loopd.serve_support import START_LINE, ServeEnv, config_text, serve_env, turn
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module
+from tests.support.procs import Daemon, python_module, short_tmpdir
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply
+from tests.support.serve import START_LINE, ServeEnv, config_text, serve_env, turn
 
 BOUND_S = 30.0
 

@@ -21,9 +21,8 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.selftest.run import measure_prompt_rate, open_keeper
 from tests.loopd.cache.fake_slots import MODEL, FakeSlots
-from tests.loopd.conftest import short_tmpdir
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import wait_for
+from tests.support.procs import short_tmpdir, wait_for
 
 
 @pytest.fixture

@@ -20,9 +20,9 @@ from tests.loopd.cache.support import (
     previous_total,
     turns,
 )
-from tests.loopd.conftest import MODES
 from tests.support.llama import Mode
 from tests.support.procs import python_module
+from tests.support.stack import MODES
 
 
 def kinds(records: Sequence[object], kind: type) -> list[object]:

@@ -31,7 +31,7 @@ from tests.loopd.cache.support import (
     turns,
 )
 from tests.loopd.cache.test_real_slot_cache import notes
-from tests.loopd.serve_support import connect
+from tests.support.serve import connect
 
 OFF = {"slot_save": False}
 LONG = "Count from one to forty in words, one number a line."

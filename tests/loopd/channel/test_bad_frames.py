@@ -14,7 +14,7 @@ import orjson
 import pytest
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
-from tests.loopd.serve_support import BOUND_S, ServeEnv, connect, read_frames, turn
+from tests.support.serve import BOUND_S, ServeEnv, connect, read_frames, turn
 
 
 def framed(payload: bytes) -> bytes:

@@ -11,10 +11,10 @@ from typing import Any
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import AnswerPartEvent, ContentEvent, TurnDone
 from boxmaker.proto.frame import MAX_FRAME_BYTES
-from tests.loopd.serve_support import BOUND_S, ServeEnv, turn
-from tests.loopd.turn.support import completion_events, say
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, sse_reply
+from tests.support.serve import BOUND_S, ServeEnv, turn
+from tests.support.turn import completion_events, say
 
 # Quotes, newlines and a control character grow in JSON: the frame is well over the limit.
 ANSWER = ('say "this" \\ twice\n\x01 é ' * 60_000)[:1_500_000]

@@ -20,9 +20,9 @@ from boxmaker.proto import (
     TurnDone,
     WireError,
 )
-from tests.loopd.serve_support import ServeEnv, TurnClient, connect, read_frames, turn, turn_bytes
-from tests.loopd.turn.support import Said, calls, say
 from tests.support.procs import wait_for
+from tests.support.serve import ServeEnv, TurnClient, connect, read_frames, turn, turn_bytes
+from tests.support.turn import Said, calls, say
 
 
 def code(frames: Sequence[object]) -> ErrorCode | None:

@@ -47,7 +47,7 @@ from boxmaker.proto import (
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.replay import request_messages
-from tests.loopd.turn.support import START, Said, Ticker, baseline
+from tests.support.turn import START, Said, Ticker, baseline
 
 NOON = "2026-11-30T12:00:00.000Z"
 

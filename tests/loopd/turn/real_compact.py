@@ -32,8 +32,8 @@ from boxmaker.proto import TurnDone, TurnEvent, WireError, format_time
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.store import SessionLog, SessionStore
 from boxmaker.verify.tee import Tee
-from tests.loopd.conftest import Stack
 from tests.support.llama import LlamaServer, ensure_built
+from tests.support.stack import Stack
 
 REPO = Path(__file__).resolve().parents[3]
 SYSTEM_MD = REPO / "conf" / "system.md"

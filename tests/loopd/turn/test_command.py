@@ -16,10 +16,9 @@ import pytest
 from boxmaker.loopd.cli import main
 from boxmaker.proto import ToolResult
 from boxmaker.session.store import SessionStore
-from tests.loopd.turn.conftest import Env
-from tests.loopd.turn.support import SYSTEM, calls, config_text, new_session, say
 from tests.support.procs import python_module
 from tests.support.replies import json_reply
+from tests.support.turn import SYSTEM, Env, calls, config_text, new_session, say
 
 RUN_BOUND_S = 60.0
 

@@ -4,7 +4,7 @@ request extends the last one; the first turn after the switch extends the pre-wa
 bound: an empty summary, a tool call in the summary (once, twice), a context-full answer, too
 small a cut, max_attempts, and no loop whatever the model writes.
 
-The scripted model counts bytes, not tokens (tests/loopd/turn/support.py), so `n_ctx` here is
+The scripted model counts bytes, not tokens (tests/support/turn.py), so `n_ctx` here is
 in the fake's bytes: each test sets it from the size the conversation reached.
 """
 
@@ -32,8 +32,7 @@ from boxmaker.proto import (
 )
 from boxmaker.session.store import SessionLog
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.conftest import NOON, Env
-from tests.loopd.turn.support import Said, Ticker, calls, chat_bodies, new_session, say
+from tests.support.turn import NOON, Env, Said, Ticker, calls, chat_bodies, new_session, say
 
 LONG = "Please remember this detail: " + "the quick brown fox jumps over the lazy dog. " * 12
 SUMMARY = "## Goal\nchat\n## What was done\ntalked\n## Decisions and facts the owner gave\nnone\n"

@@ -12,9 +12,8 @@ import pytest
 from boxmaker.proto import User, verify_log
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.conftest import Env
-from tests.loopd.turn.support import new_session, say
 from tests.support.smalldisk import fill, free, small_disk
+from tests.support.turn import Env, new_session, say
 
 from .test_command import run, write_config
 

@@ -36,7 +36,7 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.proto.log import LogRecord
-from tests.loopd.turn.support import Ticker, baseline
+from tests.support.turn import Ticker, baseline
 
 T = "2026-11-30T12:00:00.000Z"
 START = SessionStart(T, "s1", 0, 1, baseline().hash)

@@ -35,7 +35,8 @@ from tests.loopd.turn.conversations import (
     conversations,
     drive_core,
 )
-from tests.loopd.turn.support import (
+from tests.support.fakeserver import FakeServer
+from tests.support.turn import (
     BackwardsPort,
     StaggeredPort,
     Ticker,
@@ -47,7 +48,6 @@ from tests.loopd.turn.support import (
     say,
     serve_model,
 )
-from tests.support.fakeserver import FakeServer
 
 
 @settings(max_examples=200, deadline=None)

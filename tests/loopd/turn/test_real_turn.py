@@ -22,9 +22,9 @@ from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import CacheLoss, Usage, User
 from boxmaker.session.store import SessionStore
 from boxmaker.verify.tee import Tee
-from tests.loopd.conftest import Stack
 from tests.loopd.turn.conversations import check_requests
 from tests.support.procs import python_module
+from tests.support.stack import Stack
 
 RUN_BOUND_S = 180.0  # one turn of the tiny model; a few seconds when the machine is idle
 MAX_TOKENS = 24

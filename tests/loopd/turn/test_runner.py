@@ -35,11 +35,14 @@ from boxmaker.proto import (
     User,
 )
 from boxmaker.session.store import SessionStore
-from tests.loopd.turn.conftest import NOON, Env, Turns, echo_via_call_tool
-from tests.loopd.turn.support import (
+from tests.support.turn import (
+    NOON,
+    Env,
     Said,
+    Turns,
     calls,
     chat_bodies,
+    echo_via_call_tool,
     names,
     new_session,
     say,

@@ -16,8 +16,7 @@ from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.loop import ToolFailure
 from boxmaker.loopd.turn.runner import run_tools, run_turn
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolResult, TurnDone
-from tests.loopd.turn.conftest import Env
-from tests.loopd.turn.support import calls, new_session, say
+from tests.support.turn import Env, calls, new_session, say
 
 TIMEOUT_MS = 150
 UPPER_S = 3.0  # a turn bounded by a 150 ms tool timeout that has not ended by then never will

@@ -27,17 +27,19 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.session.store import SessionLog
-from tests.loopd.turn.conftest import Env, Turns, echo_via_call_tool
-from tests.loopd.turn.support import (
+from tests.support.replies import json_reply, sse_reply
+from tests.support.turn import (
+    Env,
     Said,
+    Turns,
     calls,
     chat_bodies,
     completion_events,
+    echo_via_call_tool,
     names,
     new_session,
     say,
 )
-from tests.support.replies import json_reply, sse_reply
 
 
 def test_tool_iterations_ends_the_turn_and_the_session_stays_usable(env: Env) -> None:

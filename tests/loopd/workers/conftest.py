@@ -4,7 +4,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.loopd.serve_support import ServeEnv, serve_env
+from tests.support.serve import ServeEnv, serve_env
 
 
 @pytest.fixture

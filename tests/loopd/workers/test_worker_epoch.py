@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from boxmaker.loopd.config import read_config
 from boxmaker.proto import TurnDone
-from tests.loopd.serve_support import ServeEnv, turn_bytes
-from tests.loopd.turn.support import say
 from tests.support.main_side import MainSide
+from tests.support.serve import ServeEnv, turn_bytes
+from tests.support.turn import say
 
 LONG = "a long answer that fills the context. " * 20
 

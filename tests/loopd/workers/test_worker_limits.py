@@ -7,8 +7,8 @@ import resource
 import threading
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
-from tests.loopd.serve_support import ServeEnv, TurnClient, children, turn
 from tests.support.procs import wait_for
+from tests.support.serve import ServeEnv, TurnClient, children, turn
 
 
 def _fds(pid: int) -> set[int]:

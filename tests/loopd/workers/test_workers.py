@@ -8,7 +8,8 @@ import signal
 
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ErrorCode, QueuedEvent, TurnDone, WireError
-from tests.loopd.serve_support import (
+from tests.support.procs import wait_for
+from tests.support.serve import (
     BOUND_S,
     START_LINE,
     ServeEnv,
@@ -16,10 +17,9 @@ from tests.loopd.serve_support import (
     children,
     turn,
 )
-from tests.loopd.serve_support import (
+from tests.support.serve import (
     alive as _alive,
 )
-from tests.support.procs import wait_for
 
 
 def user_contents(env: ServeEnv, session: str) -> list[str]:

@@ -26,7 +26,7 @@ from boxmaker.loopd.llama.info import CONTROL_PATH
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.types import Completion
 from boxmaker.proto import ContentEvent, RetryingEvent, WaitingEvent
-from tests.loopd.client_support import (
+from tests.support.client import (
     LOADING,
     RECORDINGS,
     REQ,

@@ -23,7 +23,7 @@ from boxmaker.proto import (
     ToolSchema,
     UserMessage,
 )
-from tests.loopd.client_support import RECORDINGS, make_config
+from tests.support.client import RECORDINGS, make_config
 
 WEATHER = ToolSchema(
     "get_weather",

@@ -1,7 +1,7 @@
 """Real llama-server responses (recordings/) replayed byte for byte through the fake server and
 read by the real client. What the client reassembles must equal what an independent fold of
-the same bytes gives (client_support.read_recording + fold: stdlib json and slicing, none of
-boxmaker's decoders), so nothing is compared with itself.
+the same bytes gives (read_recording + fold in tests/support/client.py: stdlib json and slicing,
+none of boxmaker's decoders), so nothing is compared with itself.
 
 The set is whatever recordings/index.json lists as a chat-completions response, so a new
 recording is covered without editing this file.
@@ -28,7 +28,7 @@ from boxmaker.proto import (
     ToolCall,
     UserMessage,
 )
-from tests.loopd.client_support import (
+from tests.support.client import (
     RECORDINGS,
     at,
     fold,

@@ -13,7 +13,7 @@ import pytest
 
 from boxmaker.loopd.llama.errors import BadResponse, ConnectFailed, Stalled
 from boxmaker.loopd.llama.transport import Connection, Response, exchange
-from tests.loopd.client_support import RECORDINGS, at
+from tests.support.client import RECORDINGS, at
 from tests.support.fakeserver import FakeServer
 from tests.support.replies import End, Piece, Reply, json_reply, raw_reply
 

@@ -15,18 +15,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import InferenceConfig, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import UserMessage
+from tests.support.config import MODEL, fake_expect, fake_inference, loopd_toml
 from tests.support.fakeserver import FakeServer, Outcome
 from tests.support.replies import End, Reply, json_reply
 
 RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
-MODEL = "test-model"
 CID = "chatcmpl-test0001"
 BOUND_S = 5.0  # the bound of every wait on another thread
 
@@ -44,9 +43,8 @@ SHORT_LIMITS: dict[str, Any] = {
 
 def config_text(socket: Path, **keys: Any) -> str:
     """A whole loopd.toml: [inference] with the short limits and `keys`, and an [expect]."""
-    inference = {"socket": socket, "model": MODEL, "slots": [0, 1], **SHORT_LIMITS, **keys}
-    expect = {"chat_template_sha256": "0" * 64, "n_ctx": 2048, "total_slots": 2}
-    return toml_dumps({"inference": inference, "expect": expect})
+    inference = fake_inference(socket, **(SHORT_LIMITS | keys))
+    return loopd_toml({"inference": inference, "expect": fake_expect()})
 
 
 def make_config(socket: Path, **keys: Any) -> InferenceConfig:

@@ -8,7 +8,7 @@ The fake answers everything the daemon asks:
 - /tokenize: a token per 4 bytes (the budget check of a new session);
 - the self-test's tool-call request (the `get_time` tool, tool_choice auto): a call of get_time;
 - every other chat request: the next `Said` loaded with `model.load`, else "ok", with the prompt
-  cache played as tests/loopd/turn/support.py's ScriptedModel plays it (so the self-test's cache
+  cache played as tests/support/turn.py's ScriptedModel plays it (so the self-test's cache
   check passes: turn 2 extends turn 1). `model.hold()` makes the next chat requests wait until
   `model.release()`, so a test can act while a turn is in flight, without sleeping.
 
@@ -32,10 +32,13 @@ import orjson
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
-from tests.loopd.conftest import short_tmpdir
-from tests.loopd.turn.support import (
+from tests.support.config import fake_expect, fake_inference, loopd_toml
+from tests.support.fakeserver import FakeServer
+from tests.support.procs import Daemon, python_module, short_tmpdir
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, json_reply, sse_reply
+from tests.support.turn import (
     CONTEXT_FULL,
-    MODEL,
     ScriptedModel,
     calls,
     common_prefix,
@@ -43,10 +46,6 @@ from tests.loopd.turn.support import (
     prompt_bytes,
     say,
 )
-from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module
-from tests.support.recorded import Recorded
-from tests.support.replies import Reply, json_reply, sse_reply
 
 TEMPLATE = "{{ serve test template }}"
 START_LINE = "loopd: listening on"
@@ -145,38 +144,25 @@ def config_text(
 ) -> str:
     """A loopd.toml for the fake server. [compact] is off unless `compact` is given: the fake
     counts a byte as a token, so n_ctx = 2048 would fold every session after a turn or two."""
-
-    def toml(v: Any) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
-
-    sha = hashlib.sha256(TEMPLATE.encode()).hexdigest()
-    lines = [
-        "[inference]",
-        f"socket = {toml(str(folder / 'infer.sock'))}",
-        f'model = "{MODEL}"',
-        "slots = [0, 1]",
-        "liveness_ms = 5000",
-        "control_timeout_ms = 5000",
-        "retry_attempts = 1",
-        "retry_delays_ms = []",
-        "max_tokens = 4194304",  # the fake counts a byte as a token: big answers must pass
-        "[expect]",
-        f'chat_template_sha256 = "{sha}"',
-        "n_ctx = 2048",
-        "total_slots = 2",
-        "[paths]",
-        f"home = {toml(str(folder / 'home'))}",
-        "[baseline]",
-        f"system = {toml(str(folder / 'system.md'))}",
-        "[channel]",
-        f"socket = {toml(str(folder / 'run' / 'loop.sock'))}",
-        *(f"{k} = {toml(v)}" for k, v in channel.items()),
-        "[loop]",
-        *(f"{k} = {toml(v)}" for k, v in (loop or {}).items()),
-        "[compact]",
-        *(f"{k} = {toml(v)}" for k, v in (compact or {"enabled": False}).items()),
-    ]
-    return "\n".join(lines) + "\n"
+    inference = fake_inference(
+        folder / "infer.sock",
+        liveness_ms=5000,
+        control_timeout_ms=5000,
+        retry_attempts=1,
+        retry_delays_ms=[],
+        max_tokens=4194304,  # the fake counts a byte as a token: big answers must pass
+    )
+    return loopd_toml(
+        {
+            "inference": inference,
+            "expect": fake_expect(hashlib.sha256(TEMPLATE.encode()).hexdigest()),
+            "paths": {"home": str(folder / "home")},
+            "baseline": {"system": str(folder / "system.md")},
+            "channel": {"socket": str(folder / "run" / "loop.sock"), **channel},
+            "loop": loop or {},
+            "compact": compact or {"enabled": False},
+        }
+    )
 
 
 class ServeEnv:

@@ -27,11 +27,10 @@ from boxmaker.proto import (
     Timings,
     WaitingEvent,
 )
-from tests.loopd.client_support import (
+from tests.support.client import (
     BOUND_S,
     CID,
     LOADING,
-    MODEL,
     REQ,
     SILENT,
     UPPER_S,
@@ -43,6 +42,7 @@ from tests.loopd.client_support import (
     run,
     slots_reply,
 )
+from tests.support.config import MODEL
 from tests.support.fakeserver import FakeServer
 from tests.support.replies import End, Piece, Reply, json_reply, raw_reply, sse_reply
 

@@ -24,8 +24,8 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from tests.loopd.client_support import chunk_obj
 from tests.support import hostile_rig
+from tests.support.client import chunk_obj
 from tests.support.feed import pieces_at
 from tests.support.hostile import (
     STREAM_HEAD,

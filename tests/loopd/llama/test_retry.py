@@ -21,9 +21,9 @@ from boxmaker.loopd.llama.errors import (
     WaitTimeout,
 )
 from boxmaker.loopd.llama.retry import RETRYABLE, RETRYABLE_STATUSES, RetryPolicy, is_retryable
-from tests.loopd.client_support import make_config
+from tests.support.client import make_config
 
-RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 
 
 DEFAULT = RetryPolicy(attempts=4, delays_ms=(2000, 8000, 30_000), jitter=0.25, total_ms=300_000)

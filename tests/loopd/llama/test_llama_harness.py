@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import socket
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from tests.support.llama_requests import (
     chat_body,
     fold,
 )
+from tests.support.procs import wait_for
 
 CTX = 1024
 SLOTS = 2
@@ -180,10 +180,7 @@ def test_kill_takes_the_routers_child_servers_with_it() -> None:
         assert pgid is not None
         assert len(_group_members(pgid)) >= 2  # the router and the model's child server
         srv.kill()
-        deadline = time.monotonic() + 10
-        while _group_members(pgid) and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert _group_members(pgid) == []
+        wait_for(lambda: not _group_members(pgid), f"process group {pgid} to be gone", 10)
         assert not srv.running
     finally:
         srv.kill()
@@ -250,7 +247,7 @@ def test_ensure_built_returns_the_binary_and_the_model() -> None:
 
 # ----- the committed recordings (scripts/record.py) -----
 
-RECORDINGS = Path(__file__).resolve().parents[2] / "recordings"
+RECORDINGS = Path(__file__).resolve().parents[3] / "recordings"
 
 
 def test_every_recording_is_a_whole_response_listed_in_the_index() -> None:

@@ -11,7 +11,7 @@ from boxmaker.loopd.llama.assemble import Assembler
 from boxmaker.loopd.llama.errors import BadResponse, HttpStatus, StreamClosedEarly
 from boxmaker.loopd.llama.types import FinishReason, ToolCallDelta
 from boxmaker.proto import ContentEvent, ProgressEvent, ReasoningEvent, Timings, ToolCall
-from tests.loopd.client_support import CID, chunk_obj
+from tests.support.client import CID, chunk_obj
 
 
 def feed_all(chunks: list[dict[str, Any]]) -> tuple[Assembler, list[Any]]:

@@ -25,11 +25,10 @@ from boxmaker.proto import (
     ThinkingCappedEvent,
     UserMessage,
 )
-from tests.loopd.client_support import (
+from tests.support.client import (
     BOUND_S,
     CID,
     LOADING,
-    MODEL,
     RECORDINGS,
     REQ,
     answer_chunks,
@@ -41,6 +40,7 @@ from tests.loopd.client_support import (
     read_recording,
     run,
 )
+from tests.support.config import MODEL
 from tests.support.fakeserver import FakeServer
 from tests.support.replies import End, Reply, chunk, json_reply, raw_reply, sse_reply
 

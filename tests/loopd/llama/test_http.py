@@ -27,7 +27,7 @@ from boxmaker.loopd.llama.http import (
     target,
 )
 from boxmaker.proto import NEED_DATA
-from tests.loopd.client_support import RECORDINGS
+from tests.support.client import RECORDINGS
 from tests.support.feed import FEED_MODES, pieces_at
 
 MODES = list(FEED_MODES)

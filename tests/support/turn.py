@@ -31,21 +31,26 @@ import orjson
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.tools.registry import CALL_TOOL, CORE_SCHEMAS
+from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     AssistantMessage,
     ToolCall,
     ToolRequest,
     ToolResponse,
+    TurnDone,
+    TurnEvent,
+    WireError,
     format_time,
 )
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.store import SessionLog, SessionStore
+from tests.support.config import MODEL, fake_expect, fake_inference, loopd_toml
 from tests.support.fakeserver import FakeServer
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
 
-MODEL = "test-model"
 SYSTEM = "You are a test."
 START = datetime(2026, 11, 30, 12, 0, 0, tzinfo=UTC)
 
@@ -187,31 +192,21 @@ def chat_bodies(fake: FakeServer) -> list[dict[str, Any]]:
 def config_text(socket: Path, home: Path, system: Path | None = None, **loop: Any) -> str:
     """A whole loopd.toml: the fake server's socket, short waits, the home, the system prompt
     file (when given) and [loop] overrides."""
-
-    def toml(v: Any) -> str:
-        return ("true" if v else "false") if isinstance(v, bool) else orjson.dumps(v).decode()
-
-    lines = [
-        "[inference]",
-        f"socket = {toml(str(socket))}",
-        f'model = "{MODEL}"',
-        "slots = [0, 1]",
-        "liveness_ms = 2000",
-        "control_timeout_ms = 2000",
-        "retry_attempts = 1",
-        "retry_delays_ms = []",
-        "[expect]",
-        f'chat_template_sha256 = "{"0" * 64}"',
-        "n_ctx = 2048",
-        "total_slots = 2",
-        "[paths]",
-        f"home = {toml(str(home))}",
-        "[loop]",
-        *(f"{k} = {toml(v)}" for k, v in loop.items()),
-    ]
+    sections: dict[str, dict[str, Any]] = {
+        "inference": fake_inference(
+            socket,
+            liveness_ms=2000,
+            control_timeout_ms=2000,
+            retry_attempts=1,
+            retry_delays_ms=[],
+        ),
+        "expect": fake_expect(),
+        "paths": {"home": str(home)},
+        "loop": loop,
+    }
     if system is not None:
-        lines += ["[baseline]", f"system = {toml(str(system))}"]
-    return "\n".join(lines) + "\n"
+        sections["baseline"] = {"system": str(system)}
+    return loopd_toml(sections)
 
 
 def config_for(socket: Path, home: Path, **loop: Any) -> Config:
@@ -309,3 +304,53 @@ def log_lines(log: SessionLog) -> bytes:
 
 def names(records: Sequence[object]) -> list[str]:
     return [type(r).__name__ for r in records]
+
+
+# ---- a session's turns against the scripted model (the `env` fixture is in tests/loopd/turn) ----
+
+
+@dataclass
+class Env:
+    fake: FakeServer
+    model: ScriptedModel
+    home: Path
+
+    def config(self, **loop: Any) -> Config:
+        assert isinstance(self.fake.address, Path)
+        return config_for(self.fake.address, self.home, **loop)
+
+
+NOON = "2026-11-30T12:00:00.000Z"  # what FakeTools' clock answers in these tests
+
+
+class Turns:
+    """Runs turns of one session against the env, with a recording FakeTools port."""
+
+    def __init__(self, env: Env, log: SessionLog, **loop: Any) -> None:
+        self.env = env
+        self.log = log
+        self.config = env.config(**loop)
+        self.port = RecordingPort(FakeTools(clock=lambda: NOON))
+        self.clock = Ticker()
+        self.events: list[TurnEvent] = []
+
+    def run(self, text: str, *script: Said, thinking: bool = True) -> TurnDone | WireError:
+        self.env.model.load(script)
+        self.events = []
+        return run_turn(
+            self.log,
+            text,
+            client=Client(self.config.inference),
+            port=self.port,
+            config=self.config.loop,
+            thinking=thinking,
+            on_event=self.events.append,
+            clock=self.clock,
+        )
+
+    def new_records(self, since: int) -> list[object]:
+        return list(self.log.records[since:])
+
+
+def echo_via_call_tool(text: str) -> tuple[str, object]:
+    return (CALL_TOOL, {"name": "echo", "arguments": {"text": text}})

@@ -21,10 +21,10 @@ from boxmaker.loopd.llama.errors import ConnectFailed, Refused
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.loopd.llama.transport import short_call
 from boxmaker.loopd.llama.types import Completion
-from tests.inferproxy.conftest import closed_port
-from tests.loopd.client_support import answer_chunks, make_config, run, slots_reply
+from tests.support.client import answer_chunks, make_config, run, slots_reply
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module, wait_for_socket
+from tests.support.procs import Daemon
+from tests.support.proxy import closed_port, start_inferproxy
 from tests.support.replies import End, Reply, json_reply, sse_reply
 
 BOUND = 10.0
@@ -39,11 +39,7 @@ def upstream() -> Iterator[FakeServer]:
 
 
 def proxy(sock: Path, upstream: str, *flags: str) -> Daemon:
-    daemon = Daemon(python_module("boxmaker.inferproxy", "--listen", str(sock),
-                                  "--upstream", upstream, *flags))  # fmt: skip
-    daemon.wait_for_line("inferproxy: listening on", BOUND)
-    wait_for_socket(str(sock), BOUND)
-    return daemon
+    return start_inferproxy(sock, upstream, *flags, bound=BOUND)
 
 
 def small_bucket(sock_dir: Path, fake: FakeServer) -> tuple[Path, Daemon]:

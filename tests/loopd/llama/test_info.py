@@ -21,13 +21,13 @@ from boxmaker.loopd.llama.info import (
     parse_tokenize,
 )
 from boxmaker.proto import Timings
-from tests.loopd.client_support import (
-    MODEL,
+from tests.support.client import (
     RECORDINGS,
     at,
     make_config,
     read_recording,
 )
+from tests.support.config import MODEL
 from tests.support.fakeserver import FakeServer
 from tests.support.replies import json_reply, raw_reply
 

@@ -59,3 +59,16 @@ def make_session(
         for record in records:
             log.append(record)
         return log.log_path
+
+
+REPO = Path(__file__).resolve().parents[2]
+SYSTEM_MD = REPO / "conf" / "system.md"
+CALL_TOOL = ToolSchema(
+    "call_tool",
+    "Calls a tool that find_tool found, by name, with its arguments.",
+    {
+        "type": "object",
+        "properties": {"name": {"type": "string"}, "arguments": {"type": "object"}},
+        "required": ["name", "arguments"],
+    },
+)

@@ -1,8 +1,8 @@
 """The inference path against a REAL llama-server through a REAL inferproxy (issue 4, item 8).
 
 Every test that takes `stack` runs twice: against a single-model server and against a router
-(conftest.py). The model is the tiny SmolLM2-135M at temperature 0, answers are kept short, and
-each server is started once per session.
+(tests/support/stack.py). The model is the tiny SmolLM2-135M at temperature 0, answers are kept
+short, and each server is started once per session.
 """
 
 from __future__ import annotations
@@ -38,9 +38,9 @@ from boxmaker.proto import (
     UserMessage,
 )
 from boxmaker.verify.tee import Tee
-from tests.loopd.conftest import BOUND, Stack
 from tests.support import rawhttp
 from tests.support.procs import wait_for
+from tests.support.stack import BOUND, Stack
 
 SYSTEM = SystemMessage("You are a helpful assistant.")
 # Two earlier turns that show <think>...</think> then an answer: without them the small model

@@ -12,7 +12,7 @@ import threading
 from boxmaker.loopd.llama.gate import SlotGate, choose_slot
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import TurnDone
-from tests.loopd.serve_support import serve_env, turn
+from tests.support.serve import serve_env, turn
 
 
 def test_choose_slot_prefers_fewer_sessions_then_less_load_then_least_recently_used() -> None:

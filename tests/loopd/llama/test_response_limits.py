@@ -17,7 +17,7 @@ from boxmaker.loopd.llama.http import HeadParser, ResponseHead, body_decoder
 from boxmaker.loopd.llama.request import chat_body
 from boxmaker.loopd.llama.types import ChatRequest
 from boxmaker.proto import NEED_DATA, UserMessage
-from tests.loopd.client_support import chunk_obj, make_config
+from tests.support.client import chunk_obj, make_config
 from tests.support.feed import FEED_MODES, pieces_at
 
 MODES = list(FEED_MODES)
