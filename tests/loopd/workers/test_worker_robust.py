@@ -23,7 +23,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.frame import Frame, FrameDecoder
 from tests.support.main_side import MainSide
-from tests.support.serve import ServeEnv, turn_bytes
+from tests.support.serve import BOUND_S, ServeEnv, turn_bytes
 
 
 def test_a_count_no_log_line_can_hold_is_refused_where_it_enters_and_the_turn_goes_on(
