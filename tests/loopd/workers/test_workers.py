@@ -30,7 +30,7 @@ def test_one_worker_per_active_session_and_idle_ones_exit(env: ServeEnv) -> None
     daemon = env.start(worker_idle_ms=400, spare_worker=False)
     env.model.hold()
     clients = [TurnClient(env.socket, f"s{i}", "hi", resume=False) for i in range(3)]
-    wait_for(lambda: env.model.waiting == 1, "the first session's chat request")
+    wait_for(lambda: env.model.waiting >= 1, "a session's chat request (two slots: up to two)")
     wait_for(lambda: len(children(daemon.pid)) == 3, "a worker per session")
     workers = children(daemon.pid)
     env.model.release()
