@@ -3,12 +3,15 @@ started with `python -m boxmaker.brokerd serve`, and clients for its two sockets
 
 from __future__ import annotations
 
+import contextlib
+import http.server
 import os
 import pwd
 import secrets
 import shutil
 import socket
 import tempfile
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,6 +24,7 @@ from boxmaker.brokerd.conn import Conn
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.frame import Frame
 from tests.support.procs import Daemon, python_module
+from tests.support.serve import ServeEnv, serve_env
 
 BOUND_S = 10.0
 
@@ -162,3 +166,29 @@ def short_base() -> Path:
 
 def remove(base: Path) -> None:
     shutil.rmtree(base, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def loopd_and_brokerd(grants_text: str) -> Iterator[tuple[ServeEnv, Rig]]:
+    """A fake-server loopd environment and a brokerd rig with `grants_text`, both cleaned up."""
+    base = short_base()
+    rig = Rig(base, grants_text=grants_text)
+    try:
+        with serve_env() as env:
+            yield env, rig
+    finally:
+        if rig.daemon is not None:
+            rig.daemon.kill()
+        remove(base)
+
+
+@contextlib.contextmanager
+def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
+    """A local web server on 127.0.0.1 with `handler`; yields its port."""
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()

@@ -8,7 +8,6 @@ bxctl chat."""
 from __future__ import annotations
 
 import http.server
-import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -17,7 +16,12 @@ import pytest
 
 from boxmaker.bxctl.cli import main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
-from tests.brokerd.rig import Rig, remove, sandbox_workspace, short_base
+from tests.brokerd.rig import (
+    Rig,
+    http_server,
+    loopd_and_brokerd,
+    sandbox_workspace,
+)
 from tests.support.cli import run_cli
 from tests.support.procs import Daemon, python_module, wait_for
 from tests.support.serve import (
@@ -26,7 +30,6 @@ from tests.support.serve import (
     ServeEnv,
     TurnClient,
     config_text,
-    serve_env,
 )
 from tests.support.turn import calls, say
 
@@ -47,15 +50,8 @@ mode = "deny"
 
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, Rig]]:
-    base = short_base()
-    rig = Rig(base, grants_text=GRANTS)
-    try:
-        with serve_env() as env:
-            yield env, rig
-    finally:
-        if rig.daemon is not None:
-            rig.daemon.kill()
-        remove(base)
+    with loopd_and_brokerd(GRANTS) as pair:
+        yield pair
 
 
 def start_loopd(env: ServeEnv, rig: Rig) -> Daemon:
@@ -208,13 +204,8 @@ def page() -> Iterator[int]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(Handler) as port:
+        yield port
 
 
 def test_shell_fetch_then_a_write_that_the_taint_makes_ask(

@@ -23,7 +23,7 @@ from boxmaker.proto import ApprovalNeededEvent, CompactingEvent, TurnDone
 from boxmaker.proto.log import decode_line
 from boxmaker.session.epochs import UNTRUSTED_MARK
 from boxmaker.session.verify import verify_session
-from tests.brokerd.rig import Rig, remove, short_base
+from tests.brokerd.rig import Rig, loopd_and_brokerd
 from tests.brokerd.test_approvals import owner_says
 from tests.support.cli import run_cli
 from tests.support.procs import Daemon, python_module, wait_for
@@ -33,7 +33,6 @@ from tests.support.serve import (
     ServeEnv,
     TurnClient,
     config_text,
-    serve_env,
     turn,
 )
 from tests.support.turn import calls, say
@@ -56,15 +55,8 @@ SUMMARY = "## Goal\ntest\n## What was done\nread plan.md\n"
 
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, Rig]]:
-    base = short_base()
-    rig = Rig(base, grants_text=GRANTS)
-    try:
-        with serve_env() as env:
-            yield env, rig
-    finally:
-        if rig.daemon is not None:
-            rig.daemon.kill()
-        remove(base)
+    with loopd_and_brokerd(GRANTS) as pair:
+        yield pair
 
 
 def start_loopd(env: ServeEnv, rig: Rig) -> None:

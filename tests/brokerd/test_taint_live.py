@@ -16,7 +16,7 @@ import pytest
 
 from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.proto.frame import Frame
-from tests.brokerd.rig import BOUND_S, Rig, sandbox_workspace
+from tests.brokerd.rig import BOUND_S, Rig, http_server, sandbox_workspace
 from tests.brokerd.test_approvals import owner_says
 from tests.support.cli import run_cli
 
@@ -108,13 +108,8 @@ def page() -> Iterator[int]:
         def log_message(self, *args: object) -> None:
             pass
 
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with http_server(Handler) as port:
+        yield port
 
 
 WRITE = {"path": "out.txt", "content": "x"}
