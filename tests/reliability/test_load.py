@@ -25,7 +25,7 @@ from tests.support.flood import close_all
 from tests.support.flood import flood as flood_sockets
 from tests.support.load_rig import MAX_PROXY_CONNECTIONS, Faults, Flood, stack
 from tests.support.procs import open_fds, thread_count, wait_for
-from tests.support.serve import ServeEnv, children, connect, read_frames, turn
+from tests.support.serve import ServeEnv, children, connect, read_frames, reply_bound_s, turn
 
 SESSIONS = int(os.environ.get("LOAD_SESSIONS", "20"))
 TURNS = int(os.environ.get("LOAD_TURNS", "5"))
@@ -34,6 +34,14 @@ FAULTS = os.environ.get("LOAD_FAULTS", "0") == "1"
 SEED = int(os.environ.get("LOAD_SEED", "13"))
 EXAMPLE_ERRORS: dict[str, str] = {}  # one message per error code, for the printout
 ALLOWED = {ErrorCode.INFERENCE, ErrorCode.INTERNAL} if FAULTS else {ErrorCode.INFERENCE}
+# The limits this test runs loopd with (issue 29.9): SESSIONS against max_workers wait up to
+# worker_wait_ms for a worker, then a slot's line up to busy_wait_ms; the client's bound on a
+# silence is derived from them (before: a fixed 15 s under a 30 s worker_wait_ms, TimeoutError on
+# a busy machine).
+CHANNEL = {"spare_worker": False, "worker_idle_ms": 500, "first_frame_ms": 1000,
+           "max_workers": 16, "worker_wait_ms": 30_000}
+INFERENCE = {"busy_wait_ms": 60_000}
+CLIENT_BOUND_S = reply_bound_s(CHANNEL, INFERENCE)
 
 
 def send_turn(
@@ -44,12 +52,12 @@ def send_turn(
 
     def attempt() -> list[ChannelBody] | None:
         try:
-            return turn(env.socket, session, content, resume=resume)
+            return turn(env.socket, session, content, resume=resume, bound_s=CLIENT_BOUND_S)
         except BlockingIOError:
             out["connect refused (EAGAIN)"] += 1
             return None
 
-    return wait_for(attempt, f"{session} to get a connection", 60)
+    return wait_for(attempt, f"{session} to get a connection", 60 + CLIENT_BOUND_S)
 
 
 def run_session(
@@ -92,7 +100,7 @@ def snapshot(pid: int) -> tuple[int, int]:
 def test_sessions_under_load_and_a_flood() -> None:
     with stack() as s:
         env = s.env
-        loopd = start_loopd(env, spare_worker=False, worker_idle_ms=500, first_frame_ms=1000)
+        loopd = start_loopd(env, inference=INFERENCE, **CHANNEL)
         wait_for(lambda: not children(loopd.pid), "no worker before the load")
         # One connection answered first: the start line comes before the accept loop's selector.
         with connect(env.socket) as sock:
@@ -122,7 +130,7 @@ def test_sessions_under_load_and_a_flood() -> None:
                 for t in threads:
                     t.start()
                 for t in threads:
-                    t.join(600)
+                    t.join(TURNS * (60 + CLIENT_BOUND_S))
                 assert not any(t.is_alive() for t in threads), "a session never finished"
                 assert not errors, errors
         finally:

@@ -60,12 +60,17 @@ class Stall:
 
 
 def start_loopd(
-    env: ServeEnv, *, crash_plan: Path | None = None, fd_limit: int | None = None, **channel: Any
+    env: ServeEnv,
+    *,
+    crash_plan: Path | None = None,
+    fd_limit: int | None = None,
+    inference: dict[str, Any] | None = None,
+    **channel: Any,
 ) -> Daemon:
     """`loopd serve` as ServeEnv.start does, with BOXMAKER_CRASH_AT set when a plan is given, and
-    under `prlimit --nofile` when an fd limit is."""
+    under `prlimit --nofile` when an fd limit is; `inference` overrides [inference] keys."""
     path = env.folder / "loopd.toml"
-    path.write_text(config_text(env.folder, **channel))
+    path.write_text(config_text(env.folder, inference=inference, **channel))
     child_env = dict(os.environ)
     child_env.pop(ENV, None)
     if crash_plan is not None:

@@ -50,6 +50,30 @@ from tests.support.turn import (
 TEMPLATE = "{{ serve test template }}"
 START_LINE = "loopd: listening on"
 BOUND_S = 15.0  # a loaded 2-core machine starting Python processes; never reached when healthy
+# The product's own waits that config_text writes (issue 29.9): a client's bound is derived from
+# them (`reply_bound_s`), never shorter, so a turn that waits as loopd is told to is not cut.
+FAKE_INFERENCE_WAITS = {"liveness_ms": 5000, "control_timeout_ms": 5000, "busy_wait_ms": 60_000}
+CHANNEL_WAITS = {"worker_wait_ms": 30_000}  # [channel]'s default, written out
+LOOP_WAITS = {"tool_timeout_ms": 30_000}  # [loop]'s default, written out
+
+
+def reply_bound_s(
+    channel: dict[str, Any] | None = None,
+    inference: dict[str, Any] | None = None,
+    loop: dict[str, Any] | None = None,
+) -> float:
+    """The longest a turn on config_text's config (with these overrides) may stay silent between
+    two frames, plus BOUND_S for a busy machine: waiting for a worker, then the longest of a wait
+    at the slot gate, a silent stream (liveness, then the connect) and a tool call."""
+    ch = {**CHANNEL_WAITS, **(channel or {})}
+    inf = {**FAKE_INFERENCE_WAITS, **(inference or {})}
+    lp = {**LOOP_WAITS, **(loop or {})}
+    stream = inf["liveness_ms"] + inf["control_timeout_ms"]
+    ms = ch["worker_wait_ms"] + max(inf["busy_wait_ms"], stream, lp["tool_timeout_ms"])
+    return ms / 1000 + BOUND_S
+
+
+REPLY_BOUND_S = reply_bound_s()  # config_text's own limits
 
 
 class ServeModel(ScriptedModel):
@@ -140,26 +164,27 @@ def config_text(
     folder: Path,
     loop: dict[str, Any] | None = None,
     compact: dict[str, Any] | None = None,
+    inference: dict[str, Any] | None = None,
     **channel: Any,
 ) -> str:
     """A loopd.toml for the fake server. [compact] is off unless `compact` is given: the fake
     counts a byte as a token, so n_ctx = 2048 would fold every session after a turn or two."""
-    inference = fake_inference(
-        folder / "infer.sock",
-        liveness_ms=5000,
-        control_timeout_ms=5000,
-        retry_attempts=1,
-        retry_delays_ms=[],
-        max_tokens=4194304,  # the fake counts a byte as a token: big answers must pass
-    )
+    keys = {
+        **FAKE_INFERENCE_WAITS,
+        "retry_attempts": 1,
+        "retry_delays_ms": [],
+        "max_tokens": 4194304,  # the fake counts a byte as a token: big answers must pass
+        **(inference or {}),
+    }
+    infer = fake_inference(folder / "infer.sock", **keys)
     return loopd_toml(
         {
-            "inference": inference,
+            "inference": infer,
             "expect": fake_expect(hashlib.sha256(TEMPLATE.encode()).hexdigest()),
             "paths": {"home": str(folder / "home")},
             "baseline": {"system": str(folder / "system.md")},
-            "channel": {"socket": str(folder / "run" / "loop.sock"), **channel},
-            "loop": loop or {},
+            "channel": {"socket": str(folder / "run" / "loop.sock"), **CHANNEL_WAITS, **channel},
+            "loop": {**LOOP_WAITS, **(loop or {})},
             "compact": compact or {"enabled": False},
         }
     )
@@ -243,7 +268,7 @@ def alive(pid: int) -> bool:
 # ---- a channel client ---------------------------------------------------------------------------
 
 
-def connect(path: Path, timeout: float = BOUND_S) -> socket.socket:
+def connect(path: Path, timeout: float = REPLY_BOUND_S) -> socket.socket:
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     sock.settimeout(timeout)
     sock.connect(str(path))
@@ -273,8 +298,16 @@ def turn_bytes(session: str, content: str, resume: bool, compact: bool = False) 
 class TurnClient:
     """A turn whose frames are read by a thread as they come, so a test can watch them."""
 
-    def __init__(self, path: Path, session: str, content: str = "hi", resume: bool = True) -> None:
-        self.sock = connect(path)
+    def __init__(
+        self,
+        path: Path,
+        session: str,
+        content: str = "hi",
+        resume: bool = True,
+        bound_s: float = REPLY_BOUND_S,
+    ) -> None:
+        self.bound_s = bound_s
+        self.sock = connect(path, bound_s)
         self.frames: list[ChannelBody] = []
         self.sock.sendall(turn_bytes(session, content, resume))
         self._thread = threading.Thread(target=self._read, daemon=True)
@@ -299,16 +332,21 @@ class TurnClient:
 
     def result(self) -> list[ChannelBody]:
         """Every frame, once the final one has come (bounded)."""
-        self._thread.join(BOUND_S)
-        assert not self._thread.is_alive(), f"no final frame within {BOUND_S} s: {self.frames}"
+        self._thread.join(self.bound_s)
+        assert not self._thread.is_alive(), f"no final frame within {self.bound_s} s: {self.frames}"
         return self.frames
 
 
 def turn(
-    path: Path, session: str, content: str = "hi", resume: bool = True, compact: bool = False
+    path: Path,
+    session: str,
+    content: str = "hi",
+    resume: bool = True,
+    compact: bool = False,
+    bound_s: float = REPLY_BOUND_S,
 ) -> list[ChannelBody]:
     """One turn on its own connection (with `compact`, a `/compact`): its frames, the final one
-    last."""
-    with connect(path) as sock:
+    last. `bound_s` is the longest silence between two frames (`reply_bound_s` of the config)."""
+    with connect(path, bound_s) as sock:
         sock.sendall(turn_bytes(session, content, resume, compact))
         return read_frames(sock)
