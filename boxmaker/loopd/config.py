@@ -273,8 +273,11 @@ class CompactConfig:
     max_attempts: Annotated[int, integer(1, 10, "compactions tried per epoch")] = 2
     # A compaction that would cut less than this share of the context counts as failed.
     min_cut: Annotated[float, number(0.0, 0.95)] = 0.3
-    owner_chars: Annotated[int, integer(0, 1_000_000, "characters")] = 1600
-    summary_tokens: Annotated[int, TOKENS] = 256  # at most [inference] max_tokens
+    # The owner's words and the summary go into the next baseline, which must stay within its
+    # read bound (192,000 bytes; issue 29.1): 16,000 characters of 4 UTF-8 bytes, a summary of
+    # 4,096 tokens kept to 4 characters a token, and a 3,000-token system text all fit in it.
+    owner_chars: Annotated[int, integer(0, 16_000, "characters")] = 1600
+    summary_tokens: Annotated[int, integer(1, 4096, "tokens")] = 256  # <= [inference] max_tokens
     prewarm: Annotated[bool, BOOL] = True
 
 

@@ -8,11 +8,17 @@ is the current epoch, the one appends go to. The session's lock stays the flock 
   before the last ends with an `epoch_end`, and each next log starts with exactly the bytes
   `epochs.next_log` makes of the one before (so a tampering anywhere, or at a link, is named).
 - `switch`: the switch itself, in this order, each step durable before the next:
+  0. everything the next epoch needs is checked (`epochs.next_epoch_problem`: the baseline within
+     its read bound, the kept tail well formed, the next log within its bound): a switch that
+     could not complete is refused here (SwitchRefused), never committed (issue 29.1);
   1. `<n+1>.baseline.json` under a hidden name, fsynced, renamed into place (a crash here leaves
      epoch n as it was: with no `<n+1>.jsonl`, the file is not part of the session);
   2. the `epoch_end` append: the commit point;
   3. `roll_forward`: `<n+1>.jsonl` written under a hidden name, fsynced, renamed, folder fsynced;
   4. the open log moves to epoch n+1 (`SessionLog.enter_epoch`).
+  A failure after the commit point closes the log (the store refuses any append after an
+  `epoch_end`), so its worker lets go and the next open rolls the switch forward.
+  Every file error names its file (issue 29.8).
 - `open_current` (the store's `open`) rolls a committed switch forward first: the result is the
   same bytes as step 3 of a switch that never stopped, because `next_log` reads epoch n alone.
 """
@@ -33,9 +39,17 @@ from boxmaker.proto.log import LogRecord
 from . import crashpoint
 from .baseline import BASELINE_MAX_BYTES, Baseline
 from .check import CheckedLog, Finding, check_session
-from .epochs import baseline_name, log_name, next_log
-from .errors import LogCorrupt, SessionError
-from .files import create_file, fsync_dir, open_regular, read_bounded, read_regular, write_all
+from .epochs import baseline_name, log_name, next_epoch_problem, next_log
+from .errors import LogCorrupt, SessionError, SwitchRefused
+from .files import (
+    create_file,
+    errno_name,
+    fsync_dir,
+    open_regular,
+    read_bounded,
+    read_regular,
+    write_all,
+)
 from .paths import LOG_MAX_BYTES
 
 
@@ -58,6 +72,7 @@ class SessionLog(Protocol):
     def enter_epoch(
         self, epoch: int, fd: int, checked: CheckedLog, size: int, link: str
     ) -> None: ...
+    def close(self) -> None: ...
 
 
 _LOG_RE = re.compile(r"(0|[1-9][0-9]{0,8})\.jsonl")
@@ -168,19 +183,37 @@ def current_epoch(session_id: str, path: Path) -> tuple[int, str]:
 
 
 def _write_new(path: Path, name: str, data: bytes) -> None:
-    """Writes `data` as `path/name` whole or not at all: a hidden name, fsync, rename, fsync."""
+    """Writes `data` as `path/name` whole or not at all: a hidden name, fsync, rename, fsync.
+
+    Raises:
+        SessionError: naming the file (or the folder) and the step that failed; a hidden file
+            left behind is removed.
+    """
     tmp = path / f".{name}.new"
-    with contextlib.suppress(FileNotFoundError):
-        os.unlink(tmp)  # left by a crash
-    fd = create_file(tmp)
+    step, where = "create", tmp
     try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    crashpoint.reached("epoch_file_written")
-    os.rename(tmp, path / name)
-    fsync_dir(path)
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)  # left by a crash
+        fd = create_file(tmp)
+        try:
+            step = "write"
+            write_all(fd, data)
+            step = "fsync"
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        crashpoint.reached("epoch_file_written")
+        step, where = f"rename to {path / name}", tmp
+        os.rename(tmp, path / name)
+        step, where = "fsync", path
+        fsync_dir(path)
+    except OSError as e:
+        if where == tmp:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+        raise SessionError(
+            f"{where}: {step} failed with {errno_name(e)} while writing {path / name}"
+        ) from e
     crashpoint.reached("epoch_file_renamed")
 
 
@@ -231,22 +264,48 @@ def switch(log: SessionLog, end: EpochEnd, baseline: Baseline) -> None:
 
     Raises:
         ValueError: `end` does not fit the log (its epoch, its baseline hash).
-        SessionError: a write failed; before the commit point epoch n is as it was.
+        SwitchRefused: before the commit point: the next epoch could not open, or its baseline
+            could not be written; epoch n is as it was, the log still open.
+        SessionError: after the commit point (or the commit's append failed): the log is
+            closed; the next open rolls the switch forward (or says why it cannot).
     """
     n = log.epoch
     if end.epoch != n or end.baseline != baseline.hash:
         raise ValueError("the epoch_end does not close this epoch with this baseline")
-    _write_new(log.path, baseline_name(n + 1), baseline.to_bytes())
-    crashpoint.reached("epoch_baseline_written")
-    log.append(end)  # the commit point
-    records = tuple(log.records)
-    start = records[0]
+    data = baseline.to_bytes()
+    start = log.records[0]
     assert type(start) is SessionStart
-    checked = CheckedLog(log.baseline, start, records, len(records), log.next_link)
-    last = Epoch(n, log.link, checked, log.log_path.stat().st_size)
-    new = roll_forward(log.session_id, log.path, last)
-    fd = open_regular(log.path / log_name(new.n), os.O_RDWR | os.O_APPEND)
+    after = (*log.records, end)
+    if (why := next_epoch_problem(log.session_id, start.slot, after, data, LOG_MAX_BYTES)):
+        raise SwitchRefused(f"{log.path / baseline_name(n + 1)}: not written: {why}")
+    try:
+        _write_new(log.path, baseline_name(n + 1), data)
+    except SessionError as e:
+        raise SwitchRefused(f"{e}; epoch {n} is as it was") from e
+    crashpoint.reached("epoch_baseline_written")
+    try:
+        log.append(end)  # the commit point
+        records = tuple(log.records)
+        checked = CheckedLog(log.baseline, start, records, len(records), log.next_link)
+        last = Epoch(n, log.link, checked, _size(log.log_path))
+        new = roll_forward(log.session_id, log.path, last)
+        fd = open_regular(log.path / log_name(new.n), os.O_RDWR | os.O_APPEND)
+    except (OSError, SessionError) as e:
+        # Its state is the files' now: let the worker go, so the next open rolls forward.
+        log.close()
+        what = e if isinstance(e, SessionError) else f"{e.filename}: {errno_name(e)}"
+        raise SessionError(
+            f"the switch to epoch {n + 1} did not complete ({what}); the log was closed and the "
+            "next turn opens the session again, rolling the switch forward"
+        ) from e
     log.enter_epoch(new.n, fd, new.checked, new.size, new.link)
+
+
+def _size(path: Path) -> int:
+    try:
+        return path.stat().st_size
+    except OSError as e:
+        raise SessionError(f"{path}: cannot stat it: {errno_name(e)}") from e
 
 
 def verify_epochs(session_id: str, path: Path) -> Finding:

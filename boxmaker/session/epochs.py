@@ -38,7 +38,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 
-from .baseline import Baseline
+from .baseline import BASELINE_MAX_BYTES, Baseline
 
 EARLIER_HEADING = "## Earlier in this conversation"
 _SUMMARY_INTRO = (
@@ -207,6 +207,34 @@ def end_problem(records: Sequence[LogRecord], epoch: int) -> str | None:
         if not 1 <= r.keep_from < n - 1 or type(records[r.keep_from]) is not User:
             return f"line {n}: epoch_end.keep_from {r.keep_from} is not the seq of a user line"
     return None
+
+
+def next_epoch_problem(
+    session: str, slot: int, records: Sequence[LogRecord], baseline: bytes, log_max_bytes: int
+) -> str | None:
+    """What would stop epoch n+1 from opening when `records` (epoch n's log, its `epoch_end`
+    last, not yet written) and `baseline` (`<n+1>.baseline.json`'s bytes) are committed, or None.
+    The switch asks before its commit point, so a switch that cannot complete never commits
+    (issue 29.1); bxctl verify asks of a committed one that has not rolled forward (29.2)."""
+    if len(baseline) > BASELINE_MAX_BYTES:
+        return (
+            f"the next baseline would be {len(baseline):,} bytes, over its bound of "
+            f"{BASELINE_MAX_BYTES:,} (lower [compact] owner_chars or summary_tokens)"
+        )
+    if (why := end_problem(records, _epoch_of(records))) is not None:
+        return why
+    try:
+        data = next_log(session, slot, records, "0" * 64)  # the link changes no length
+    except ValueError as e:
+        return str(e)
+    if len(data) > log_max_bytes:
+        return f"the next log would be {len(data):,} bytes, over its bound of {log_max_bytes:,}"
+    return None
+
+
+def _epoch_of(records: Sequence[LogRecord]) -> int:
+    start = records[0] if records else None
+    return start.epoch if type(start) is SessionStart else 0
 
 
 def next_log(session: str, slot: int, records: Sequence[LogRecord], link: str) -> bytes:

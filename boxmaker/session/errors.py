@@ -56,3 +56,9 @@ class NotARegularFile(SessionError):
 
     Nothing is read from it: the message names the path, what it is, and what to do.
     """
+
+
+class SwitchRefused(SessionError):
+    """An epoch switch was refused before its commit point (issue 29.1): the next epoch's files
+    would not open, or writing them failed. Epoch n is as it was; the fold failed, the turn goes
+    on uncompacted."""

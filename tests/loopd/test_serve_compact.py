@@ -17,6 +17,7 @@ from boxmaker.proto import (
     TurnDone,
     WireError,
 )
+from boxmaker.session.baseline import BASELINE_MAX_BYTES
 from boxmaker.session.verify import verify_session
 from tests.support.serve import ServeEnv, serve_env, turn
 from tests.support.turn import calls, say
@@ -90,3 +91,41 @@ def test_recall_through_serve_with_fake_tools(env: ServeEnv) -> None:
     head, content = results[0]["content"].split("\n", 1)
     assert content == "the code word is teal"
     assert head.startswith("[recalled: epoch 0, seq 1, user of ")
+
+
+# Issue 29.1: a server that ignores max_tokens (the fake does) streams a summary of any size; and
+# the owner's words up to [compact] owner_chars at its largest. Each variant folds with the
+# summary cut to its budget, the next turn runs in the new epoch, and the session verifies.
+# (Before: the switch committed a baseline over its read bound, the turn ended `internal`, and
+# the next turn was appended after the `epoch_end`: a session nothing could open again.)
+@pytest.mark.parametrize(
+    ("summary_bytes", "owner_chars", "first"),
+    [
+        (200_000, 1600, "f" * 5000),
+        (250_000, 1600, "f" * 5000),
+        (1_000_000, 1600, "f" * 5000),
+        (2_000, 16_000, "w" * 100_000),
+        (250_000, 16_000, "\u00e9\u4e2d" * 40_000),
+    ],
+)
+def test_an_over_size_summary_or_owner_text_still_folds(
+    env: ServeEnv, summary_bytes: int, owner_chars: int, first: str
+) -> None:
+    compact = {"keep_turns": 1, "min_cut": 0.0, "at": 0.99, "owner_chars": owner_chars}
+    env.start(spare_worker=False, compact=compact)
+    env.model.load([say(LONG), say(LONG)])
+    assert isinstance(turn(env.socket, "s1", first, resume=False)[-1], TurnDone)
+    assert isinstance(turn(env.socket, "s1", "second")[-1], TurnDone)
+    env.model.load([say("S" * summary_bytes), say("(pre-warm)")])
+    final = turn(env.socket, "s1", "/compact", compact=True)[-1]
+    assert isinstance(final, TurnDone), final
+    folder = env.home / "sessions" / "s1"
+    size = (folder / "1.baseline.json").stat().st_size
+    assert size <= BASELINE_MAX_BYTES
+    env.model.load([say("third answer")])
+    assert isinstance(turn(env.socket, "s1", "third")[-1], TurnDone)
+    env.model.load([say("fourth answer")])
+    assert isinstance(turn(env.socket, "s1", "fourth")[-1], TurnDone)
+    finding = verify_session(env.home, "s1")
+    assert finding.ok, finding.error
+    assert finding.epochs >= 2  # the threshold may fold again: the fake counts bytes

@@ -29,8 +29,8 @@ from boxmaker.proto import (
     UserMessage,
 )
 from boxmaker.proto.log import LogRecord
-from boxmaker.session.baseline import Baseline, budget_text
-from boxmaker.session.epochs import cut_index, epoch_end, next_baseline
+from boxmaker.session.baseline import BASELINE_MAX_BYTES, Baseline, budget_text
+from boxmaker.session.epochs import CUT_MARK, cut_index, epoch_end, next_baseline
 from boxmaker.session.replay import request_messages
 
 INSTRUCTION = (
@@ -61,6 +61,19 @@ class Settings:
     keep_turns: int = 2
     min_cut: float = 0.3
     owner_chars: int = 1600
+    summary_tokens: int = 256  # min([compact] summary_tokens, [inference] max_tokens)
+
+
+# A summary is kept to this many characters a token of its budget (issue 29.1): a server that
+# ignores max_tokens streams until [inference] max_tokens, and that text would go into every
+# request of the next epoch. Four is above what a tokenizer averages on prose.
+SUMMARY_CHARS_PER_TOKEN = 4
+
+
+def bounded_summary(text: str, tokens: int) -> str:
+    """`text` kept to `tokens` * SUMMARY_CHARS_PER_TOKEN characters, CUT_MARK after a cut."""
+    limit = tokens * SUMMARY_CHARS_PER_TOKEN
+    return text if len(text) <= limit else text[: max(limit - len(CUT_MARK), 0)] + CUT_MARK
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,10 +176,16 @@ def summarise(
             return Failed("the model called a tool instead of writing the summary, twice")
     if isinstance(got, InferError):
         return Failed(f"the summary request failed: {got.describe()}")
-    summary = (got.content or "").strip()
+    summary = bounded_summary((got.content or "").strip(), settings.summary_tokens)
     if not summary:
         return Failed("the model's summary was empty")
     new = next_baseline(system_now, baseline, summary, records, keep_from, settings.owner_chars)
+    if (size := len(new.to_bytes())) > BASELINE_MAX_BYTES:  # it could not be read back
+        return Failed(
+            f"the next baseline would be {size:,} bytes, over its bound of "
+            f"{BASELINE_MAX_BYTES:,} (system.md and memory/core.md, the summary and the "
+            "owner's words: lower [compact] owner_chars)"
+        )
     cut = cut_share(baseline, records, new, keep_from)
     if cut < settings.min_cut:
         return _too_little(cut, settings)

@@ -40,7 +40,7 @@ from boxmaker.proto import CompactedEvent, CompactingEvent, TurnEvent, Usage
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
 from boxmaker.session.baseline import Baseline, assemble_baseline
-from boxmaker.session.errors import BaselineError
+from boxmaker.session.errors import BaselineError, SwitchRefused
 from boxmaker.session.replay import request_messages
 
 
@@ -88,7 +88,8 @@ class Compactor:
     @property
     def settings(self) -> Settings:
         c = self.config
-        return Settings(self.n_ctx, c.at, c.keep_turns, c.min_cut, c.owner_chars)
+        summary = min(c.summary_tokens, self.max_tokens)
+        return Settings(self.n_ctx, c.at, c.keep_turns, c.min_cut, c.owner_chars, summary)
 
     def run(
         self, log: epoch_files.SessionLog, action: Compact, on_event: Callable[[TurnEvent], None]
@@ -96,7 +97,8 @@ class Compactor:
         """One compaction of `log`'s epoch; the channel hears `compacting` and `compacted`.
 
         Raises:
-            SessionError: an append or a file of the switch failed (as a turn's append does).
+            SessionError: the switch failed after its commit point (the log is closed then, so
+                the worker lets go and the next open rolls it forward), or an append failed.
         """
         started = self.monotonic()
         key = (log.session_id, log.epoch)
@@ -124,7 +126,7 @@ class Compactor:
             now=self.clock(),
             upto=action.upto,
         )
-        extra = {"max_tokens": min(self.config.summary_tokens, self.max_tokens)}
+        extra = {"max_tokens": self.settings.summary_tokens}
         try:
             req = next(gen)
             while True:
@@ -139,7 +141,10 @@ class Compactor:
             outcome: Folded | Failed = stop.value
         if isinstance(outcome, Failed):
             return self._failed(log, started, on_event, outcome.reason)
-        epoch_files.switch(log, outcome.end, outcome.baseline)
+        try:
+            epoch_files.switch(log, outcome.end, outcome.baseline)
+        except SwitchRefused as e:  # nothing committed: the turn goes on in epoch n
+            return self._failed(log, started, on_event, str(e))
         after = self.prewarm(log.baseline, log.records, _slot(records))
         ms = round((self.monotonic() - started) * 1000)
         on_event(CompactedEvent(log.epoch, outcome.before, after, ms, ""))
