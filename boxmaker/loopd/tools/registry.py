@@ -103,15 +103,29 @@ class RegisteredTool:
 
 
 class Registry:
-    """The tools the port can run, in a fixed order."""
+    """The tools the port can run, in a fixed order.
+
+    A list from outside (brokerd's grants) may name `find_tool` or `call_tool`, or a tool twice:
+    those entries are refused, each with a line in `refused` the shell logs as a warning, and the
+    rest serve (issue 29.4: before, such a list failed every turn `internal`, while every other
+    malformed list degraded to `clock`)."""
 
     def __init__(self, tools: Iterable[RegisteredTool]) -> None:
-        self.tools = tuple(tools)
+        kept: list[RegisteredTool] = []
+        refused: list[str] = []
+        names: set[str] = set()
+        for t in tools:
+            name = t.schema.name
+            if name in (FIND_TOOL, CALL_TOOL):
+                refused.append(f"a tool named {_quoted(name)} is refused: {name} is loopd's own")
+            elif name in names:
+                refused.append(f"a second tool named {_quoted(name)} is refused: the first serves")
+            else:
+                names.add(name)
+                kept.append(t)
+        self.tools = tuple(kept)
+        self.refused = tuple(refused)
         self._by_name = {t.schema.name: t for t in self.tools}
-        if len(self._by_name) != len(self.tools):
-            raise ValueError("the registry names a tool twice")
-        if reserved := {FIND_TOOL, CALL_TOOL} & self._by_name.keys():
-            raise ValueError(f"{', '.join(sorted(reserved))} are loopd's own tools")
 
     def get(self, name: str) -> RegisteredTool | None:
         return self._by_name.get(name)

@@ -26,6 +26,7 @@ store has cut the log back to its last acknowledged line, and the turn cannot go
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -127,12 +128,14 @@ def run_turn(
     Raises:
         SessionError: an append failed; nothing partial was kept (the store's message says so).
     """
+    registry = registry or default_registry()
+    _warn_refused(registry)
     core = TurnLoop(
         baseline=log.baseline,
         records=log.records,
         content=content,
         thinking=thinking,
-        registry=registry or default_registry(),
+        registry=registry,
         limits=LoopLimits.from_config(config),
         clock=clock,
         compact=None if compactor is None else compactor.settings,
@@ -164,6 +167,17 @@ def run_turn(
         elif isinstance(action, Done):
             return action.outcome
         action = core.send(result)
+
+
+_warned: set[str] = set()  # each refused tool once per process, not once per turn
+
+
+def _warn_refused(registry: Registry) -> None:
+    for why in registry.refused:
+        if why not in _warned:
+            _warned.add(why)
+            sys.stderr.write(f"loopd: warning: the tool list: {why}\n")
+            sys.stderr.flush()
 
 
 def run_compaction(
