@@ -7,7 +7,7 @@ In order: a stale socket file at `[channel] socket` is removed (so clients see "
 rather than "connection refused" while the self-test runs); the self-test runs, and a failure
 exits 1 with its findings; the socket is bound 0600 in a 0700 folder; one start line names the
 socket, the compiled modules in use, the slots and the home. Then connections are accepted, each
-peer checked with SO_PEERCRED, until SIGTERM or SIGINT, with supervisor's loop: accept, then
+peer checked with SO_PEERCRED, until SIGTERM, SIGINT or SIGHUP, with supervisor's loop: accept, then
 `pool.transition()`, then `pool.reap()`.
 
 Before the self-test, while the server answers that it is loading its model (HTTP 503, or a
@@ -15,14 +15,17 @@ router's proxy error), serve waits for it, polling /props every 0.5 s, at most
 `[inference] load_wait_ms`; then the self-test judges whatever the server answers. So under
 supervisord a loopd started beside a loading llama-server starts once, without retries.
 
-On SIGTERM: no more connections; turns in flight may finish within `[channel] drain_ms`; those
-still running are cut (their worker is killed: the log holds whole lines only) and answered
+On SIGTERM (and SIGINT, and SIGHUP: loopd has nothing to reload, since its workers run the
+config it started with, so a hangup is a stop, never the default death with no drain; issue
+29.7): no more connections; turns in flight may finish within `[channel] drain_ms`; those still
+running are cut (their worker is killed: the log holds whole lines only) and answered
 `unavailable`; the idle workers are stopped; exit 0.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -50,6 +53,9 @@ from boxmaker.proto.errors import EncodeError
 from boxmaker.session.errors import SessionError
 from boxmaker.session.files import FILE_MODE, ensure_dir, open_regular, try_lock
 from boxmaker.session.paths import LOG_NAME, SESSIONS_DIR
+
+# Each one drains as SIGTERM does (a hangup of the terminal loopd runs on included).
+DRAIN_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 PROG = "loopd"
 SETTING = "[channel] socket"
@@ -195,7 +201,7 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
             "server (see the lines above; `loopd selftest` runs it alone)"
         )
         return ExitStatus.ERROR
-    with stop_signals() as stop:
+    with stop_signals(DRAIN_SIGNALS) as stop:
         try:
             listener = bind_unix_listener(path, setting=SETTING)
         except SetupError as exc:

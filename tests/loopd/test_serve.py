@@ -79,7 +79,17 @@ def test_a_stale_socket_is_removed_before_the_self_test(env: ServeEnv) -> None:
     assert env.socket.exists()
 
 
-def test_sigterm_lets_a_turn_in_flight_finish_within_drain_ms(env: ServeEnv) -> None:
+# Issue 29.7: SIGHUP drains as SIGTERM does (before: loopd died at once, the client's connection
+# closed with no final frame); with `+workers` the workers get it too, as from a terminal's
+# hangup of the whole group, and the turn in flight still finishes.
+@pytest.mark.parametrize(
+    "how", ["SIGTERM", "SIGINT", "SIGHUP", "SIGHUP+workers", "SIGTERM+workers"]
+)
+def test_a_stop_signal_lets_a_turn_in_flight_finish_within_drain_ms(
+    env: ServeEnv, how: str
+) -> None:
+    name, _, also = how.partition("+")
+    signum = getattr(signal, name)
     daemon = env.start(drain_ms=5000)
     assert isinstance(turn(env.socket, "s", resume=False)[-1], TurnDone)
     env.model.hold()
@@ -89,7 +99,10 @@ def test_sigterm_lets_a_turn_in_flight_finish_within_drain_ms(env: ServeEnv) -> 
     wait_for(lambda: env.model.waiting, "the turn's chat request")
     workers = children(daemon.pid)
     assert len(workers) == 2  # the session's and the spare
-    daemon.send_signal(signal.SIGTERM)
+    if also:
+        for w in workers:
+            os.kill(w, signum)
+    daemon.send_signal(signum)
     wait_for(lambda: not env.socket.exists(), "loopd to stop accepting (socket removed)")
     env.model.release()
     t.join(BOUND_S)

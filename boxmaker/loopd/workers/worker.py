@@ -13,9 +13,9 @@ flock; the log stays open, and locked, until the worker exits. The Client's gate
 the main process holds the slot gate every worker shares.
 
 The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or once the turn in
-flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM
-and SIGINT are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the whole
-process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
+flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM,
+SIGINT and SIGHUP are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the
+whole process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
 corrupt) is answered with its error, and loopd stops the worker (wire.py's `no_session`).
 """
 
@@ -232,7 +232,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog=PROG, description="One session's worker (loopd's).")
     parser.add_argument("--session", help="the session; a spare takes its first turn's")
     args = parser.parse_args(argv)
-    for signum in (signal.SIGTERM, signal.SIGINT):
+    for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):  # a hangup too (issue 29.7)
         signal.signal(signum, signal.SIG_IGN)
     out_fd = os.dup(1)
     os.dup2(2, 1)  # a stray print goes to stderr, never into the frames
