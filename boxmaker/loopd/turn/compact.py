@@ -21,11 +21,14 @@ from dataclasses import dataclass
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.proto import (
+    Assistant,
     AssistantMessage,
     ChatMessage,
     EpochEnd,
     ToolMessage,
+    ToolResult,
     Usage,
+    User,
     UserMessage,
 )
 from boxmaker.proto.log import LogRecord
@@ -125,6 +128,52 @@ def cut_share(old: Baseline, records: Sequence[LogRecord], new: Baseline, keep_f
 def _bare(system_now: str, baseline: Baseline) -> Baseline:
     """The next baseline with an empty summary and no owner text: the least a fold can leave."""
     return Baseline(system_now, baseline.tools)
+
+
+def would_ask(baseline: Baseline, records: Sequence[LogRecord], settings: Settings) -> bool:
+    """Whether `summarise` would ask the model at all: there is a turn to fold, and even an
+    empty summary would cut `min_cut` (the epoch's own system text stands for system.md's)."""
+    keep_from = cut_index(records, settings.keep_turns)
+    if keep_from is None:
+        return False
+    return cut_share(baseline, records, _bare(baseline.system, baseline), keep_from) >= (
+        settings.min_cut
+    )
+
+
+# Once max_attempts are spent, one more attempt each time the context has grown by this share
+# (or min_cut, if larger) since the last: a fold that failed may pass on a longer epoch, and the
+# growth bounds how often the model is asked (issue 29.5).
+RETRY_GROWTH = 0.1
+
+
+def attempt_refused(
+    baseline: Baseline, records: Sequence[LogRecord], settings: Settings, max_attempts: int
+) -> str | None:
+    """Why an automatic fold may not ask the model now, or None (issue 29.5).
+
+    The attempts are counted from the epoch's log alone, so a worker's restart or a loopd's
+    changes nothing: an attempt was made at each point where the turn loop asks (before a `user`
+    record, or before an answer that follows tool results) with the last completion past
+    `[compact] at` and `would_ask` true there. One that asked nothing (nothing to fold, too
+    small a cut) is not counted: it is tried again for free as the epoch grows."""
+    growth = max(RETRY_GROWTH, settings.min_cut)
+    count, last, usage = 0, 0, None
+    for p, record in enumerate(records):
+        point = type(record) is User or (
+            type(record) is Assistant and p > 0 and type(records[p - 1]) is ToolResult
+        )
+        if point and due(usage, settings) and would_ask(baseline, records[:p], settings):
+            if count < max_attempts or used(usage) >= last * (1 + growth):
+                count, last = count + 1, used(usage)
+        if type(record) is Usage:
+            usage = record
+    if count < max_attempts or used(usage) >= last * (1 + growth):
+        return None
+    return (
+        f"[compact] max_attempts ({max_attempts}) already tried in this epoch; tried again once "
+        f"the context grows {growth:.0%} past {last} tokens"
+    )
 
 
 def _too_little(cut: float, settings: Settings) -> Failed:

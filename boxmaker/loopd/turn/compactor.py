@@ -4,9 +4,10 @@ epoch switch (`session.epoch_files.switch`) and the pre-warm.
     compactor = Compactor.from_config(config, client)
     outcome = run_turn(log, text, ..., compactor=compactor)
 
-One `Compactor` serves a worker (or one `loopd turn`) and counts the attempts of each session's
-epoch: at most `[compact] max_attempts`, failed or not, so no answer of the model can make it
-loop. The summary's own events are not forwarded (its text is not the turn's answer); the channel
+One `Compactor` serves a worker (or one `loopd turn`). The automatic attempts of an epoch are
+counted from its log (`compact.attempt_refused`, issue 29.5): at most `[compact] max_attempts`
+that asked the model, then one more each time the context has grown enough, so no answer of the
+model can make it loop, and a restart neither forgets nor resets the count. The summary's own events are not forwarded (its text is not the turn's answer); the channel
 hears `compacting` and `compacted` instead.
 
 The pre-warm sends the new epoch's prefix (its baseline and kept turns, the generation prompt,
@@ -33,6 +34,7 @@ from boxmaker.loopd.turn.compact import (
     Folded,
     Settings,
     Switched,
+    attempt_refused,
     summarise,
     used,
 )
@@ -68,7 +70,6 @@ class Compactor:
     max_tokens: int  # [inference] max_tokens
     clock: Callable[[], str] = utc_now
     monotonic: Callable[[], float] = time.monotonic
-    tries: dict[tuple[str, int], int] = field(default_factory=dict)
     prewarms: list[Completion] = field(default_factory=list)  # the last one, for tests and bench
 
     @classmethod
@@ -101,16 +102,13 @@ class Compactor:
                 the worker lets go and the next open rolls it forward), or an append failed.
         """
         started = self.monotonic()
-        key = (log.session_id, log.epoch)
         records = tuple(log.records)
-        asked = action.reason == "asked"  # by the owner: not bounded by, nor counted in, tries
-        if not asked and self.tries.get(key, 0) >= self.config.max_attempts:
-            # Spent: said once, when the last attempt failed; the turn goes on uncompacted.
-            return Failed(
-                f"[compact] max_attempts ({self.config.max_attempts}) already tried in this epoch"
-            )
-        if not asked:
-            self.tries[key] = self.tries.get(key, 0) + 1
+        # `/compact` is the owner's: neither bounded by max_attempts nor counted in it; and a
+        # context-full answer gets its one fold whatever came before.
+        if action.reason == "threshold":
+            why = attempt_refused(log.baseline, records, self.settings, self.config.max_attempts)
+            if why is not None:  # spent: said once, when the last attempt failed
+                return Failed(why)
         on_event(CompactingEvent(action.reason, used(_last_usage(records))))
         try:
             system_now = assemble_baseline(self.system, self.home, ()).system

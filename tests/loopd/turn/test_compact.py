@@ -14,6 +14,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from boxmaker.loopd.config import CompactConfig
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.tools.port import FakeTools
@@ -272,3 +274,74 @@ def test_no_loop_whatever_the_model_writes(env: Env) -> None:
         out = c.run("go", *script, tool_iterations=8)
         assert isinstance(out, TurnDone | WireError)
         assert len(c.compacted()) == 2  # two attempts in the epoch, then none
+
+
+# ---- issue 29.5: attempts counted per epoch from the log -----------------------------------------
+
+
+def _fresh(c: Chat) -> Compactor:
+    """A new worker's compactor on the same log and settings: it knows nothing but the log."""
+    old = c.compactor
+    return Compactor(old.client, old.config, old.n_ctx, old.system, old.home, old.max_tokens)
+
+
+@pytest.mark.parametrize("max_attempts", [1, 2, 3])
+def test_spent_attempts_stay_spent_for_a_new_worker(env: Env, max_attempts: int) -> None:
+    """Before: a restart started the count again (the attempts lived in worker memory)."""
+    with new_session(env.home) as log:
+        c = chat(env, log, max_attempts=max_attempts)
+        two_turns(c)
+        arm(c)
+        for i in range(max_attempts):
+            assert isinstance(c.run(f"turn {i}", say("   "), say(f"answer {i}")), TurnDone)
+            assert c.compacted()[0].error == "the model's summary was empty"
+        c.compactor = _fresh(c)
+        served = env.model.served
+        assert isinstance(c.run("after the restart", say("answer")), TurnDone)
+        assert env.model.served == served + 1  # no summary request
+        assert log.epoch == 0
+
+
+def test_folds_that_asked_nothing_do_not_spend_the_attempts(env: Env) -> None:
+    """Before: too small a cut early in the epoch (nothing asked) spent max_attempts, and the
+    session never folded again in that worker's life."""
+    with new_session(env.home) as log:
+        c = chat(env, log, max_attempts=2, min_cut=0.35)
+        assert isinstance(c.run("one", say(LONG + " one")), TurnDone)
+        assert isinstance(c.run("two", say(LONG + " two")), TurnDone)
+        arm(c)
+        reasons = []
+        for i in range(12):
+            # one text serves as the answer, the summary or the pre-warm: a fold that asks
+            # nothing leaves the model's queue as it was
+            out = c.run(f"turn {i}", *[say(LONG + f" {i}")] * 3)
+            assert isinstance(out, TurnDone), out
+            reasons += [e.error for e in c.compacted()]
+            if log.epoch == 1:
+                break
+        assert log.epoch == 1, reasons
+        assert len([r for r in reasons if "min_cut" in r]) >= 2, reasons  # more than max_attempts
+
+
+@pytest.mark.parametrize("grow_turns", [3, 6])
+def test_spent_attempts_are_tried_again_once_the_context_has_grown(
+    env: Env, grow_turns: int
+) -> None:
+    with new_session(env.home) as log:
+        c = chat(env, log, max_attempts=2)
+        two_turns(c)
+        arm(c)
+        for i in range(2):
+            assert isinstance(c.run(f"turn {i}", say(""), say(f"answer {i}")), TurnDone)
+        spent_at = used(log)
+        served = env.model.served
+        assert isinstance(c.run("small", say("ok")), TurnDone)
+        assert env.model.served == served + 1  # spent: the context has not grown
+        for i in range(grow_turns):  # the context grows past 10%, then a summary is asked again
+            out = c.run(f"grow {i}", say(SUMMARY), say("(pre-warm)"), say(LONG + f" {i}"))
+            assert isinstance(out, TurnDone), out
+            if log.epoch == 1:
+                break
+        assert log.epoch == 1
+        end = env_epoch_end(env.home)
+        assert end.cache_n + end.prompt_n >= spent_at * 1.1
