@@ -11,8 +11,9 @@ holder's cache grew past its file (no call to the server). Both run while the ca
 so no request runs on the slot meanwhile. /props is asked before a save or restore only once a
 restart has shown in /slots (the server might now run another model, template or context size).
 
-A thread saves a slot right after a request when `Policy.after_turn` says a re-read would cost more
-than `save_factor` saves (the prompt rate is timed once, by the self-test: `set_prompt_rate`), and a
+A thread saves a slot right after a turn (`turn_over(session)`, called once the turn's final frame
+is relayed: once per turn, never after each completion of a tool loop, issue 29.10) when
+`Policy.after_turn` says a re-read would cost more than `save_factor` saves (the prompt rate is timed once, by the self-test: `set_prompt_rate`), and a
 slot whose holder has left it unsaved for `idle_save_ms`, holding the slot in the gate while it
 does; `drain()` saves every unsaved slot when loopd stops. `around_selftest` gives the self-test a
 slot that holds no session when there is one, and saves the holder first when there is not. Save
@@ -73,7 +74,8 @@ class CacheKeeper:
         self.probe_marks: dict[int, Mark] | None = None  # the self-test's probe's /slots
         self._lock = threading.Lock()
         self._last_used: dict[int, float] = {}
-        self._after_turn: set[int] = set()  # slots whose request just ended: a save may be due
+        self._after_turn: set[int] = set()  # slots whose turn just ended: a save may be due
+        self._released: dict[int, str | None] = {}  # the session each slot was last let go by
         self._grant_marks: dict[int, Mark] = {}  # each slot's mark at its last grant
         self._stop = threading.Event()
         self._wake = threading.Event()
@@ -171,11 +173,26 @@ class CacheKeeper:
             with self._lock:
                 self.policy.released(slot, session)
                 self._last_used[slot] = time.monotonic()
-                self._after_turn.add(slot)
+                self._released[slot] = session  # the after-turn save waits for turn_over
                 self.state.persist(self.policy)
-            self._wake.set()
+            self._wake.set()  # the idle save's timer starts now
         except Exception as exc:
             self.warn(f"cache: after slot {slot} for {session}: {exc!r}")
+
+    def turn_over(self, session: str | None) -> None:
+        """`session`'s turn ended (its final frame was relayed): the slots it let go last are
+        looked at for the after-turn save, once, whatever number of completions the turn made.
+        Never raises."""
+        try:
+            with self._lock:
+                slots = [s for s, who in self._released.items() if who == session]
+                for slot in slots:
+                    del self._released[slot]
+                    self._after_turn.add(slot)
+            if slots:
+                self._wake.set()
+        except Exception as exc:
+            self.warn(f"cache: after the turn of {session}: {exc!r}")
 
     @contextlib.contextmanager
     def around_selftest(self, order: list[int] | None = None) -> Iterator[int]:

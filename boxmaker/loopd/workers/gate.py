@@ -12,8 +12,9 @@ The main process runs one GateServer per worker: its thread holds each `gate_ask
 until the worker releases it or goes away (`close`).
 
 With `[cache] slot_save` on, the GateServer calls its `SlotCache` (loopd/cache/keeper.py) once
-the slot is held and before it grants it (the saves and restores due), and once the worker has
-released it, before letting it go. A grant then carries `cache`, the notes
+the slot is held and before it grants it (the saves and restores due), once the worker has
+released it, before letting it go, and once the worker's turn is over (`turn_over`, from
+process.py at the final frame: the after-turn save is once a turn, not once a completion). A grant then carries `cache`, the notes
 the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
 Each `gate_ask` names the session's current epoch (the worker's `epoch` callable, read from its
 open log); the GateServer keeps the held ask's in `epoch`, for the keeper (issue 21: a save
@@ -55,6 +56,8 @@ class SlotCache(Protocol):
     def before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, Any]]: ...
 
     def after_release(self, slot: int, session: str | None, epoch: int) -> None: ...
+
+    def turn_over(self, session: str | None) -> None: ...
 
 
 class PipeGate:
@@ -254,6 +257,16 @@ class GateServer:
             self._cache.after_release(slot, self._session(), self.epoch)
         except Exception as exc:  # gate_left must still be sent, or the worker waits for ever
             self._warn(f"the slot cache failed after a release ({type(exc).__name__}: {exc})")
+
+    def turn_over(self) -> None:
+        """The worker's turn ended (its final frame came): the keeper's after-turn save, once a
+        turn (issue 29.10)."""
+        if self._cache is None:
+            return
+        try:
+            self._cache.turn_over(self._session())
+        except Exception as exc:
+            self._warn(f"the slot cache failed after a turn ({type(exc).__name__}: {exc})")
 
     def _serve(self) -> None:
         # This thread is the one way this worker's asks are answered: nothing may end it early.

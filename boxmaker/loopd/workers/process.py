@@ -209,3 +209,4 @@ class WorkerProcess:
         if sink is not None:
             sink.on_final()
             sink.deliver(frame.data, True)
+        self.gate.turn_over()  # after the client has its answer: the keeper may save now

@@ -106,6 +106,7 @@ def test_a_new_epochs_first_release_is_saved_and_comes_back_after_a_server_resta
                 k.before_grant(0, "a", epoch)
                 fs.run(0, tokens)
                 k.after_release(0, "a", epoch)
+        k.turn_over("a")  # the turn that compacted is over
         wait_for(lambda: name(k, "a", 1) in files(folder), "the pre-warm's save")
         assert files(folder) == [name(k, "a", 1)]  # and none of epoch 0
     finally:
@@ -147,6 +148,9 @@ class EpochCache:
 
     def after_release(self, slot: int, session: str | None, epoch: int) -> None:
         self.calls.append(("after", slot, session, epoch))
+
+    def turn_over(self, session: str | None) -> None:
+        self.calls.append(("turn_over", -1, session, -1))
 
 
 def test_the_gate_gives_the_keeper_the_epoch_of_the_ask_it_holds() -> None:

@@ -180,6 +180,42 @@ def test_a_slot_is_saved_right_after_a_turn_when_a_reread_costs_more(rig: Any) -
         k.before_grant(1, "a")
         fs.run(1, 300)
         k.after_release(1, "a")
+        k.turn_over("a")  # the final frame was relayed
         wait_for(lambda: ("save", 1, k.policy.name("a")) in fs.actions, "the after-turn save")
     finally:
         k.drain()
+
+
+@pytest.mark.parametrize("completions", [2, 3, 5, 8, 9])
+def test_a_tool_loop_is_saved_once_after_its_turn(rig: Any, completions: int) -> None:
+    """Issue 29.10: the after-turn save waits for the turn's end; each completion of a tool loop
+    (a grant and a release each) saves nothing. Before: one save per release."""
+    _, fs, folder = rig
+    k = keeper(folder, [])  # idle_save_ms is a minute: only the after-turn save can be seen
+    with k.around_selftest() as slot:
+        measure_prompt_rate(k, slot, lambda _line: None)
+    k.start()
+    try:
+        for i in range(completions):
+            with k.gate.hold(1, lambda _e: None):  # as the GateServer holds it
+                k.before_grant(1, "a")
+                fs.run(1, 300 + 50 * i)
+                k.after_release(1, "a")
+        b = ("save", 0, k.policy.name("b"))
+        with k.gate.hold(0, lambda _e: None):  # another session's turn ends meanwhile
+            k.before_grant(0, "b")
+            fs.run(0, 300)
+            k.after_release(0, "b")
+        k.turn_over("b")
+        wait_for(lambda: b in fs.actions, "b's after-turn save")
+        saves = [a for a in fs.actions if a[0] == "save" and a[1] == 1]
+        assert saves == []  # none in a's loop
+        k.turn_over("a")
+        wait_for(lambda: [a for a in fs.actions if a[0] == "save" and a[1] == 1], "a's save")
+        k.turn_over("a")  # a second turn_over with nothing released since: nothing more
+        k.turn_over(None)
+    finally:
+        k.drain()
+    assert [a for a in fs.actions if a[0] == "save" and a[1] == 1] == [
+        ("save", 1, k.policy.name("a"))
+    ]
