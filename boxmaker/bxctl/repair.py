@@ -1,5 +1,8 @@
-"""`bxctl repair <session> [--home <path>] [--wait [SECONDS]]`: cuts a faulty last line off a
-session's log (`session.repair`).
+"""`bxctl repair <session> [--home <path>] [--wait [SECONDS]] [--unanswered]`: cuts a faulty last
+line off a session's log, rolls back a switch that cannot complete, rebuilds an empty or torn
+epoch n > 0 from the one before (`session.repair`); with `--unanswered`, takes the owner's
+messages that no answer followed off the end (one too long for the model's context made every
+later turn fail, issue 29.3).
 
 The operator's explicit way out of a power cut's shapes: the last line torn, damaged or
 duplicated is cut when every line before it verifies, the original kept as
@@ -26,7 +29,14 @@ from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.errors import RepairRefused, SessionBusy, SessionError
 from boxmaker.session.paths import LOG_NAME, session_dir
-from boxmaker.session.repair import Repaired, repair_session
+from boxmaker.session.repair import (
+    REBUILT,
+    UNANSWERED,
+    UNFINISHED,
+    Repaired,
+    repair_session,
+    take_unanswered,
+)
 
 from .verify import home_from
 
@@ -50,6 +60,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="SECONDS",
         help="when the session is busy, wait for its holder to let go (default "
         f"{WAIT_S:g} s: loopd's idle worker keeps the log for [channel] worker_idle_ms)",
+    )
+    parser.add_argument(
+        "--unanswered",
+        action="store_true",
+        help="take the owner's messages that no answer followed off the end of the log "
+        "(the original kept beside it)",
     )
 
 
@@ -95,7 +111,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     said = False
     while True:
         try:
-            repaired = repair_session(home, session)
+            if args.unanswered:
+                repaired: Repaired | None = take_unanswered(home, session)
+            else:
+                repaired = repair_session(home, session)
             break
         except SessionIdError as e:
             env.stderr.write(f"bxctl repair: {e}\n")
@@ -127,6 +146,22 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
 
 
 def done_line(session: str, r: Repaired) -> str:
+    if r.kind == UNANSWERED:
+        return (
+            f"repaired: session {session}: took {r.removed} bytes of unanswered messages (from "
+            f"line {r.line}) off {r.log}; {r.records} records remain and verify; the original "
+            f"is kept as {r.kept}\n"
+        )
+    if r.kind == UNFINISHED:
+        return (
+            f"repaired: session {session}: {r.why}; line {r.line} of {r.log} taken out, "
+            f"{r.records} records remain and verify; the original is kept as {r.kept}\n"
+        )
+    if r.kind == REBUILT:
+        return (
+            f"repaired: session {session}: {r.why}; {r.records} records; the original is kept "
+            f"as {r.kept}\n"
+        )
     if r.set_aside:
         what = f"its only line, {r.why}" if r.kind else "the log is empty"
         return (

@@ -217,6 +217,31 @@ def _write_new(path: Path, name: str, data: bytes) -> None:
     crashpoint.reached("epoch_file_renamed")
 
 
+def pending_problem(session_id: str, path: Path, last: Epoch) -> str | None:
+    """Why the committed switch `last` ends with (its `epoch_end`, no next log yet) cannot roll
+    forward, or None (issue 29.2: `bxctl verify` said ok while every turn failed). Never
+    raises for what is on disk."""
+    end = last.checked.records[-1]
+    assert type(end) is EpochEnd
+    base = path / baseline_name(last.n + 1)
+    try:
+        got = os.stat(base, follow_symlinks=False).st_size
+    except FileNotFoundError:
+        return f"{base}: missing, and the epoch_end of {log_name(last.n)} names it"
+    except OSError as e:
+        return f"{base}: cannot stat it: {errno_name(e)}"
+    if got > BASELINE_MAX_BYTES:
+        return f"{base}: {got:,} bytes, over its bound of {BASELINE_MAX_BYTES:,}"
+    try:
+        data = _read_baseline(base)
+    except (SessionError, OSError) as e:
+        return str(e) if isinstance(e, SessionError) else f"{base}: {errno_name(e)}"
+    if data is None or sha256_hex(data) != end.baseline:
+        return f"{base}: not the file the epoch_end of {log_name(last.n)} names (hash differs)"
+    records = last.checked.records
+    return next_epoch_problem(session_id, last.checked.start.slot, records, data, LOG_MAX_BYTES)
+
+
 def roll_forward(session_id: str, path: Path, last: Epoch) -> Epoch:
     """Writes `<n+1>.jsonl` for the committed switch `last` ends with; returns the new epoch.
 
@@ -231,7 +256,8 @@ def roll_forward(session_id: str, path: Path, last: Epoch) -> Epoch:
     if got is None or sha256_hex(got) != end.baseline:
         raise LogCorrupt(
             f"{base}: {'missing' if got is None else 'not the file'} the epoch_end of "
-            f"{log_name(last.n)} names (hash {end.baseline}); the switch cannot be completed"
+            f"{log_name(last.n)} names (hash {end.baseline}); the switch cannot be completed: "
+            f"`bxctl repair {session_id}` rolls it back (the original kept)"
         )
     data = next_log(
         session_id, last.checked.start.slot, last.checked.records, last.checked.next_prev

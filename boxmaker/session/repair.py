@@ -1,7 +1,20 @@
 """`bxctl repair`'s work: cut the last line off a session's log when it is the only fault,
 keeping the original.
 
-Only the last line is ever cut, and only when every line before it verifies: torn (no newline),
+Two more repairs (issue 29.2, 29.3):
+
+- A switch that cannot complete (the log ends with its `epoch_end`, or an old loopd appended
+  turns after it, and the next baseline is missing, over its bound or not the one named): it is
+  rolled back, since the next epoch cannot be built from files that are not there. The
+  `epoch_end` is taken out (the turns after it re-chained in its place), the next baseline set
+  aside, the original kept: the session is epoch n again and folds at its next chance. A current
+  epoch n > 0 that is empty or a torn copy of what the switch writes is rebuilt from epoch n-1
+  (`epochs.next_log` reads that alone).
+- `--unanswered` (`take_unanswered`): the owner's messages at the end of the log that no answer
+  followed (one too long for the model's context made every later turn fail) are taken out, the
+  original kept.
+
+Only the last line is ever cut otherwise, and only when every line before it verifies: torn (no newline),
 damaged (a complete line that does not decode or chain) or duplicated (the line before, twice).
 Such a line was never acknowledged (torn.py says why). A log with no whole line at all (empty, or
 its first line torn or damaged) held nothing ever acknowledged: its folder is set aside as
@@ -24,10 +37,21 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
 
+from boxmaker.proto import (
+    GENESIS_PREV,
+    EpochEnd,
+    RecordError,
+    SessionStart,
+    User,
+    encode_line,
+    next_prev,
+)
+from boxmaker.proto.log_fast import verify_records
+
 from . import epoch_files
 from .baseline import BASELINE_MAX_BYTES
 from .check import check_session
-from .epochs import baseline_name
+from .epochs import baseline_name, log_name, next_log
 from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
 from .files import (
     FILE_MODE,
@@ -61,7 +85,7 @@ class Repaired:
 
     @property
     def why(self) -> str:
-        return WHY.get(self.kind, "empty")
+        return {**WHY, **_WHY}.get(self.kind, "empty")
 
 
 def repair_session(home: Path, session_id: str, now: datetime | None = None) -> Repaired | None:
@@ -84,6 +108,9 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
     lock = open_locked(session_id, path)
     fd = -1
     try:
+        stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+        if (done := _repair_switch(session_id, path, stamp)) is not None:
+            return done
         epoch, link = epoch_files.current_epoch(session_id, path)  # issue 21
         log_path = path / f"{epoch}.jsonl"
         base_path = str(path / baseline_name(epoch))
@@ -100,7 +127,6 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
             return None
         except LogCorrupt as e:
             fault = str(e)
-        stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
         cut = repairable_cut(
             session_id, str(log_path), data, base_path, base_data, epoch=epoch, first_prev=link
         )
@@ -165,3 +191,157 @@ def _replace(fd: int, log_path: Path, kept: Path, data: bytes) -> None:
         raise SessionError(
             f"{folder}: the log was repaired but fsync of its folder failed: {e.strerror}"
         ) from e
+
+
+UNFINISHED = "unfinished-switch"
+REBUILT = "rebuilt"
+UNANSWERED = "unanswered"
+_WHY = {
+    UNFINISHED: "an epoch_end whose switch cannot complete (the next baseline missing, over its "
+    "bound or not the one it names): the switch was rolled back, the next baseline set aside",
+    REBUILT: "the epoch's log was empty or a torn copy of what the switch writes: rebuilt from "
+    "the epoch before",
+    UNANSWERED: "the owner's messages at the end that no answer followed",
+}
+
+
+def _lines(data: bytes) -> list[bytes]:
+    return data.splitlines(keepends=True)
+
+
+@dataclass(frozen=True, slots=True)
+class SwitchPlan:
+    """What the switch repair would write: `data` as the current epoch's log, of this kind."""
+
+    epoch: int
+    kind: str  # UNFINISHED or REBUILT
+    data: bytes
+    line: int  # the epoch_end's line (UNFINISHED), else 0
+    removed: int
+    records: int
+    why: str  # what is wrong, for verify
+
+
+def plan_switch_repair(session_id: str, path: Path) -> SwitchPlan | None:
+    """Read-only: a switch that cannot complete (rolled back), or an empty or torn epoch n > 0
+    (rebuilt from epoch n-1); None when neither is the case.
+
+    Raises:
+        LogCorrupt, SessionError: an epoch before the current one fails, or a file cannot be read.
+    """
+    numbers = epoch_files.epoch_numbers(path)
+    if not numbers:
+        return None  # no log at all: the checks say so
+    n = numbers[-1]
+    log_path = path / log_name(n)
+    fd = open_regular(log_path)
+    try:
+        data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
+    finally:
+        os.close(fd)
+    link = GENESIS_PREV
+    if n > 0:
+        before = epoch_files.check_chain(session_id, path, upto=n)[-1]
+        recs = before.checked.records
+        expected = next_log(session_id, before.checked.start.slot, recs, before.checked.next_prev)
+        if len(data) < len(expected) and expected.startswith(data):  # empty, or torn in it
+            what = "empty" if not data else f"a torn copy ({len(data)} of {len(expected)} bytes)"
+            why = f"{log_path}: {what} of what the switch to epoch {n} writes"
+            return SwitchPlan(n, REBUILT, expected, 0, 0, len(_lines(expected)), why)
+        link = before.checked.next_prev
+    try:
+        records, _ = verify_records(data, link)
+    except RecordError:
+        return None  # a torn or damaged line: the last-line repair's case
+    ends = [i for i, r in enumerate(records) if type(r) is EpochEnd]
+    if not ends or not records or type(records[0]) is not SessionStart:
+        return None
+    at = ends[0]
+    lines = _lines(data)
+    if at == len(records) - 1:  # the log ends with it: can it roll forward?
+        checked = epoch_files.check_epoch(session_id, path, n, link, data)
+        problem = epoch_files.pending_problem(session_id, path, epoch_files.Epoch(n, link, checked, len(data)))
+        if problem is None:
+            return None  # the next open rolls it forward
+        why = f"the switch to epoch {n + 1} cannot complete: {problem}"
+    else:
+        why = (
+            f"{log_path}: line {at + 1}: an epoch_end with {len(records) - at - 1} records after "
+            "it (a switch that did not complete, and turns appended after it)"
+        )
+    # Take the epoch_end out; the lines after it (an old loopd's) follow in its place.
+    out = bytearray(b"".join(lines[:at]))
+    prev = next_prev(lines[at - 1]) if at else link
+    for seq, record in enumerate(records[at + 1 :], start=at):
+        line = encode_line(record, seq, prev)
+        out += line
+        prev = next_prev(line)
+    return SwitchPlan(n, UNFINISHED, bytes(out), at + 1, len(lines[at]), len(records) - 1, why)
+
+
+def _repair_switch(session_id: str, path: Path, stamp: str) -> Repaired | None:
+    plan = plan_switch_repair(session_id, path)
+    if plan is None:
+        return None
+    log_path = path / log_name(plan.epoch)
+    if plan.kind == UNFINISHED:
+        base = path / baseline_name(plan.epoch + 1)
+        if os.path.lexists(base):
+            os.rename(base, path / f"{base.name}.{UNFINISHED}-{stamp}")
+    fd = open_regular(log_path, os.O_RDWR)
+    try:
+        kept = path / f"{log_path.name}.{plan.kind}-{stamp}"
+        _replace(fd, log_path, kept, plan.data)
+    finally:
+        os.close(fd)
+    return Repaired(log_path, kept, plan.line, plan.removed, plan.records, plan.kind)
+
+
+def take_unanswered(home: Path, session_id: str, now: datetime | None = None) -> Repaired:
+    """Takes the owner's messages that no answer followed off the end of the current epoch's log
+    (`bxctl repair --unanswered`), keeping the original.
+
+    Raises:
+        RepairRefused: the log does not verify, or does not end with such a message.
+        SessionBusy, NoSuchSession, SessionError: as `repair_session`.
+    """
+    path = session_dir(home, session_id)
+    try:
+        if not path.is_dir():
+            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    except OSError as e:
+        raise SessionError(cannot_reach(path, e)) from e
+    lock = open_locked(session_id, path)
+    fd = -1
+    try:
+        epoch, link = epoch_files.current_epoch(session_id, path)
+        log_path = path / log_name(epoch)
+        fd = open_regular(log_path, os.O_RDWR) if epoch else lock
+        data = read_bounded(fd, LOG_MAX_BYTES, str(log_path))
+        base_path = str(path / baseline_name(epoch))
+        base_data = read_regular(Path(base_path), BASELINE_MAX_BYTES)
+        try:
+            checked = check_session(
+                session_id, str(log_path), data, base_path, base_data, epoch=epoch, first_prev=link
+            )
+        except LogCorrupt as e:
+            raise RepairRefused(f"{e}; run `bxctl repair {session_id}` first") from None
+        records = checked.records
+        first = len(records)
+        while first > 1 and type(records[first - 1]) is User:
+            first -= 1
+        if first == len(records):
+            raise RepairRefused(
+                f"{log_path}: its last record is not a message of the owner's without an answer; "
+                "nothing was changed"
+            )
+        lines = _lines(data)
+        keep = sum(len(line) for line in lines[:first])
+        stamp = (now or datetime.now(UTC)).strftime("%Y%m%dT%H%M%SZ")
+        kept = path / f"{log_path.name}.{UNANSWERED}-{stamp}"
+        _replace(fd, log_path, kept, data[:keep])
+        return Repaired(log_path, kept, first + 1, len(data) - keep, first, UNANSWERED)
+    finally:
+        if fd >= 0 and fd != lock:
+            os.close(fd)
+        os.close(lock)

@@ -10,7 +10,30 @@ from .check import Finding, check_session, finding
 from .errors import LogCorrupt, SessionError
 from .files import read_regular
 from .paths import LOG_MAX_BYTES, LOG_NAME, cannot_reach, read_baseline, session_dir
+from .repair import REBUILT, plan_switch_repair
 from .torn import repairable_cut
+
+
+def switch_finding(session_id: str, path: Path) -> Finding | None:
+    """A switch that cannot complete, or an empty or torn epoch n > 0, as a FAILED finding that
+    says what `bxctl repair` does about it (issue 29.2); None when it is not the case."""
+    try:
+        plan = plan_switch_repair(session_id, path)
+    except (SessionError, OSError):
+        return None  # the chain's own check below says what is wrong
+    if plan is None:
+        return None
+    fix = f"`bxctl repair {session_id}`"
+    if plan.kind == REBUILT:
+        does = f"{fix} rebuilds it from epoch {plan.epoch - 1}, which it is made from"
+    else:
+        does = (
+            f"every turn of this session fails until {fix} rolls the switch back: the epoch_end "
+            "taken out (the original kept beside it), the next baseline set aside; the session "
+            "folds again at its next chance"
+        )
+    log = str(path / f"{plan.epoch}.jsonl")
+    return Finding(session_id, log, error=f"{plan.why}; {does}")
 
 
 def verify_session(home: Path, session_id: str) -> Finding:
@@ -27,6 +50,8 @@ def verify_session(home: Path, session_id: str) -> Finding:
     name = str(log_path)
     try:
         os.stat(path)
+        if (found := switch_finding(session_id, path)) is not None:
+            return found
         if epoch_files.compacted(path):  # every epoch and the links between them (issue 21)
             return epoch_files.verify_epochs(session_id, path)
     except FileNotFoundError:

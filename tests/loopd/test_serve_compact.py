@@ -104,8 +104,8 @@ def test_recall_through_serve_with_fake_tools(env: ServeEnv) -> None:
         (200_000, 1600, "f" * 5000),
         (250_000, 1600, "f" * 5000),
         (1_000_000, 1600, "f" * 5000),
-        (2_000, 16_000, "w" * 100_000),
-        (250_000, 16_000, "\u00e9\u4e2d" * 40_000),
+        (200, 16_000, "w" * 1_200),
+        (250_000, 16_000, "\u00e9\u4e2d" * 600),
     ],
 )
 def test_an_over_size_summary_or_owner_text_still_folds(
@@ -113,7 +113,7 @@ def test_an_over_size_summary_or_owner_text_still_folds(
 ) -> None:
     compact = {"keep_turns": 1, "min_cut": 0.0, "at": 0.99, "owner_chars": owner_chars}
     env.start(spare_worker=False, compact=compact)
-    env.model.load([say(LONG), say(LONG)])
+    env.model.load([say("A" * 3000), say(LONG)])  # a long first answer: the fold cuts it
     assert isinstance(turn(env.socket, "s1", first, resume=False)[-1], TurnDone)
     assert isinstance(turn(env.socket, "s1", "second")[-1], TurnDone)
     env.model.load([say("S" * summary_bytes), say("(pre-warm)")])
@@ -129,3 +129,66 @@ def test_an_over_size_summary_or_owner_text_still_folds(
     finding = verify_session(env.home, "s1")
     assert finding.ok, finding.error
     assert finding.epochs >= 2  # the threshold may fold again: the fake counts bytes
+
+
+# Issue 29.3: one long message, as a new user would send it. The fake's /tokenize counts a token
+# per 4 bytes; its slot is 2,048 tokens, [compact] at 0.75: a turn holds at most 1,536.
+TOO_LONG = [
+    "x" * 100_000,  # the issue's 100 KB
+    "y" * 1_000_000,
+    "\u4e2d" * 40_000,  # 120,000 bytes of UTF-8
+    "word " * 1_050,  # 1,313 tokens: just past the 1,309 that fit beside the baseline
+    "line\n" * 50_000,
+]
+
+
+@pytest.mark.parametrize("text", TOO_LONG, ids=lambda t: f"{len(t.encode())}B")
+def test_a_message_that_cannot_fit_is_refused_before_it_is_appended(
+    env: ServeEnv, text: str
+) -> None:
+    """Before: the message was appended, every later turn failed `session_full`, and /compact
+    could not fold it (it is the kept turn)."""
+    env.start(spare_worker=False, compact={"keep_turns": 1})
+    env.model.load([say("first answer")])
+    assert isinstance(turn(env.socket, "s1", "hello", resume=False)[-1], TurnDone)
+    log = env.home / "sessions" / "s1" / "0.jsonl"
+    before = log.read_bytes()
+    served = env.model.served
+    final = turn(env.socket, "s1", text)[-1]
+    assert isinstance(final, WireError), final
+    assert final.code == ErrorCode.BAD_REQUEST
+    tokens = len(text) // 4 + 1  # the fake's count
+    assert f"this message is {tokens:,} tokens" in final.message, final.message
+    assert "at most " in final.message and "Nothing was recorded" in final.message
+    assert log.read_bytes() == before  # nothing appended
+    assert env.model.served == served  # nothing asked of the model
+    env.model.load([say("still here")])  # and the session goes on
+    done = turn(env.socket, "s1", "a short one")[-1]
+    assert isinstance(done, TurnDone) and done.content == "still here"
+    assert verify_session(env.home, "s1").ok
+
+
+@pytest.mark.parametrize("size", [2_400, 3_200, 4_000, 5_000, 6_000])
+def test_a_message_that_fits_alone_but_not_beside_the_history_folds_first(
+    env: ServeEnv, size: int
+) -> None:
+    """The slot is not past `at` (no fold due), but this message beside it would be: the fold
+    comes first, then the message is read in the new epoch (before: the message was sent beside
+    the whole history, and a server with a full context answered 400)."""
+    compact = {"keep_turns": 1, "min_cut": 0.0, "at": 0.95, "owner_chars": 0}
+    env.start(spare_worker=False, compact=compact)
+    env.model.load([say("ok"), say("ok")])
+    assert isinstance(turn(env.socket, "s1", "one " + "x" * 400, resume=False)[-1], TurnDone)
+    assert isinstance(turn(env.socket, "s1", "two")[-1], TurnDone)
+    usage = [r for r in env.log_lines("s1") if r["type"] == "usage"][-1]
+    used = usage["cache_n"] + usage["prompt_n"] + usage["predicted_n"]
+    assert used < 0.95 * 2048 <= used + size // 4 + 1  # not due; crowded with the message
+    env.model.load([say(SUMMARY), say("(pre-warm)"), say("read it")])
+    frames = turn(env.socket, "s1", "z" * size)
+    assert isinstance(frames[-1], TurnDone), frames[-1]
+    events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
+    assert [type(e) for e in events] == [CompactingEvent, CompactedEvent], events
+    assert isinstance(events[1], CompactedEvent) and events[1].error == "", events[1]
+    assert frames[-1].content == "read it"
+    assert (env.home / "sessions" / "s1" / "1.jsonl").exists()
+    assert verify_session(env.home, "s1").ok

@@ -274,6 +274,7 @@ def full_message(detail: str, failure: str | None) -> str:
         what = f"compaction could not make room: {failure}"
     return (
         f"the conversation no longer fits the model's context (the server answered {detail}); "
-        f"{what}. Nothing was recorded for this request. Try `/compact` again, lower [compact] "
-        "keep_turns, or start a new session"
+        f"{what}. Nothing of the answer was recorded. Send `/compact`, lower [compact] "
+        "keep_turns, or start a new session; if a message of yours no answer followed is too "
+        "long, `bxctl repair --unanswered <session>` takes it out of the log (kept beside it)"
     )

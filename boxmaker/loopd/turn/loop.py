@@ -178,6 +178,7 @@ class TurnLoop:
         limits: LoopLimits,
         clock: Callable[[], str],
         compact: comp.Settings | None = None,
+        content_tokens: int | None = None,
     ) -> None:
         """Args:
         baseline: the session's baseline (its system text and tools).
@@ -188,6 +189,9 @@ class TurnLoop:
         limits: the [loop] limits.
         clock: the time for each record, as RFC 3339 text.
         compact: the [compact] settings; None never compacts.
+        content_tokens: the message's tokens, when the runner counted them (a large one): a
+            message that would take the slot past `[compact] at` beside the history is folded
+            for before it is appended (issue 29.3).
         """
         if not records or not isinstance(records[0], SessionStart):
             raise ValueError("a session's log starts with its session_start record")
@@ -201,6 +205,7 @@ class TurnLoop:
         self._limits = limits
         self._now = clock
         self._compact = compact
+        self._content_tokens = content_tokens
         self._compact_failure: str | None = None
         self._gen = self._turn()
         self._started = False
@@ -236,10 +241,17 @@ class TurnLoop:
     def _due(self) -> bool:
         return self._compact is not None and comp.due(last_usage(self.records), self._compact)
 
+    def _crowded(self) -> bool:
+        """Whether the message beside what the slot holds passes `[compact] at`."""
+        c, n = self._compact, self._content_tokens
+        if c is None or n is None:
+            return False
+        return comp.used(last_usage(self.records)) + n >= c.at * c.n_ctx
+
     def _turn(self) -> Generator[Action, object, None]:
         for call in unanswered_calls(self.records):
             yield from self._append(self._note(call, INTERRUPTED_NOTE))
-        if self._due():
+        if self._due() or self._crowded():
             yield from self._compacted("threshold")
         yield from self._append(User(self._now(), self._content))
         limiter = TurnLimiter(self._limits)

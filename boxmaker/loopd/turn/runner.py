@@ -30,6 +30,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Protocol, cast
 
 from boxmaker.loopd.config import LoopConfig
@@ -63,7 +64,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
-from boxmaker.session.baseline import Baseline
+from boxmaker.session.baseline import Baseline, budget_text
 
 _TURN_EVENTS = tuple(EVENT_TYPES.values())
 
@@ -91,6 +92,47 @@ class ChatClient(Protocol):
 OnEvent = Callable[[TurnEvent], None]
 
 
+@dataclass(frozen=True, slots=True)
+class MessageFit:
+    """What a turn's message is measured against before it is appended (issue 29.3): the slot's
+    context, the share of it a turn may fill (`[compact] at`), and the server's tokenizer."""
+
+    n_ctx: int
+    at: float
+    count: Callable[[str], int]  # the server's token count of a text
+
+
+# A message under this share of the room, in bytes, is never counted: a token is at least a
+# byte, so it fits, and most turns cost no /tokenize call.
+CHECK_SHARE = 8
+_baseline_tokens: dict[str, int] = {}  # by baseline hash: an epoch's baseline is fixed
+
+
+def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | WireError | None:
+    """The message's tokens when it is large enough to count, a WireError when it cannot fit a
+    turn even alone (beside the system prompt and tools), or None (small: not counted)."""
+    limit = int(fit.n_ctx * fit.at)
+    if len(content.encode("utf-8", "surrogatepass")) * CHECK_SHARE < limit:
+        return None
+    try:
+        tokens = fit.count(content)
+        base = _baseline_tokens.get(baseline.hash)
+        if base is None:
+            base = _baseline_tokens[baseline.hash] = fit.count(budget_text(baseline))
+    except InferError:
+        return None  # it cannot be counted now: the server's answer decides, as before
+    room = max(limit - base, 0)
+    if tokens <= room:
+        return tokens
+    return WireError(
+        ErrorCode.BAD_REQUEST,
+        f"this message is {tokens:,} tokens (by the server's tokenizer), and at most {room:,} "
+        f"fit in a turn: [compact] at ({fit.at:.0%}) of the slot's {fit.n_ctx:,}-token context, "
+        f"less the system prompt and tools ({base:,}). Nothing was recorded; shorten it or send "
+        "it in parts",
+    )
+
+
 def _drop(_event: TurnEvent) -> None:
     pass
 
@@ -107,6 +149,7 @@ def run_turn(
     registry: Registry | None = None,
     clock: Callable[[], str] = utc_now,
     compactor: Compactor | None = None,
+    fit: MessageFit | None = None,
 ) -> TurnDone | WireError:
     """Runs one turn of the session whose log is open in `log`.
 
@@ -121,6 +164,9 @@ def run_turn(
         registry: the tools the port runs; M2b's by default.
         clock: the time for each record.
         compactor: folds the session into a new epoch when it fills; None never does.
+        fit: measures a large message first: one that cannot fit even alone is refused before
+            anything is appended; one that fits alone but not beside the history is folded
+            for first (issue 29.3). None: not measured.
 
     Returns:
         TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference).
@@ -130,6 +176,9 @@ def run_turn(
     """
     registry = registry or default_registry()
     _warn_refused(registry)
+    tokens = None if fit is None else message_fit(log.baseline, content, fit)
+    if isinstance(tokens, WireError):
+        return tokens
     core = TurnLoop(
         baseline=log.baseline,
         records=log.records,
@@ -139,6 +188,7 @@ def run_turn(
         limits=LoopLimits.from_config(config),
         clock=clock,
         compact=None if compactor is None else compactor.settings,
+        content_tokens=tokens,
     )
 
     def forward(event: ChatEvent) -> None:

@@ -38,7 +38,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
 from boxmaker.loopd.tools.port import tool_port, utc_now
 from boxmaker.loopd.turn.compactor import Compactor
-from boxmaker.loopd.turn.runner import run_compaction, run_turn
+from boxmaker.loopd.turn.runner import MessageFit, run_compaction, run_turn
 from boxmaker.proto import (
     ApprovalNeededEvent,
     BodyError,
@@ -87,6 +87,9 @@ class Worker:
         self.gate.epoch = self.current_epoch
         self.client = Client(config.inference, gate=self.gate)
         self.compactor = Compactor.from_config(config, self.client)
+        # A large message is measured by the server's tokenizer before it is appended (29.3).
+        count = lambda text: len(self.client.tokenize(text))  # noqa: E731
+        self.fit = MessageFit(config.expect.n_ctx, config.compact.at, count)
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
 
@@ -169,6 +172,7 @@ class Worker:
                     thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                     on_event=self.on_event,
                     compactor=self.compactor,
+                    fit=self.fit,
                 )
         except (SessionError, SessionIdError, InferError) as exc:
             if self.log is not None and self.log.closed:
