@@ -27,7 +27,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.compactor import Compactor
-from boxmaker.loopd.turn.runner import run_turn
+from boxmaker.loopd.turn.runner import MessageFit, run_turn
 from boxmaker.proto import TurnDone, TurnEvent, WireError, format_time
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.store import SessionLog, SessionStore
@@ -151,4 +151,11 @@ class Chat:
             thinking=False,
             on_event=self.events.append,
             compactor=self.compactor,
+            fit=self.fit,
         )
+
+    @property
+    def fit(self) -> MessageFit:
+        """As the worker measures a message: the server's tokenizer (issue 29.3)."""
+        count = lambda text: len(self.client.tokenize(text))  # noqa: E731
+        return MessageFit(self.config.expect.n_ctx, self.config.compact.at, count)
