@@ -1,6 +1,6 @@
 """Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]
-[broker] [sandbox] [compaction]` (all by default; slotcache, slots and compaction start the real
-llama-server)."""
+[broker] [sandbox] [compaction] [toolloop_save]` (all by default; slotcache, slots, compaction and
+toolloop_save start the real llama-server)."""
 
 import importlib
 import sys
@@ -15,6 +15,7 @@ SUITES = (
     "broker",
     "sandbox",
     "compaction",
+    "toolloop_save",
 )
 
 
