@@ -40,9 +40,7 @@ def _ignore(_event: object) -> None:
 
 
 def one_turn(cs: CacheStack, rounds: int, per_release: bool, session: str) -> dict[str, float]:
-    table = cs.stack.config_table(
-        inference={"slots": [0]}, expect={"n_ctx": CTX, "total_slots": 1}
-    )
+    table = cs.stack.config_table(inference={"slots": [0]}, expect={"n_ctx": CTX, "total_slots": 1})
     table |= {
         "paths": {"home": str(cs.home)},
         "baseline": {"system": str(SYSTEM_MD)},

@@ -302,7 +302,7 @@ def switch(log: SessionLog, end: EpochEnd, baseline: Baseline) -> None:
     start = log.records[0]
     assert type(start) is SessionStart
     after = (*log.records, end)
-    if (why := next_epoch_problem(log.session_id, start.slot, after, data, LOG_MAX_BYTES)):
+    if why := next_epoch_problem(log.session_id, start.slot, after, data, LOG_MAX_BYTES):
         raise SwitchRefused(f"{log.path / baseline_name(n + 1)}: not written: {why}")
     try:
         _write_new(log.path, baseline_name(n + 1), data)

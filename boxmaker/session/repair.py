@@ -14,8 +14,9 @@ Two more repairs (issue 29.2, 29.3):
   followed (one too long for the model's context made every later turn fail) are taken out, the
   original kept.
 
-Only the last line is ever cut otherwise, and only when every line before it verifies: torn (no newline),
-damaged (a complete line that does not decode or chain) or duplicated (the line before, twice).
+Only the last line is ever cut otherwise, and only when every line before it verifies: torn (no
+newline), damaged (a complete line that does not decode or chain) or duplicated (the line before,
+twice).
 Such a line was never acknowledged (torn.py says why). A log with no whole line at all (empty, or
 its first line torn or damaged) held nothing ever acknowledged: its folder is set aside as
 `sessions/.<id>.set-aside-<UTC time>`, so the id starts anew. Every other fault (a bad line
@@ -260,7 +261,9 @@ def plan_switch_repair(session_id: str, path: Path) -> SwitchPlan | None:
     lines = _lines(data)
     if at == len(records) - 1:  # the log ends with it: can it roll forward?
         checked = epoch_files.check_epoch(session_id, path, n, link, data)
-        problem = epoch_files.pending_problem(session_id, path, epoch_files.Epoch(n, link, checked, len(data)))
+        problem = epoch_files.pending_problem(
+            session_id, path, epoch_files.Epoch(n, link, checked, len(data))
+        )
         if problem is None:
             return None  # the next open rolls it forward
         why = f"the switch to epoch {n + 1} cannot complete: {problem}"

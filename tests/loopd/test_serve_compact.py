@@ -159,12 +159,14 @@ def test_a_message_that_cannot_fit_is_refused_before_it_is_appended(
     assert final.code == ErrorCode.BAD_REQUEST
     tokens = len(text) // 4 + 1  # the fake's count
     assert f"this message is {tokens:,} tokens" in final.message, final.message
-    assert "at most " in final.message and "Nothing was recorded" in final.message
+    assert "at most " in final.message
+    assert "Nothing was recorded" in final.message
     assert log.read_bytes() == before  # nothing appended
     assert env.model.served == served  # nothing asked of the model
     env.model.load([say("still here")])  # and the session goes on
     done = turn(env.socket, "s1", "a short one")[-1]
-    assert isinstance(done, TurnDone) and done.content == "still here"
+    assert isinstance(done, TurnDone)
+    assert done.content == "still here"
     assert verify_session(env.home, "s1").ok
 
 
@@ -188,7 +190,8 @@ def test_a_message_that_fits_alone_but_not_beside_the_history_folds_first(
     assert isinstance(frames[-1], TurnDone), frames[-1]
     events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
     assert [type(e) for e in events] == [CompactingEvent, CompactedEvent], events
-    assert isinstance(events[1], CompactedEvent) and events[1].error == "", events[1]
+    assert isinstance(events[1], CompactedEvent)
+    assert events[1].error == "", events[1]
     assert frames[-1].content == "read it"
     assert (env.home / "sessions" / "s1" / "1.jsonl").exists()
     assert verify_session(env.home, "s1").ok

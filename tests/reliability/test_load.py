@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 import threading
 from collections import Counter
+from typing import Any
 
 from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
@@ -38,9 +39,14 @@ ALLOWED = {ErrorCode.INFERENCE, ErrorCode.INTERNAL} if FAULTS else {ErrorCode.IN
 # worker_wait_ms for a worker, then a slot's line up to busy_wait_ms; the client's bound on a
 # silence is derived from them (before: a fixed 15 s under a 30 s worker_wait_ms, TimeoutError on
 # a busy machine).
-CHANNEL = {"spare_worker": False, "worker_idle_ms": 500, "first_frame_ms": 1000,
-           "max_workers": 16, "worker_wait_ms": 30_000}
-INFERENCE = {"busy_wait_ms": 60_000}
+CHANNEL: dict[str, Any] = {
+    "spare_worker": False,
+    "worker_idle_ms": 500,
+    "first_frame_ms": 1000,
+    "max_workers": 16,
+    "worker_wait_ms": 30_000,
+}
+INFERENCE: dict[str, Any] = {"busy_wait_ms": 60_000}
 CLIENT_BOUND_S = reply_bound_s(CHANNEL, INFERENCE)
 
 

@@ -50,11 +50,14 @@ def test_an_over_size_next_baseline_is_refused_before_the_commit(
     folder = home / "sessions" / "s1"
     before = (folder / "0.jsonl").read_bytes()
     with SessionStore(home).open("s1") as log:
-        with pytest.raises(SwitchRefused, match=r"1\.baseline\.json: not written: .*over its bound"):
+        with pytest.raises(
+            SwitchRefused, match=r"1\.baseline\.json: not written: .*over its bound"
+        ):
             _switch(log, summary)
         assert (folder / "0.jsonl").read_bytes() == before  # no epoch_end
         assert sorted(os.listdir(folder)) == ["0.baseline.json", "0.jsonl"]
-        assert not log.closed and log.epoch == 0
+        assert not log.closed
+        assert log.epoch == 0
         log.append(User(T0, "the turn goes on"))  # in epoch 0
         log.append(Assistant(T0, "yes", None, ()))
     finding = verify_session(home, "s1")
@@ -103,7 +106,8 @@ def test_a_file_error_in_the_switch_names_its_file(
         monkeypatch.undo()
         assert fail.fired
         message = str(got.value)
-        assert str(folder / name) in message and "ENOSPC" in message, message
+        assert str(folder / name) in message, message
+        assert "ENOSPC" in message, message
         assert not (folder / name).exists()  # no hidden file left behind
         if committed:
             assert not isinstance(got.value, SwitchRefused)
@@ -112,7 +116,8 @@ def test_a_file_error_in_the_switch_names_its_file(
                 log.append(User(T0, "never after the epoch_end"))
         else:
             assert isinstance(got.value, SwitchRefused)
-            assert not log.closed and log.epoch == 0
+            assert not log.closed
+            assert log.epoch == 0
             log.append(User(T0, "the turn goes on"))
     with SessionStore(home).open("s1") as log:  # rolled forward, or still epoch 0
         assert log.epoch == (1 if committed else 0)

@@ -69,7 +69,7 @@ def reply_bound_s(
     inf = {**FAKE_INFERENCE_WAITS, **(inference or {})}
     lp = {**LOOP_WAITS, **(loop or {})}
     stream = inf["liveness_ms"] + inf["control_timeout_ms"]
-    ms = ch["worker_wait_ms"] + max(inf["busy_wait_ms"], stream, lp["tool_timeout_ms"])
+    ms: int = ch["worker_wait_ms"] + max(inf["busy_wait_ms"], stream, lp["tool_timeout_ms"])
     return ms / 1000 + BOUND_S
 
 

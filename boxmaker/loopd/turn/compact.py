@@ -163,9 +163,10 @@ def attempt_refused(
         point = type(record) is User or (
             type(record) is Assistant and p > 0 and type(records[p - 1]) is ToolResult
         )
-        if point and due(usage, settings) and would_ask(baseline, records[:p], settings):
-            if count < max_attempts or used(usage) >= last * (1 + growth):
-                count, last = count + 1, used(usage)
+        allowed = count < max_attempts or used(usage) >= last * (1 + growth)
+        asks = point and allowed and due(usage, settings)
+        if asks and would_ask(baseline, records[:p], settings):
+            count, last = count + 1, used(usage)
         if type(record) is Usage:
             usage = record
     if count < max_attempts or used(usage) >= last * (1 + growth):

@@ -7,8 +7,9 @@ epoch switch (`session.epoch_files.switch`) and the pre-warm.
 One `Compactor` serves a worker (or one `loopd turn`). The automatic attempts of an epoch are
 counted from its log (`compact.attempt_refused`, issue 29.5): at most `[compact] max_attempts`
 that asked the model, then one more each time the context has grown enough, so no answer of the
-model can make it loop, and a restart neither forgets nor resets the count. The summary's own events are not forwarded (its text is not the turn's answer); the channel
-hears `compacting` and `compacted` instead.
+model can make it loop, and a restart neither forgets nor resets the count. The summary's own
+events are not forwarded (its text is not the turn's answer); the channel hears `compacting` and
+`compacted` instead.
 
 The pre-warm sends the new epoch's prefix (its baseline and kept turns, the generation prompt,
 one token to generate) so the owner's next message is read alone; its counts are in the

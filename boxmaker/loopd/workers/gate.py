@@ -14,8 +14,9 @@ until the worker releases it or goes away (`close`).
 With `[cache] slot_save` on, the GateServer calls its `SlotCache` (loopd/cache/keeper.py) once
 the slot is held and before it grants it (the saves and restores due), once the worker has
 released it, before letting it go, and once the worker's turn is over (`turn_over`, from
-process.py at the final frame: the after-turn save is once a turn, not once a completion). A grant then carries `cache`, the notes
-the session's log is owed; the PipeGate hands them to `on_cache` before the request goes out.
+process.py at the final frame: the after-turn save is once a turn, not once a completion). A
+grant then carries `cache`, the notes the session's log is owed; the PipeGate hands them to
+`on_cache` before the request goes out.
 Each `gate_ask` names the session's current epoch (the worker's `epoch` callable, read from its
 open log); the GateServer keeps the held ask's in `epoch`, for the keeper (issue 21: a save
 file is per epoch, since each epoch's prefix differs from the earlier section of its system

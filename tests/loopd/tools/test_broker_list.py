@@ -23,7 +23,7 @@ from boxmaker.proto import TurnDone
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import START_LINE, BOUND_S, ServeEnv, config_text, serve_env, turn
+from tests.support.serve import BOUND_S, START_LINE, ServeEnv, config_text, serve_env, turn
 from tests.support.turn import calls, say
 
 
@@ -104,7 +104,9 @@ def test_bad_entries_are_refused_and_the_turn_goes_on(
     broker.start()
     try:
         path = env.folder / "loopd.toml"
-        text = config_text(env.folder) + f'[tools]\nbroker_socket = "{env.folder / "broker.sock"}"\n'
+        text = (
+            config_text(env.folder) + f'[tools]\nbroker_socket = "{env.folder / "broker.sock"}"\n'
+        )
         path.write_text(text)
         daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
         env.daemons.append(daemon)

@@ -167,6 +167,8 @@ def test_registry_refuses_duplicates_and_loopds_own_names() -> None:
     """Refused entries, each said in `refused`; the first of a name serves (issue 29.4)."""
     reg = Registry([RegisteredTool(CLOCK_SCHEMA, True), RegisteredTool(CLOCK_SCHEMA, False)])
     assert reg.tools == (RegisteredTool(CLOCK_SCHEMA, True),)
-    assert len(reg.refused) == 1 and "second tool" in reg.refused[0]
+    assert len(reg.refused) == 1
+    assert "second tool" in reg.refused[0]
     reg = Registry([RegisteredTool(ToolSchema(FIND_TOOL, "x", {}), False)])
-    assert reg.tools == () and "loopd's own" in reg.refused[0]
+    assert reg.tools == ()
+    assert "loopd's own" in reg.refused[0]

@@ -6,7 +6,7 @@ turn failed `session_full`, /compact included.)"""
 
 from __future__ import annotations
 
-from boxmaker.proto import CompactingEvent, ContentEvent, ErrorCode, TurnDone, WireError
+from boxmaker.proto import CompactingEvent, ContentEvent, ErrorCode, TurnDone, Usage, WireError
 from boxmaker.session.verify import verify_session
 from tests.loopd.turn.real_compact import CompactStack, owner_text
 
@@ -37,7 +37,7 @@ def test_long_messages_on_the_real_server() -> None:
             assert isinstance(chat.say(owner_text(i)), TurnDone)
         # Fits alone, not beside the history: sized by the server's tokenizer.
         c = chat.config.compact
-        usage = [r for r in chat.log.records if type(r).__name__ == "Usage"][-1]
+        usage = [r for r in chat.log.records if isinstance(r, Usage)][-1]
         used = usage.cache_n + usage.prompt_n + usage.predicted_n
         assert used < c.at * 2048, used  # not due: the fold below is the message's
         unit = "Please remember the list of harbours. "

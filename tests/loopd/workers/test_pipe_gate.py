@@ -133,6 +133,9 @@ class RecordingCache:
         self.calls.append(("before", slot, session))
         return [{"kind": "restored", "slot": slot, "tokens": 7, "size": 70, "elapsed_us": 9}]
 
+    def turn_over(self, session: str | None) -> None:
+        pass
+
     def after_release(self, slot: int, session: str | None, epoch: int) -> None:
         self.calls.append(("after", slot, session))
 
@@ -177,6 +180,9 @@ class FailingCache:
     def before_grant(self, slot: int, session: str | None, epoch: int) -> list[dict[str, object]]:
         self.calls += 1
         raise TypeError("Type is not JSON serializable: float")
+
+    def turn_over(self, session: str | None) -> None:
+        pass
 
     def after_release(self, slot: int, session: str | None, epoch: int) -> None:
         self.calls += 1

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import resource
 import threading
+from typing import Any
 
 from boxmaker.proto import ErrorCode, TurnDone, WireError
 from tests.support.procs import wait_for
@@ -93,7 +94,7 @@ def test_when_every_worker_runs_a_turn_a_new_one_waits_then_is_refused(env: Serv
 def test_a_flood_of_new_sessions_never_passes_max_workers_and_every_turn_ends(
     env: ServeEnv,
 ) -> None:
-    channel = {"max_workers": 3, "worker_wait_ms": 60_000}
+    channel: dict[str, Any] = {"max_workers": 3, "worker_wait_ms": 60_000}
     daemon = env.start(**channel)  # the spare counts too
     bound = reply_bound_s(channel)  # a turn may wait worker_wait_ms for a worker (issue 29.9)
     most = 0
@@ -108,9 +109,7 @@ def test_a_flood_of_new_sessions_never_passes_max_workers_and_every_turn_ends(
     watcher = threading.Thread(target=watch, daemon=True)
     watcher.start()
     try:
-        clients = [
-            TurnClient(env.socket, f"f{i}", resume=False, bound_s=bound) for i in range(12)
-        ]
+        clients = [TurnClient(env.socket, f"f{i}", resume=False, bound_s=bound) for i in range(12)]
         ends = [c.result()[-1] for c in clients]
     finally:
         done.set()
