@@ -17,10 +17,11 @@ is relayed: once per turn, never after each completion of a tool loop, issue 29.
 timed once, by the self-test: `set_prompt_rate`), and a slot whose holder has left it unsaved for
 `idle_save_ms`, holding the slot in the gate while it does; `drain()` saves every unsaved slot
 when loopd stops. `around_selftest` gives the self-test a slot that holds no session when there
-is one, and saves the holder first when there is not. Save files are per epoch (issue 21): an earlier epoch's goes once a later one asks. Every failure of
-these calls is one warning line, never a failed turn: the request then runs as it would without the
-feature. The policy's state is kept in the state file after every change, so a restarted loopd knows
-what each slot holds and what is saved.
+is one, and saves the holder first when there is not. Save files are per epoch (issue 21): an
+earlier epoch's goes once a later one asks. Every failure of these calls is one warning line,
+never a failed turn: the request then runs as it would without the feature. The policy's state is
+kept in the state file after every change, so a restarted loopd knows what each slot holds and
+what is saved.
 """
 
 from __future__ import annotations
