@@ -253,11 +253,7 @@ class SessionLog:
         if type(record) is SessionStart:
             raise SessionError(f"{self.log_path}: only create writes a session_start")
         if type(self._records[-1]) is EpochEnd:  # issue 29.1: nothing ever follows one
-            raise SessionError(
-                f"{self.log_path}: epoch {self.epoch} is closed by its epoch_end and the switch "
-                "to the next has not completed; nothing was written (the next open rolls it "
-                "forward)"
-            )
+            raise SessionError(f"{self.log_path}: closed by its epoch_end; nothing was written")
         line = encode_line(record, self._next_seq, self._next_prev)
         if self._size + len(line) > LOG_MAX_BYTES:
             raise SessionError(
