@@ -26,6 +26,7 @@ from boxmaker.session.errors import SessionError, SwitchRefused
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from tests.support.epoch_cases import SYSTEM, T0, T_END, prepared
+from tests.support.smalldisk import fill, free, small_disk
 
 
 def _switch(log: Any, summary: str) -> None:
@@ -152,3 +153,27 @@ def test_nothing_is_appended_after_an_epoch_end(
 
 def _raise(*_args: Any) -> Any:
     raise OSError(errno.EIO, "Input/output error", "somewhere")
+
+
+@pytest.mark.parametrize("summary", ["short", "s" * 50_000])
+def test_enospc_on_a_real_full_disk_names_the_file(tmp_path: Path, summary: str) -> None:
+    """A real 64 KiB tmpfs filled up before the switch (the issue's ENOSPC): the error names
+    the next baseline's file; epoch 0 is as it was; once there is room the switch works."""
+    with small_disk(tmp_path / "disk") as disk:
+        home = disk / "home"
+        prepared(home, "s1")
+        folder = home / "sessions" / "s1"
+        before = (folder / "0.jsonl").read_bytes()
+        with SessionStore(home).open("s1") as log:
+            fill(disk)
+            with pytest.raises(SwitchRefused) as got:
+                _switch(log, summary)
+            message = str(got.value)
+            assert str(folder / ".1.baseline.json.new") in message, message
+            assert "ENOSPC" in message, message
+            assert (folder / "0.jsonl").read_bytes() == before
+            assert not (folder / ".1.baseline.json.new").exists()
+            free(disk)
+            _switch(log, "short")
+            assert log.epoch == 1
+        assert verify_session(home, "s1").ok
