@@ -136,7 +136,7 @@ RULES: dict[str, frozenset[str]] = {
 
 # Third-party packages boxmaker may import (pyproject's dependencies); the rest is the stdlib,
 # with typeshed's stdlib stubs for `if TYPE_CHECKING` imports.
-THIRD_PARTY = frozenset({"orjson"})
+THIRD_PARTY = frozenset({"orjson", "prompt_toolkit"})  # prompt_toolkit: bxctl chat only
 STDLIB = sys.stdlib_module_names | {"__future__", "_typeshed"}
 
 # [core] modules may not import these (R2's list, then the rest of the stdlib that reaches
@@ -162,6 +162,7 @@ R1_CORES = [
     f"{TURN}.records",
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
+    "boxmaker.bxctl.escape",
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
     f"{CACHE}.policy",

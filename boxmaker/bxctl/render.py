@@ -29,6 +29,8 @@ What each event becomes:
 | `cache_loss`        | `[cache loss: expected <n> cached tokens, got <m>]`                 |
 | `cache_saved`       | `[cache saved: <n> tokens in <t> ms]`                               |
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
+| `approval_needed`   | `[approval needed: brokerd holds a call of <tool>]`; the call itself |
+|                     | is shown from brokerd's own words (approve.py), never loopd's       |
 | `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
 |                     | `[compaction failed: <why>]`                                        |
@@ -64,7 +66,9 @@ from boxmaker.proto import (
     TurnEvent,
     WaitingEvent,
 )
-from boxmaker.proto.wire import WireError
+from boxmaker.proto.wire import ErrorCode, WireError
+
+from .escape import one_line
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -120,8 +124,10 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[tool {name}: running]"
         case ToolResultEvent(name=name, class_=cls, truncated=truncated):
             return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
-        case ApprovalNeededEvent(tool=tool, summary=summary):
-            return f"[approval needed: {tool}: {summary}]"
+        case ApprovalNeededEvent(tool=tool):
+            # loopd's words are only relayed: the summary shown for approval is brokerd's own
+            # (approve.py), never this one, which a compromised loopd could make lie.
+            return f"[approval needed: brokerd holds a call of {one_line(tool)}]"
         case ThinkingCappedEvent(tokens=tokens):
             return f"[thinking capped at {_plural(tokens, 'token', 'tokens')}]"
         case RetryingEvent(attempt=attempt, after_ms=after_ms, error=error):
@@ -145,7 +151,7 @@ def status_line(event: TurnEvent) -> str | None:
 
 def error_line(error: WireError) -> str:
     """One line (without its newline) for an `error` frame: its code, then its message."""
-    return f"error {error.code.value}: {error.message}"
+    return f"error {error.code.value}: {one_line(error.message)}"
 
 
 class _Run(enum.Enum):
@@ -253,7 +259,12 @@ class Renderer:
 
     def error(self, error: WireError) -> list[Piece]:
         """The pieces for a turn that ended in an `error` frame: open lines closed, then the
-        error as one line on ERRORS."""
+        error as one line on ERRORS. A turn the owner stopped is a status line instead."""
+        if error.code is ErrorCode.STOPPED:
+            return [
+                *self.close(),
+                *self._line(Stream.EVENTS, "[stopped: the answer was cancelled]"),
+            ]
         return [*self.close(), Piece(Stream.ERRORS, error_line(error) + "\n")]
 
     def close(self) -> list[Piece]:

@@ -208,7 +208,7 @@ def test_not_running_without_a_socket_file(tmp_path: Path) -> None:
     assert session.startswith("session ")
     assert line == (
         f"bxctl chat: loopd is not running (no socket file at {tmp_path / 'loop.sock'}); "
-        "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
+        "start it with `supervisorctl -c <your supervisord.conf> start loopd`, "
         "or `loopd serve --config <path>`"
     )
 
@@ -232,7 +232,7 @@ def test_not_running_with_a_socket_file_nobody_listens_on(tmp_path: Path) -> Non
     assert r.status == ExitStatus.ERROR
     assert len(r.stderr_lines) == 1
     assert "loopd is not running (nothing is listening at" in r.stderr
-    assert "supervisorctl -c conf/supervisord.conf start loopd" in r.stderr
+    assert "supervisorctl -c <your supervisord.conf> start loopd" in r.stderr
 
 
 def test_the_socket_comes_from_the_environment_then_the_default(

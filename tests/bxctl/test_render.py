@@ -56,7 +56,7 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
     (
         ApprovalNeededEvent("9f", "note", "append 3 bytes"),
-        "[approval needed: note: append 3 bytes]",
+        "[approval needed: brokerd holds a call of note]",
     ),
     (ThinkingCappedEvent(1), "[thinking capped at 1 token]"),
     (ThinkingCappedEvent(2048), "[thinking capped at 2048 tokens]"),
