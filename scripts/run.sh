@@ -52,16 +52,22 @@ CONFIG=${CONFIG:-conf/loopd.local.toml}
 [ -f "$CONFIG" ] || fail "CONFIG=$CONFIG: no such file"
 export BOXMAKER_LOOPD_CONFIG
 BOXMAKER_LOOPD_CONFIG=$(realpath "$CONFIG")
-# Where bxctl finds loopd: the config's [channel] socket (a bad config is one line, here).
-BOXMAKER_SOCKET=$("$PY" -c 'import sys
+# Where bxctl finds loopd and the sessions: the config's [channel] socket and [paths] home (a
+# bad config is one line, here).
+LOOPD_PATHS=$("$PY" -c 'import sys
 from boxmaker.loopd.config import ConfigError, load_config
 try:
-    print(load_config(sys.argv[1]).channel.socket)
+    c = load_config(sys.argv[1])
 except ConfigError as e:
-    sys.exit(f"run: {e}")' "$BOXMAKER_LOOPD_CONFIG")
+    sys.exit(f"run: {e}")
+print(c.channel.socket)
+print(c.paths.home)' "$BOXMAKER_LOOPD_CONFIG")
+{ read -r BOXMAKER_SOCKET; read -r SESSIONS_HOME; } <<<"$LOOPD_PATHS"
 export BOXMAKER_SOCKET
-# What `make status` reads: how this run was started.
-for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET; do
+# What `make status` and bxctl read (boxmaker/bxctl/stack.py): how this run was started, so
+# `bxctl chat --session <id>` and `make chat` find its sockets and home with no flag.
+BOXMAKER_HOME=$SESSIONS_HOME
+for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET BOXMAKER_HOME; do
   printf '%s=%q\n' "$name" "${!name}"
 done >"$BOXMAKER_RUN/run.env"
 
