@@ -24,8 +24,10 @@ from typing import Any
 import orjson
 import pytest
 
+from boxmaker.bxctl.cli import main
 from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto.ids import SESSION_ID_RE
+from tests.support.cli import run_cli
 from tests.support.config import MODEL
 from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
@@ -270,6 +272,16 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> Non
         assert wait_users(stack, sid, 2) == [LONG, "and now?"]
         term.wait_output(r"ok\r\n", since=mark)
         assert stack.record_types(sid)[-3:] == ["user", "assistant", "usage"]
+        shown = run_cli(main, ["history", sid, "--home", str(stack.home)])
+        assert shown.status == 0, shown.stderr
+        assert "you: tell me a long story" in shown.stdout
+        assert "[stopped by the owner after: word0 word1 word2 word3 " in shown.stdout
+        assert "you: and now?" in shown.stdout and "assistant: ok" in shown.stdout
+        as_json = run_cli(main, ["history", sid, "--home", str(stack.home), "--json"])
+        entries = [orjson.loads(x) for x in as_json.stdout.splitlines()]
+        kinds = [e["type"] for e in entries]
+        assert kinds.index("stopped") == kinds.index("user") + 1  # the log's own order
+        assert {e["epoch"] for e in entries} == {0}
         mark = len(term.output)
         term.send(b"\x03")  # Ctrl-C at an empty prompt: quit, naming the session
         term.wait_output(rf"session {sid}: to go on with it, run `bxctl chat --session {sid}`")
