@@ -26,7 +26,8 @@ def test_every_hiding_character_is_escaped(name: str, text: str) -> None:
     shown = visible(text)
     assert shown.escaped >= 1
     assert all(ch == "\n" or ch.isprintable() for ch in shown.text), repr(shown.text)
-    assert "\x1b" not in shown.text and "\r" not in shown.text
+    assert "\x1b" not in shown.text
+    assert "\r" not in shown.text
 
 
 def test_a_typed_backslash_escape_is_never_taken_for_one() -> None:
@@ -55,4 +56,5 @@ def test_each_part_on_its_own_line_and_the_summary_once() -> None:
 
 def test_a_call_not_shown_whole_offers_no_yes() -> None:
     text = layout("shell", "ls", "x", False)
-    assert "[y]es" not in text and "only [n]o" in text
+    assert "[y]es" not in text
+    assert "only [n]o" in text
