@@ -132,3 +132,34 @@ def home_for(arg: Path | None, environ: Mapping[str, str]) -> Path:
         return Path(environ[HOME_ENV])
     found = find_stack(None, None, environ).home
     return found if found is not None else DEFAULT_HOME
+
+
+BROKERD_LOG = "brokerd.log"
+BROKERD_LOG_TAIL = 65_536  # the start line is near the end: no need to read a long log whole
+BROKERD_START = "brokerd: listening on "
+
+
+def tools_line(run: Path) -> str:
+    """One line saying which tools make run's brokerd offers and why one is off, from the start
+    line brokerd writes to `<run>/brokerd.log` (the last one: a restart writes another)."""
+    path = run / BROKERD_LOG
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - BROKERD_LOG_TAIL))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"[tools: unknown: {path}: {e.strerror or e}]"
+    starts = [line for line in text.splitlines() if line.startswith(BROKERD_START)]
+    if not starts:
+        return f"[tools: none yet: brokerd has not started listening (see {path})]"
+    fields = starts[-1].removeprefix(BROKERD_START).split(", ")
+    workspace = next(
+        (f.removeprefix("workspace ") for f in fields if f.startswith("workspace ")), "?"
+    )
+    shell = next((f for f in fields if f.startswith("shell")), "shell: unknown")
+    shell = "shell on (sandboxed)" if shell == "shell: sandbox ready" else shell
+    return (
+        f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
+        f"the hosts the grants name; {shell}]"
+    )

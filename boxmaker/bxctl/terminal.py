@@ -19,7 +19,7 @@ from boxmaker.session.errors import SessionError
 from .client import Canceller, Show
 from .history import Entry, describe, last_exchange, read_entries, turns_and_last
 from .lineinput import history_file
-from .stack import OWNER_SOCKET_ENV, Stack
+from .stack import OWNER_SOCKET_ENV, Stack, tools_line
 
 HISTORY_ENV = "BOXMAKER_CHAT_HISTORY"
 HISTORY_NAME = "chat_history"
@@ -84,6 +84,8 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
         lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
         for record in last_exchange(entries):
             lines += [f"  {line}" for line in describe(record)]
+    if stack.run is not None:
+        lines.append(tools_line(stack.run))
     if stack.owner_socket is not None:
         lines.append(f"[approvals: asked here, answered on brokerd's {stack.owner_socket}]")
     else:
