@@ -157,7 +157,8 @@ def tools_line(run: Path) -> str:
     workspace = next(
         (f.removeprefix("workspace ") for f in fields if f.startswith("workspace ")), "?"
     )
-    shell = next((f for f in fields if f.startswith("shell")), "shell: unknown")
+    at = next((i for i, f in enumerate(fields) if f.startswith("shell")), None)
+    shell = "shell: unknown" if at is None else ", ".join(fields[at:])  # its reason may hold ", "
     shell = "shell on (sandboxed)" if shell == "shell: sandbox ready" else shell
     return (
         f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
