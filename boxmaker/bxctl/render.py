@@ -34,8 +34,9 @@ What each event becomes:
 | `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
 |                     | `[compaction failed: <why>]`                                        |
-| `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
-|                     | shows them                                                          |
+| `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
+|                     | in place as it grows and cleared by what comes next; elsewhere      |
+|                     | nothing (llama-server sends many); `--json` shows them              |
 | `answer_part`       | nothing itself: the head of an answer too large for one turn_done,  |
 |                     | printed with it (`--say`) when content was not streamed             |
 """
@@ -69,6 +70,8 @@ from boxmaker.proto import (
 from boxmaker.proto.wire import ErrorCode, WireError
 
 from .escape import one_line
+
+CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -182,6 +185,7 @@ class Renderer:
         self._head: list[str] = []  # answer_part texts: the head of a turn_done too large
         self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
+        self._reading = False  # a progress line is on the screen, the cursor at its end
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -221,8 +225,29 @@ class Renderer:
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
+    def _progress(self, event: ProgressEvent) -> list[Piece]:
+        """A live line of the prompt's reading, on a line of its own (issue 30 item 5)."""
+        if not self._live or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
+            return []
+        self._reading = True
+        text = f"[reading the prompt: {event.processed} of {event.total} tokens]"
+        return [Piece(Stream.EVENTS, f"{CLEAR_LINE}{text}")]
+
+    def _cleared(self) -> list[Piece]:
+        """The progress line taken away, before anything else is written."""
+        if not self._reading:
+            return []
+        self._reading = False
+        return [Piece(Stream.EVENTS, CLEAR_LINE)]
+
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
+        if isinstance(event, ProgressEvent):
+            return self._progress(event)
+        pieces = self._event(event)
+        return [*self._cleared(), *pieces] if pieces else pieces
+
+    def _event(self, event: TurnEvent) -> list[Piece]:
         if isinstance(event, AnswerPartEvent):
             self._head.append(event.text)  # shown with the turn_done it belongs to
             return []
@@ -248,7 +273,7 @@ class Renderer:
     def done(self, done: TurnDone) -> list[Piece]:
         """The pieces that end a turn that succeeded: the answer when it was not streamed, and
         every open line closed, so the next prompt or turn starts in column 0."""
-        pieces: list[Piece] = []
+        pieces: list[Piece] = self._cleared()
         content = "".join(self._head) + done.content if done.content is not None else None
         if not self._streamed:
             if content:
@@ -270,7 +295,7 @@ class Renderer:
     def close(self) -> list[Piece]:
         """Newlines for every stream left in the middle of a line; afterwards, all are in
         column 0. Also for a turn cut short, before the shell reports why."""
-        pieces: list[Piece] = []
+        pieces: list[Piece] = self._cleared()
         for where in (Stream.ANSWER, Stream.EVENTS):
             if self._runs[where] is not _Run.NONE:
                 pieces.append(Piece(where, "\n"))
