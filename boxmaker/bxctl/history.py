@@ -43,6 +43,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord, encode_line
 from boxmaker.session.epoch_files import check_chain
+from boxmaker.session.epochs import kept_records
 from boxmaker.session.errors import SessionError
 from boxmaker.session.paths import session_dir
 
@@ -88,7 +89,7 @@ def read_entries(home: Path, session: str) -> list[Entry]:
         out.extend(Entry(epoch.n, seq, records[seq]) for seq in range(1 + copied, len(records)))
         end = records[-1]
         if isinstance(end, EpochEnd):  # the next epoch's log starts with these, verbatim
-            copied = len(records) - 1 - end.keep_from
+            copied = len(kept_records(records))
     return out
 
 
