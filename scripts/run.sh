@@ -164,15 +164,14 @@ sys.exit(f"run: not ready after 180 s (llama-server at {host}:{port}: {health}; 
 PYEOF
 "${CTL[@]}" status
 
-"$PY" -c 'import sys
-from pathlib import Path
-from boxmaker.bxctl.stack import tools_line
-print(tools_line(Path(sys.argv[1])))' "$BOXMAKER_RUN"
-
 # bxctl finds this run's sockets and home in run.env (boxmaker/bxctl/stack.py): no flags needed.
 if [ -t 0 ]; then
   exec "$ROOT/.venv/bin/bxctl" chat
 else
+  "$PY" -c 'import sys
+from pathlib import Path
+from boxmaker.bxctl.stack import tools_line
+print(tools_line(Path(sys.argv[1])))' "$BOXMAKER_RUN"  # on a terminal the chat says it
   echo "run: standard input is not a terminal, so no chat; try:"
   echo "  $ROOT/.venv/bin/bxctl chat --say 'Hello.'    (or: make chat, on a terminal)"
 fi
