@@ -253,7 +253,11 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> Non
         mark = len(term.output)
         term.wait_output(r"word3 ", since=mark)  # the answer is streaming
         term.send(b"\x03")  # Ctrl-C: the tty driver's SIGINT
-        term.wait_output(r"\[stopped: the answer was cancelled\]", since=mark)
+        try:
+            term.wait_output(r"\[stopped: the answer was cancelled\]", since=mark)
+        except AssertionError as e:  # say what loopd said, to tell where the cancel went
+            daemon = stack.daemons[0]
+            raise AssertionError(f"{e}\nloopd: {daemon.lines}\n{daemon.err_lines}") from None
         # loopd closed the server's connection: the generation was cancelled there
         wait_for(
             lambda: (

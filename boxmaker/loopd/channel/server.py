@@ -141,13 +141,20 @@ class ChannelServer:
 
     def _listen_for_cancel(self, sock: socket.socket, session: str) -> None:
         """Reads the client's side until it closes: a `cancel` frame stops the turn."""
+        try:
+            self._listen(sock, session)
+        except Exception as exc:  # a bug: said, so a lost cancel is never silent
+            self.log.warn(f"session {session}: the cancel listener failed: {exc!r}")
+
+    def _listen(self, sock: socket.socket, session: str) -> None:
         decoder = FrameDecoder(CANCEL_KINDS)
         while True:
             try:
                 data = sock.recv(RECV_BYTES)
             except TimeoutError:  # the relay's send bound is the socket's: keep listening
                 continue
-            except OSError:
+            except OSError as exc:
+                self.log.say(f"session {session}: stopped listening for a cancel: {exc}")
                 return
             if not data:
                 return
