@@ -91,7 +91,8 @@ def test_a_cancel_mid_answer_stops_it_and_the_log_says_so(env: ServeEnv) -> None
     client.sock.sendall(cancel_frame())
     frames = client.result()
     final = frames[-1]
-    assert isinstance(final, WireError) and final.code is ErrorCode.STOPPED, frames
+    assert isinstance(final, WireError), frames
+    assert final.code is ErrorCode.STOPPED
     closed_by_loopd(env)
     last = env.log_lines("s1")[-1]
     assert last["type"] == "stopped"
