@@ -9,8 +9,8 @@ mode, which prompt_toolkit never uses). Multi-line messages: Esc then Enter (or 
 starts a new line, and a message that begins with `\"\"\"` goes on over Enter until a line ends
 with `\"\"\"` (Ollama's way); the quotes are not sent.
 
-Ctrl-C at the prompt raises KeyboardInterrupt (the chat decides what it means), Ctrl-D on an
-empty line is the end of input.
+Ctrl-C with text typed clears it; at an empty prompt, or a second time, it raises
+KeyboardInterrupt (the chat quits). Ctrl-D on an empty line is the end of input.
 
 Elsewhere (a pipe, a file, `--json`) a message is one line of stdin, as it always was: nothing
 is edited, joined or quoted, so scripts see no change.
@@ -19,6 +19,7 @@ is edited, joined or quoted, so scripts see no change.
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 from typing import Protocol, TextIO
 
@@ -76,7 +77,7 @@ def history_file(path: Path) -> Path:
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
     try:
         st = os.fstat(fd)
-        if not (st.st_mode & 0o170000) == 0o100000:
+        if not stat.S_ISREG(st.st_mode):
             raise OSError(f"{path}: not a regular file")
         os.fchmod(fd, 0o600)  # one made before (or by another umask) is narrowed too
     finally:
@@ -106,6 +107,17 @@ class TerminalLines:
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
+        @bindings.add("c-c")
+        def _interrupt(event: KeyPressEvent) -> None:
+            """With text typed, the first Ctrl-C clears it (as a shell does); at an empty
+            prompt, or the second time, the chat is told (KeyboardInterrupt)."""
+            buffer = event.current_buffer
+            if buffer.text and not self._cleared:
+                self._cleared = True
+                buffer.reset()
+            else:
+                event.app.exit(exception=KeyboardInterrupt())
+
         store: History = InMemoryHistory()
         if history is not None:
             store = FileHistory(str(history))
@@ -118,8 +130,10 @@ class TerminalLines:
             reserve_space_for_menu=0,  # no completion menu: no blank rows under the prompt
         )
         self._prompt = prompt
+        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
 
     def read(self) -> str | None:
+        self._cleared = False
         try:
             text = self._session.prompt(self._prompt)
         except EOFError:

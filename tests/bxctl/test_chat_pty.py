@@ -341,3 +341,25 @@ def test_json_lines_are_unchanged_on_a_pipe(stack: ServeEnv) -> None:
     lines = [orjson.loads(x) for x in done.stdout.splitlines()]
     assert list(lines[0]) == ["session"]
     assert lines[-1]["content"] == "ok"
+
+
+def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("never sent")
+        term.wait_output(r"never sent")
+        mark = len(term.output)
+        term.send(b"\x03")  # clears the line: the chat goes on
+        term.send("sent\r")
+        assert wait_users(stack, sid, 1) == ["sent"]
+        term.wait_output(r"ok\r\n", since=mark)
+        term.send("typed again")
+        term.wait_output(r"typed again")
+        term.send(b"\x03\x03")  # twice: quit
+        term.wait_output(rf"session {sid}: to go on with it")
+        assert term.wait_exit() == 0
+        assert users(stack, sid) == ["sent"]
+    finally:
+        term.close()
