@@ -93,6 +93,7 @@ class TerminalLines:
         from prompt_toolkit.history import FileHistory, History, InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
+        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
         bindings = KeyBindings()
 
         @bindings.add("enter")
@@ -130,7 +131,6 @@ class TerminalLines:
             reserve_space_for_menu=0,  # no completion menu: no blank rows under the prompt
         )
         self._prompt = prompt
-        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
 
     def read(self) -> str | None:
         self._cleared = False
