@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz soak bench run stop status ctl annotate debug lint typecheck clean llama-server record verify-device
+.PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server record verify-device
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -79,6 +79,34 @@ CTL = BOXMAKER_RUN=$(or $(BOXMAKER_RUN),$(CURDIR)/run) BOXMAKER_PYTHON= BOXMAKER
 
 stop:
 	$(CTL) shutdown
+
+# A chat with what `make run` started (bxctl finds its sockets in run/run.env): a new session,
+# or SESSION=<id> to go on with one.
+chat: $(VENV)/.stamp-install
+	@$(VENV)/bin/bxctl chat $(if $(SESSION),--session "$(SESSION)")
+
+# Every target, one line each (tests/test_make_help.py checks that none is missing).
+help:
+	@echo "make run            start llama-server, inferproxy, brokerd and loopd in run/, then chat"
+	@echo "make chat           chat with what make run started; SESSION=<id> goes on with one"
+	@echo "make status         what runs, which tools are on (and why not), the sessions"
+	@echo "make stop           stop everything make run started"
+	@echo "make ctl            supervisorctl on it: CMD=\"restart loopd\" (default: status)"
+	@echo "make install        the .venv, the compiled twins, bubblewrap"
+	@echo "make build          the compiled twins (Cython) only"
+	@echo "make test           every test (about 10 minutes)"
+	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
+	@echo "make verify-device  the on-device checks on a stack of their own"
+	@echo "make bench          the speed figures against the peers"
+	@echo "make fuzz           the fuzzers"
+	@echo "make soak           the reliability tests, longer"
+	@echo "make record         record a real llama-server's responses into recordings/"
+	@echo "make lint           ruff"
+	@echo "make typecheck      mypy"
+	@echo "make annotate       cython -a over the hot loops"
+	@echo "make debug          the compiled twins with line tracing"
+	@echo "make clean          remove what the build made"
+	@echo "make help           this list"
 
 # Each program's state, the sockets, the model and the sessions of what `make run` started.
 status: $(VENV)/.stamp-install

@@ -54,8 +54,14 @@ DEST=$CACHE/llama-server-$LLAMA_VERSION-$level-$key
 
 # One build at a time per cache: a second caller waits here, then finds the result in place.
 mkdir -p "$CACHE"
-exec 9>"$CACHE/.build.lock"
-flock 9
+exec 9>>"$CACHE/.build.lock"
+if ! flock -n 9; then  # say who holds it, rather than wait in silence (issue 30 item 5)
+  holder=$(cat "$CACHE/.build.lock.holder" 2>/dev/null || true)
+  echo "build_llama_server: waiting for another build in $CACHE to finish" \
+    "(lock $CACHE/.build.lock${holder:+, held by $holder}); it says nothing until it is done" >&2
+  flock 9
+fi
+echo "pid $$, since $(date -u +%H:%M:%S) UTC" >"$CACHE/.build.lock.holder"
 # Temporary paths to remove on exit, whatever happens.
 cleanup=()
 trap 'rm -rf "${cleanup[@]}"' EXIT

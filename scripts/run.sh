@@ -32,6 +32,16 @@ if [ -n "${UPSTREAM:-}" ]; then
   [ -n "${CONFIG:-}" ] || fail "UPSTREAM=$UPSTREAM needs CONFIG=<loopd.toml> written for that" \
     "server (docs/operations.md, 'Against your own llama-server')"
   export BOXMAKER_UPSTREAM=$UPSTREAM
+  # A dead address fails here, in seconds, with the error, before anything is started.
+  "$PY" - "$UPSTREAM" <<'PYEOF' || exit 1
+import socket, sys
+host, _, port = sys.argv[1].rpartition(":")
+try:
+    socket.create_connection((host, int(port)), timeout=5).close()
+except (OSError, ValueError) as e:
+    sys.exit(f"run: UPSTREAM={sys.argv[1]}: cannot connect ({e}); start llama-server there, "
+             "or fix the address (host:port)")
+PYEOF
   rm -f "$BOXMAKER_RUN/supervisord.d/llama-server.conf"
   PROGRAMS="inferproxy loopd"
 else
@@ -52,16 +62,22 @@ CONFIG=${CONFIG:-conf/loopd.local.toml}
 [ -f "$CONFIG" ] || fail "CONFIG=$CONFIG: no such file"
 export BOXMAKER_LOOPD_CONFIG
 BOXMAKER_LOOPD_CONFIG=$(realpath "$CONFIG")
-# Where bxctl finds loopd: the config's [channel] socket (a bad config is one line, here).
-BOXMAKER_SOCKET=$("$PY" -c 'import sys
+# Where bxctl finds loopd and the sessions: the config's [channel] socket and [paths] home (a
+# bad config is one line, here).
+LOOPD_PATHS=$("$PY" -c 'import sys
 from boxmaker.loopd.config import ConfigError, load_config
 try:
-    print(load_config(sys.argv[1]).channel.socket)
+    c = load_config(sys.argv[1])
 except ConfigError as e:
-    sys.exit(f"run: {e}")' "$BOXMAKER_LOOPD_CONFIG")
+    sys.exit(f"run: {e}")
+print(c.channel.socket)
+print(c.paths.home)' "$BOXMAKER_LOOPD_CONFIG")
+{ read -r BOXMAKER_SOCKET; read -r SESSIONS_HOME; } <<<"$LOOPD_PATHS"
 export BOXMAKER_SOCKET
-# What `make status` reads: how this run was started.
-for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET; do
+# What `make status` and bxctl read (boxmaker/bxctl/stack.py): how this run was started, so
+# `bxctl chat --session <id>` and `make chat` find its sockets and home with no flag.
+BOXMAKER_HOME=$SESSIONS_HOME
+for name in BOXMAKER_UPSTREAM BOXMAKER_LOOPD_CONFIG BOXMAKER_SOCKET BOXMAKER_HOME; do
   printf '%s=%q\n' "$name" "${!name}"
 done >"$BOXMAKER_RUN/run.env"
 
@@ -102,12 +118,17 @@ if OLD=$("${CTL[@]}" pid 2>/dev/null) && [ -n "$OLD" ] && kill -0 "$OLD" 2>/dev/
 fi
 "$ROOT/.venv/bin/supervisord" -c "$CONF" \
   || fail "supervisord did not start; see $BOXMAKER_RUN/supervisord.log"
+# From here a failed start stops what it started, so nothing is left running half-way.
+stop_started() {
+  echo "run: stopping what this run started (supervisorctl shutdown)" >&2
+  "${CTL[@]}" shutdown >/dev/null 2>&1 || true
+}
 
 # Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
 # (loopd binds its socket once its self-test has passed); a program that supervisord gives up on
 # (FATAL: it kept exiting; or EXITED) ends the wait at once, in one line with its log's last lines
 # (boxmaker/verify/programs.py, as `make verify-device` does).
-"$PY" - "$PROGRAMS" <<'PYEOF'
+"$PY" - "$PROGRAMS" <<'PYEOF' || { stop_started; exit 1; }
 import http.client, os, sys, time
 from pathlib import Path
 from boxmaker.verify.programs import gave_up
@@ -115,27 +136,42 @@ programs = sys.argv[1].split()
 run = os.environ["BOXMAKER_RUN"]
 host, _, port = os.environ["BOXMAKER_UPSTREAM"].rpartition(":")
 socks = [os.path.join(run, "infer.sock"), os.environ["BOXMAKER_SOCKET"]]
-deadline = time.monotonic() + 180
+started = time.monotonic()
+deadline = started + 180
+said = started
+health = "no answer yet"
 while time.monotonic() < deadline:
     if (line := gave_up(Path(run), programs)) is not None:
         sys.exit(f"run: cannot start: {line}")
     try:
         conn = http.client.HTTPConnection(host, int(port), timeout=2)
         conn.request("GET", "/health")
-        if conn.getresponse().status == 200 and all(map(os.path.exists, socks)):
-            sys.exit(0)
-    except OSError:
-        pass
+        status = conn.getresponse().status
+        health = "ready" if status == 200 else f"/health answers {status} (loading the model)"
+    except OSError as e:
+        health = f"not answering ({e})"
+    missing = [os.path.basename(p) for p in socks if not os.path.exists(p)]
+    if health == "ready" and not missing:
+        sys.exit(0)
+    if time.monotonic() - said >= 5:  # every wait over a second says what it waits for
+        said = time.monotonic()
+        waits = [f"llama-server at {host}:{port}: {health}"] if health != "ready" else []
+        waits += [f"{name} (loopd binds it once its self-test passes)" for name in missing]
+        print(f"run: waiting {said - started:.0f} s for " + "; ".join(waits), file=sys.stderr)
     time.sleep(0.5)
-sys.exit(f"run: not ready after 180 s (llama-server at {host}:{port}, {' and '.join(socks)}); "
-         f"see the logs in {run}/")
+sys.exit(f"run: not ready after 180 s (llama-server at {host}:{port}: {health}; still missing: "
+         f"{', '.join(missing) or 'nothing'}); see the logs in {run}/")
 PYEOF
 "${CTL[@]}" status
 
+# bxctl finds this run's sockets and home in run.env (boxmaker/bxctl/stack.py): no flags needed.
 if [ -t 0 ]; then
-  exec "$ROOT/.venv/bin/bxctl" chat --owner-socket "$BOXMAKER_OWNER_SOCKET"
+  exec "$ROOT/.venv/bin/bxctl" chat
 else
+  "$PY" -c 'import sys
+from pathlib import Path
+from boxmaker.bxctl.stack import tools_line
+print(tools_line(Path(sys.argv[1])))' "$BOXMAKER_RUN"  # on a terminal the chat says it
   echo "run: standard input is not a terminal, so no chat; try:"
-  echo "  BOXMAKER_SOCKET=$BOXMAKER_SOCKET $ROOT/.venv/bin/bxctl chat --say 'Hello.'" \
-    "--owner-socket $BOXMAKER_OWNER_SOCKET"
+  echo "  $ROOT/.venv/bin/bxctl chat --say 'Hello.'    (or: make chat, on a terminal)"
 fi

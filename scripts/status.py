@@ -3,6 +3,7 @@
     programs      each supervisord program's state (supervisorctl status)
     sockets       infer.sock and loop.sock, and whether something listens on each
     model         what llama-server says it serves (/props through inferproxy)
+    tools         which tools brokerd offers, and why one is off (its start line in brokerd.log)
     sessions      how many sessions the home holds, and the newest
 
 It reads run/run.env (in $BOXMAKER_RUN when set, as for `make run`), which `make run` writes, and
@@ -20,6 +21,7 @@ from pathlib import Path
 
 import orjson
 
+from boxmaker.bxctl.stack import tools_line
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.transport import exchange
@@ -97,6 +99,7 @@ def main() -> int:
     loop_sock = Path(env["BOXMAKER_SOCKET"])
     print(f"sockets:  {infer_sock} ({listening(infer_sock)}), {loop_sock} ({listening(loop_sock)})")
     print(f"upstream: {env['BOXMAKER_UPSTREAM']}, model: {model(infer_sock)}")
+    print(f"tools:    {tools_line(RUN).removeprefix('[tools: ').removesuffix(']')}")
     try:
         home = load_config(env["BOXMAKER_LOOPD_CONFIG"]).paths.home
     except ConfigError as err:

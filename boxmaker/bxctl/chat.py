@@ -43,18 +43,33 @@ from .approve import approving
 from .client import (
     CONNECT_MS,
     SILENCE_MS,
+    Canceller,
     ChatError,
     ChatSession,
+    Show,
     bad_session_id,
     check_socket,
     new_session_id,
-    socket_from,
 )
+from .lineinput import Lines, PipeLines, TerminalLines
 from .render import Piece, Renderer, Stream, use_color
+from .stack import OWNER_SOCKET_ENV, Stack, find_stack
+from .terminal import (
+    HISTORY_ENV,
+    HISTORY_NAME,
+    LOCAL_HELP,
+    StopOnInterrupt,
+    greeting,
+    history_path,
+    quit_line,
+    real_terminal,
+    unanswerable,
+)
 
 HELP = "talk to loopd: one turn per line of stdin, or one turn with --say"
 PROG = "bxctl chat"
-QUIT = "/quit"
+QUITS = ("/quit", "/exit", "/bye")
+HELPS = ("/help", "/?")
 COMPACT = "/compact"
 CONNECT_ENV = "BOXMAKER_CHAT_CONNECT_MS"
 SILENCE_ENV = "BOXMAKER_CHAT_SILENCE_MS"
@@ -83,7 +98,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--socket",
         type=Path,
-        help=f"loopd's channel socket (default: ${SOCKET_ENV}, else {DEFAULT_SOCKET})",
+        help=f"loopd's channel socket (default: ${SOCKET_ENV}, else make run's, else "
+        f"{DEFAULT_SOCKET})",
     )
     parser.add_argument(
         "--session",
@@ -118,7 +134,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--owner-socket",
         type=Path,
-        help="brokerd's owner.sock: answer tool approvals here (a line of stdin each)",
+        help="brokerd's owner.sock: answer tool approvals here (a line of stdin each; default: "
+        f"${OWNER_SOCKET_ENV}, else make run's)",
+    )
+    parser.add_argument(
+        "--history",
+        type=Path,
+        metavar="FILE",
+        help=f"the line editor's history file on a terminal (default: ${HISTORY_ENV}, else "
+        f"{HISTORY_NAME} in the home, else ~/.local/state/boxmaker/{HISTORY_NAME})",
     )
     parser.add_argument(
         "--connect-timeout-ms",
@@ -204,33 +228,56 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     except ValueError as e:
         env.stderr.write(f"{PROG}: {e}\n")
         return ExitStatus.USAGE
+    if args.say is None and not _readable(env.stdin):
+        env.stderr.write(
+            f"{PROG}: standard input is closed, so there is nothing to read; give the message "
+            "with --say <text>, or run it on a terminal\n"
+        )
+        return ExitStatus.USAGE
+    stack = find_stack(args.socket, args.owner_socket, env.environ)
+    terminal = args.say is None and not args.json and real_terminal(env)
     new = args.session is None
     chat = ChatSession(
-        path=socket_from(args.socket, env.environ),
+        path=stack.socket,
         session=new_session_id() if new else args.session,
         resume=not new,
         thinking=args.thinking,
         connect_ms=connect_ms,
         silence_ms=silence_ms,
+        canceller=Canceller() if terminal else None,
+        hint=stack.start_hint(),
     )
     view: _TextView | _JsonView = (
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)
     )
     header = env.stderr if args.say is not None and not args.json else env.stdout
-    header.write(
-        _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
-    )
+    if terminal:
+        header.write(greeting(chat.session, new, stack))
+    else:
+        header.write(
+            _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
+        )
     header.flush()
     try:
-        check_socket(chat.path)
+        check_socket(chat.path, chat.hint)
         show: Callable[[Frame, ChannelBody], None] = view.show
-        if args.owner_socket is not None:  # approvals go straight to brokerd, never to loopd
-            show = approving(show, args.owner_socket, env)
+        if stack.owner_socket is not None:  # approvals go straight to brokerd, never to loopd
+            show = approving(show, stack.owner_socket, env)
+        else:
+            show = unanswerable(show, env.stderr, stack)
         if args.say is not None:
             final = chat.turn(args.say, show)
             return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR
-        _loop(chat, env, show, prompt=env.stdin_isatty and not args.json)
-        return ExitStatus.OK
+        if terminal:
+            try:
+                lines: Lines = TerminalLines(history_path(args.history, stack, env))
+            except OSError as e:
+                env.stderr.write(f"{PROG}: no history this time: {e}\n")
+                lines = TerminalLines(None)
+        else:
+            prompt = "> " if env.stdin_isatty and not args.json else ""
+            lines = PipeLines(env.stdin, env.stdout, prompt)
+        return _loop(chat, env, show, lines, stack, terminal=terminal)
     except ChatError as e:
         view.cut()
         env.stderr.write(f"{PROG}: {e}\n")
@@ -238,24 +285,48 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.ERROR
 
 
+def _readable(stdin: TextIO | None) -> bool:
+    """Whether stdin is there at all (`bxctl chat <&-` gives Python no sys.stdin)."""
+    return stdin is not None and not getattr(stdin, "closed", False)
+
+
 def _loop(
     chat: ChatSession,
     env: Environment,
-    show: Callable[[Frame, ChannelBody], None],
+    show: Show,
+    lines: Lines,
+    stack: Stack,
     *,
-    prompt: bool,
-) -> None:
-    """One turn per line of stdin, until EOF or /quit."""
+    terminal: bool,
+) -> ExitStatus:
+    """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal)."""
     while True:
-        if prompt:
-            env.stdout.write("> ")
-        env.stdout.flush()
-        line = env.stdin.readline()
-        if not line:
-            return
-        content = line.rstrip("\r\n")
-        if content.strip() == QUIT:
-            return
-        if not content.strip():
+        try:
+            content = lines.read()
+        except KeyboardInterrupt:  # Ctrl-C at an empty prompt, or twice
+            env.stdout.write("\n" + quit_line(chat.session, stack))
+            env.stdout.flush()
+            return ExitStatus.OK
+        if content is None:
+            if terminal:
+                env.stdout.write(quit_line(chat.session, stack))
+            env.stdout.flush()
+            return ExitStatus.OK
+        word = content.strip()
+        if word in QUITS:
+            if terminal:
+                env.stdout.write(quit_line(chat.session, stack))
+            return ExitStatus.OK
+        if not word:
             continue
-        chat.turn(content, show, compact=content.strip() == COMPACT)
+        if word in HELPS:
+            env.stdout.write(LOCAL_HELP)
+            env.stdout.flush()
+            continue
+        try:
+            with StopOnInterrupt(chat.canceller, env.stderr):
+                chat.turn(content, show, compact=word == COMPACT)
+        except KeyboardInterrupt:  # the second Ctrl-C of a turn: quit
+            env.stdout.write("\n" + quit_line(chat.session, stack))
+            env.stdout.flush()
+            return ExitStatus.OK

@@ -13,6 +13,10 @@ in-process.
         Lists the sessions on disk, newest first, each checked as verify checks one. Exit 0, or
         1 when a session's log does not verify.
 
+    bxctl history <session> [--home <path>] [--json]
+        Prints a session's conversation from its log (history.py). Exit 0, 1 when it is
+        missing or does not verify, 2 for a bad session id.
+
     bxctl verify <session> [--home <path>] [--json]
         Checks a session's log and baseline file from disk (no daemon needed) and prints the
         finding. Exit 0 when the log verifies, 1 when it is refused or missing, 2 for a bad
@@ -42,7 +46,7 @@ from typing import TYPE_CHECKING
 
 from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded
 
-from . import chat, repair, sessions, verify, verify_broker
+from . import chat, history, repair, sessions, verify, verify_broker
 
 if TYPE_CHECKING:
     pass
@@ -55,6 +59,7 @@ Run = Callable[[argparse.Namespace, Environment], ExitStatus]
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] = {
     "chat": (chat.HELP, chat.add_arguments, chat.run),
     "sessions": (sessions.HELP, sessions.add_arguments, sessions.run),
+    "history": (history.HELP, history.add_arguments, history.run),
     "verify": (verify.HELP, verify.add_arguments, verify.run),
     "repair": (repair.HELP, repair.add_arguments, repair.run),
     "verify-broker": (verify_broker.HELP, verify_broker.add_arguments, verify_broker.run),

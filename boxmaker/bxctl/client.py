@@ -16,6 +16,10 @@ for the longest gap between two frames of a turn. loopd says nothing while a tur
 busy slot (up to `[inference] busy_wait_ms`, 10 minutes by default) or while the server reads a
 long prompt without progress events, so the default silence bound, 15 minutes, is above those.
 
+A turn can be stopped while it runs (issue 30): `Canceller.cancel()` (the chat's Ctrl-C) sends a
+`cancel` frame on the turn's connection; loopd stops the turn and its final frame is
+`error{stopped}`, which the client reads as any other.
+
 `thinking` is sent only when the owner said (`--thinking`, `--no-thinking`); left out, loopd uses
 its `[loop] thinking`.
 """
@@ -41,6 +45,7 @@ from boxmaker.proto import (
     channel_frame,
     decode_body,
 )
+from boxmaker.proto.channel import cancel_frame
 from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder
 from boxmaker.proto.ids import SESSION_ID_RE, SESSION_ID_RULE
 from boxmaker.proto.wire import ErrorCode, WireError
@@ -51,7 +56,7 @@ CONNECT_RETRY_S = 0.05
 SILENCE_MS = 900_000  # above loopd's own silent waits (busy_wait_ms 600 s by default)
 
 START_HINT = (
-    "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
+    "start it with `supervisorctl -c <your supervisord.conf> start loopd`, "
     "or `loopd serve --config <path>`"
 )
 
@@ -110,21 +115,42 @@ def turn_frame(
         raise ChatError(f"the message cannot be sent: {e}") from None
 
 
-def not_running(path: Path, why: str) -> ChatError:
-    return ChatError(f"loopd is not running ({why} at {path}); {START_HINT}")
+def not_running(path: Path, why: str, hint: str = START_HINT) -> ChatError:
+    return ChatError(f"loopd is not running ({why} at {path}); {hint}")
 
 
-def check_socket(path: Path) -> None:
+def check_socket(path: Path, hint: str = START_HINT) -> None:
     """Fails early, before a chat reads its first line, when there is no socket file at all.
 
     Raises:
         ChatError: nothing exists at `path`.
     """
     if not path.exists():
-        raise not_running(path, "no socket file")
+        raise not_running(path, "no socket file", hint)
 
 
-def _connect(path: Path, connect_ms: int) -> socket.socket:
+class Canceller:
+    """Stops the turn in flight: `cancel()` sends `cancel` on its connection, once. Safe to call
+    from a signal handler (one send on a socket; nothing buffered is touched)."""
+
+    def __init__(self) -> None:
+        self.sock: socket.socket | None = None  # the turn's connection while one runs
+        self.sent = False
+
+    def cancel(self) -> bool:
+        """True when a cancel went out now; False when no turn runs or one was sent already."""
+        sock = self.sock
+        if sock is None or self.sent:
+            return False
+        self.sent = True
+        try:
+            sock.sendall(cancel_frame())
+        except OSError:
+            return False
+        return True
+
+
+def _connect(path: Path, connect_ms: int, hint: str = START_HINT) -> socket.socket:
     deadline = time.monotonic() + connect_ms / 1000
     while True:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -144,7 +170,7 @@ def _connect(path: Path, connect_ms: int) -> socket.socket:
         except (FileNotFoundError, ConnectionRefusedError) as e:
             sock.close()
             why = "no socket file" if isinstance(e, FileNotFoundError) else "nothing is listening"
-            raise not_running(path, why) from None
+            raise not_running(path, why, hint) from None
         except OSError as e:
             sock.close()
             if e.errno == errno.EACCES:
@@ -163,7 +189,12 @@ def _not_accepted(path: Path, connect_ms: int) -> ChatError:
 
 
 def exchange(
-    path: Path, frame: bytes, connect_ms: int = CONNECT_MS, silence_ms: int = SILENCE_MS
+    path: Path,
+    frame: bytes,
+    connect_ms: int = CONNECT_MS,
+    silence_ms: int = SILENCE_MS,
+    canceller: Canceller | None = None,
+    hint: str = START_HINT,
 ) -> Iterator[tuple[Frame, ChannelBody]]:
     """Runs one turn: yields each frame loopd sends, with its typed body, up to and including
     the final one; the connection is closed when the generator ends.
@@ -172,8 +203,10 @@ def exchange(
         ChatError: not running, not accepting within `connect_ms`, silent for `silence_ms`, the
             connection broke or closed before the final frame, or a frame or body was malformed.
     """
-    sock = _connect(path, connect_ms)
+    sock = _connect(path, connect_ms, hint)
     sock.settimeout(silence_ms / 1000)
+    if canceller is not None:
+        canceller.sock, canceller.sent = sock, False
     try:
         try:
             sock.sendall(frame)
@@ -215,6 +248,8 @@ def exchange(
             if got.final:
                 return
     finally:
+        if canceller is not None:
+            canceller.sock = None
         sock.close()
 
 
@@ -235,6 +270,8 @@ class ChatSession:
     thinking: bool | None = None  # None: loopd's [loop] thinking
     connect_ms: int = CONNECT_MS
     silence_ms: int = SILENCE_MS
+    canceller: Canceller | None = None  # set: the turn can be stopped through it
+    hint: str = START_HINT  # how to start loopd, for the stack bxctl found
 
     def turn(self, content: str, show: Show, *, compact: bool = False) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
@@ -251,7 +288,9 @@ class ChatSession:
                 self.session, content, resume=self.resume, thinking=self.thinking, compact=compact
             )
             last: tuple[Frame, TurnDone | WireError] | None = None
-            frames = exchange(self.path, frame, self.connect_ms, self.silence_ms)
+            frames = exchange(
+                self.path, frame, self.connect_ms, self.silence_ms, self.canceller, self.hint
+            )
             for got, body in frames:  # ends after the final frame
                 if isinstance(body, TurnDone | WireError):
                     last = got, body
@@ -264,6 +303,8 @@ class ChatSession:
                 if flip is not None and not retried:
                     self.resume, retried = flip, True
                     continue
+                if final.code is ErrorCode.STOPPED:
+                    self.resume = True  # stopped after the session was made: it exists
             else:
                 self.resume = True  # the session exists now
             show(final_frame, final)

@@ -29,11 +29,14 @@ What each event becomes:
 | `cache_loss`        | `[cache loss: expected <n> cached tokens, got <m>]`                 |
 | `cache_saved`       | `[cache saved: <n> tokens in <t> ms]`                               |
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
+| `approval_needed`   | `[approval needed: brokerd holds a call of <tool>]`; the call itself |
+|                     | is shown from brokerd's own words (approve.py), never loopd's       |
 | `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
 |                     | `[compaction failed: <why>]`                                        |
-| `progress`          | nothing: llama-server sends many while it reads a prompt; `--json`  |
-|                     | shows them                                                          |
+| `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
+|                     | in place as it grows and cleared by what comes next; elsewhere      |
+|                     | nothing (llama-server sends many); `--json` shows them              |
 | `answer_part`       | nothing itself: the head of an answer too large for one turn_done,  |
 |                     | printed with it (`--say`) when content was not streamed             |
 """
@@ -64,7 +67,11 @@ from boxmaker.proto import (
     TurnEvent,
     WaitingEvent,
 )
-from boxmaker.proto.wire import WireError
+from boxmaker.proto.wire import ErrorCode, WireError
+
+from .escape import one_line
+
+CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -120,8 +127,10 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[tool {name}: running]"
         case ToolResultEvent(name=name, class_=cls, truncated=truncated):
             return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
-        case ApprovalNeededEvent(tool=tool, summary=summary):
-            return f"[approval needed: {tool}: {summary}]"
+        case ApprovalNeededEvent(tool=tool):
+            # loopd's words are only relayed: the summary shown for approval is brokerd's own
+            # (approve.py), never this one, which a compromised loopd could make lie.
+            return f"[approval needed: brokerd holds a call of {one_line(tool)}]"
         case ThinkingCappedEvent(tokens=tokens):
             return f"[thinking capped at {_plural(tokens, 'token', 'tokens')}]"
         case RetryingEvent(attempt=attempt, after_ms=after_ms, error=error):
@@ -145,7 +154,7 @@ def status_line(event: TurnEvent) -> str | None:
 
 def error_line(error: WireError) -> str:
     """One line (without its newline) for an `error` frame: its code, then its message."""
-    return f"error {error.code.value}: {error.message}"
+    return f"error {error.code.value}: {one_line(error.message)}"
 
 
 class _Run(enum.Enum):
@@ -176,6 +185,7 @@ class Renderer:
         self._head: list[str] = []  # answer_part texts: the head of a turn_done too large
         self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
+        self._reading = False  # a progress line is on the screen, the cursor at its end
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -215,8 +225,29 @@ class Renderer:
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
+    def _progress(self, event: ProgressEvent) -> list[Piece]:
+        """A live line of the prompt's reading, on a line of its own (issue 30 item 5)."""
+        if not self._live or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
+            return []
+        self._reading = True
+        text = f"[reading the prompt: {event.processed} of {event.total} tokens]"
+        return [Piece(Stream.EVENTS, f"{CLEAR_LINE}{text}")]
+
+    def _cleared(self) -> list[Piece]:
+        """The progress line taken away, before anything else is written."""
+        if not self._reading:
+            return []
+        self._reading = False
+        return [Piece(Stream.EVENTS, CLEAR_LINE)]
+
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
+        if isinstance(event, ProgressEvent):
+            return self._progress(event)
+        pieces = self._event(event)
+        return [*self._cleared(), *pieces] if pieces else pieces
+
+    def _event(self, event: TurnEvent) -> list[Piece]:
         if isinstance(event, AnswerPartEvent):
             self._head.append(event.text)  # shown with the turn_done it belongs to
             return []
@@ -242,7 +273,7 @@ class Renderer:
     def done(self, done: TurnDone) -> list[Piece]:
         """The pieces that end a turn that succeeded: the answer when it was not streamed, and
         every open line closed, so the next prompt or turn starts in column 0."""
-        pieces: list[Piece] = []
+        pieces: list[Piece] = self._cleared()
         content = "".join(self._head) + done.content if done.content is not None else None
         if not self._streamed:
             if content:
@@ -253,13 +284,18 @@ class Renderer:
 
     def error(self, error: WireError) -> list[Piece]:
         """The pieces for a turn that ended in an `error` frame: open lines closed, then the
-        error as one line on ERRORS."""
+        error as one line on ERRORS. A turn the owner stopped is a status line instead."""
+        if error.code is ErrorCode.STOPPED:
+            return [
+                *self.close(),
+                *self._line(Stream.EVENTS, "[stopped: the answer was cancelled]"),
+            ]
         return [*self.close(), Piece(Stream.ERRORS, error_line(error) + "\n")]
 
     def close(self) -> list[Piece]:
         """Newlines for every stream left in the middle of a line; afterwards, all are in
         column 0. Also for a turn cut short, before the shell reports why."""
-        pieces: list[Piece] = []
+        pieces: list[Piece] = self._cleared()
         for where in (Stream.ANSWER, Stream.EVENTS):
             if self._runs[where] is not _Run.NONE:
                 pieces.append(Piece(where, "\n"))

@@ -6,6 +6,7 @@
 | `turn_event` | from      | false | `{"event": <TurnEvent>}`               |
 | `turn_done`  | from      | true  | TurnDone: `{content, usage}`           |
 | `error`      | from      | true  | WireError: `{code, message}`           |
+| `cancel`     | to loopd  | true  | `{}`: after the turn frame, stop this turn (issue 30) |
 
 A turn_done too large for one frame is sent as `answer_part` events and a shorter turn_done
 (`done_frames`): the answer is the parts' texts joined, then turn_done's content.
@@ -303,6 +304,17 @@ def channel_frame(body: ChannelBody) -> bytes:
     if isinstance(body, WireError):
         return encode_frame("error", body.to_json(), True)
     return encode_frame("turn_event", {"event": event_to_json(body)}, False)
+
+
+# `cancel` (issue 30): the one frame a client may send after its `turn`, on the same connection,
+# to stop the turn (Ctrl-C in `bxctl chat`). It is not a ChannelBody: loopd's relay reads it
+# with a decoder of its own, and the turn ends in `error{stopped}` with a `stopped` record.
+CANCEL = "cancel"
+CANCEL_KINDS = frozenset({CANCEL})
+
+
+def cancel_frame() -> bytes:
+    return encode_frame(CANCEL, {}, True, CANCEL_KINDS)
 
 
 # An answer_part's text, in characters: at most 6 bytes each once in JSON ("\u001f"), so a part's

@@ -166,6 +166,19 @@ class EpochEnd:
     predicted_n: int = field(metadata=wire(UINT))
 
 
+@dataclass(frozen=True, slots=True)
+class Stopped:
+    """The owner stopped the turn (Ctrl-C in `bxctl chat`, a `cancel` frame on loop.sock): the
+    generation was cancelled at the server (its connection closed) and nothing of the unfinished
+    completion was recorded but this. `shown` is the answer's text streamed to the owner before
+    the stop ("" when none was). Replay gives it no message: the next request still extends the
+    last one byte for byte, and the model sees the owner's next message after the stopped one."""
+
+    TAG: ClassVar[str] = "stopped"
+    time: str = field(metadata=wire(TIME))
+    shown: str = field(metadata=wire(STR))
+
+
 LogRecord = (
     SessionStart
     | User
@@ -176,6 +189,7 @@ LogRecord = (
     | CacheSaved
     | CacheRestored
     | EpochEnd
+    | Stopped
 )
 
 RECORD_TYPES: dict[str, type[LogRecord]] = {
@@ -190,6 +204,7 @@ RECORD_TYPES: dict[str, type[LogRecord]] = {
         CacheSaved,
         CacheRestored,
         EpochEnd,
+        Stopped,
     )
 }
 _TYPES = frozenset(RECORD_TYPES.values())

@@ -42,6 +42,7 @@ from .log import (
     EpochEnd,
     LogRecord,
     SessionStart,
+    Stopped,
     ToolResult,
     Usage,
     User,
@@ -129,6 +130,7 @@ _cache_loss_of = maker(CacheLoss)
 _cache_saved_of = maker(CacheSaved)
 _cache_restored_of = maker(CacheRestored)
 _epoch_end_of = maker(EpochEnd)
+_stopped_of = maker(Stopped)
 _tool_call_of = maker(ToolCall)
 
 
@@ -159,6 +161,13 @@ def _user(obj: dict[str, Any]) -> LogRecord | None:
     _, _, _, time, content = obj.values()
     if type(content) is str:
         return _user_of(time, content)
+    return None
+
+
+def _stopped(obj: dict[str, Any]) -> LogRecord | None:
+    _, _, _, time, shown = obj.values()
+    if type(shown) is str:
+        return _stopped_of(time, shown)
     return None
 
 
@@ -294,6 +303,7 @@ _DECODERS: tuple[tuple[type[LogRecord], tuple[str, ...], _Decoder], ...] = (
         ),
         _epoch_end,
     ),
+    (Stopped, ("time", "shown"), _stopped),
 )
 for _cls, _fields, _ in _DECODERS:
     if keys(_cls) != _fields:  # a record type changed: change its decoder with it

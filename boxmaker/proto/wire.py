@@ -23,6 +23,7 @@ class ErrorCode(enum.StrEnum):
     NO_SUCH_SESSION = "no_such_session"  # `resume: true` for a session that does not exist
     SESSION_EXISTS = "session_exists"  # `resume: false` for a session that exists
     INFERENCE = "inference"  # the inference path failed after its retries
+    STOPPED = "stopped"  # the owner stopped the turn (a `cancel` frame); the log says so
 
 
 @dataclass(frozen=True, slots=True)

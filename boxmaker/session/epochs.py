@@ -237,6 +237,14 @@ def _epoch_of(records: Sequence[LogRecord]) -> int:
     return start.epoch if type(start) is SessionStart else 0
 
 
+def kept_records(records: Sequence[LogRecord]) -> list[LogRecord]:
+    """The records of an epoch that ends in `epoch_end` that the next epoch's log starts with
+    (after its session_start): the kept turns' conversation, verbatim."""
+    end = records[-1]
+    assert type(end) is EpochEnd
+    return [r for r in records[end.keep_from : -1] if type(r) in _CONVERSATION]
+
+
 def next_log(session: str, slot: int, records: Sequence[LogRecord], link: str) -> bytes:
     """The bytes of `<n+1>.jsonl` when `records` (epoch n's log) ends with its `epoch_end`, and
     `link` is the hash of that line (`next_prev` of it).
@@ -249,7 +257,7 @@ def next_log(session: str, slot: int, records: Sequence[LogRecord], link: str) -
     end = records[-1] if records else None
     if type(end) is not EpochEnd:
         raise ValueError("the log does not end with an epoch_end: no switch to roll forward")
-    kept = [r for r in records[end.keep_from : -1] if type(r) in _CONVERSATION]
+    kept = kept_records(records)
     if (why := unpaired(kept)) is not None:
         raise ValueError(f"the kept tail is not a well-formed thread: {why}")
     start = SessionStart(end.time, session, end.epoch + 1, slot, end.baseline)

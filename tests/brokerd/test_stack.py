@@ -8,6 +8,7 @@ bxctl chat."""
 from __future__ import annotations
 
 import http.server
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -248,7 +249,11 @@ def test_shell_fetch_then_a_write_that_the_taint_makes_ask(
     assert fetched.startswith(f"[{url}: HTTP 200]\nNotes")
     assert wrote == "wrote out.txt: 4 bytes"
     reason = "because the session read untrusted content from shell at call 1"
-    prompts = out.stderr.split("wants to:\n")[1:]
+    # bxctl's layout (issue 27 class 4): the whole call on indented lines of its own
+    prompts = [
+        "\n".join(line.removeprefix("    ") for line in p.split("\n"))
+        for p in re.split(r"  the whole call \([^)]*\):\n", out.stderr)[1:]
+    ]
     assert [p.split("\n")[0] for p in prompts] == [
         f"run in the sandbox (workspace read-write, no network): {net}",
         f"GET from 127.0.0.1: {url}",

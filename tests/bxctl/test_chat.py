@@ -35,7 +35,9 @@ HELLO = [event(ContentEvent("Hel")), event(ContentEvent("lo.")), done("Hello.")]
 @pytest.fixture(autouse=True)
 def clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BOXMAKER_SOCKET", raising=False)
+    monkeypatch.delenv("BOXMAKER_OWNER_SOCKET", raising=False)
     monkeypatch.delenv("NO_COLOR", raising=False)
+    monkeypatch.setenv("BOXMAKER_RUN", "/nonexistent/run")  # never the checkout's make run
 
 
 def chat(sock: Path, *args: str, stdin: str = "", tty: bool = False) -> Result:
@@ -208,7 +210,7 @@ def test_not_running_without_a_socket_file(tmp_path: Path) -> None:
     assert session.startswith("session ")
     assert line == (
         f"bxctl chat: loopd is not running (no socket file at {tmp_path / 'loop.sock'}); "
-        "start it with `supervisorctl -c conf/supervisord.conf start loopd`, "
+        "start it with `supervisorctl -c <your supervisord.conf> start loopd`, "
         "or `loopd serve --config <path>`"
     )
 
@@ -232,7 +234,7 @@ def test_not_running_with_a_socket_file_nobody_listens_on(tmp_path: Path) -> Non
     assert r.status == ExitStatus.ERROR
     assert len(r.stderr_lines) == 1
     assert "loopd is not running (nothing is listening at" in r.stderr
-    assert "supervisorctl -c conf/supervisord.conf start loopd" in r.stderr
+    assert "supervisorctl -c <your supervisord.conf> start loopd" in r.stderr
 
 
 def test_the_socket_comes_from_the_environment_then_the_default(
@@ -375,3 +377,26 @@ def test_new_session_ids_carry_the_time_and_sort_by_age() -> None:
     assert sorted([newer, older]) == [older, newer]
     # The same second twice: the random suffix keeps them apart.
     assert len({new_session_id(1_796_000_000.0) for _ in range(50)}) == 50
+
+
+def test_an_approval_this_chat_cannot_answer_says_so_at_once(tmp_path: Path) -> None:
+    from boxmaker.proto import ApprovalNeededEvent
+
+    reply = [event(ApprovalNeededEvent("c1", "shell", "ls")), done("Denied.")]
+    with FakeLoopd(tmp_path / "loop.sock", [reply]) as fake:
+        r = chat(fake.path, stdin="run ls\n")
+    assert r.status == ExitStatus.OK, r.stderr
+    [line] = [x for x in r.stderr_lines if x.startswith("[approval: this chat cannot answer it")]
+    assert "--owner-socket" in line
+    assert "denies it when its approval wait ends" in line
+
+
+def test_a_closed_stdin_is_one_line_not_a_traceback(tmp_path: Path) -> None:
+    from boxmaker._cli import Environment
+
+    out, err = io.StringIO(), io.StringIO()
+    env = Environment(stdin=None, stdout=out, stderr=err, environ={})  # type: ignore[arg-type]
+    status = main(["chat", "--socket", str(tmp_path / "loop.sock")], env)
+    assert status == ExitStatus.USAGE
+    assert err.getvalue().startswith("bxctl chat: standard input is closed")
+    assert "Traceback" not in err.getvalue()

@@ -56,7 +56,7 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (ToolResultEvent("echo", ResultClass.PUBLIC, True), "[tool echo: done, public, truncated]"),
     (
         ApprovalNeededEvent("9f", "note", "append 3 bytes"),
-        "[approval needed: note: append 3 bytes]",
+        "[approval needed: brokerd holds a call of note]",
     ),
     (ThinkingCappedEvent(1), "[thinking capped at 1 token]"),
     (ThinkingCappedEvent(2048), "[thinking capped at 2048 tokens]"),
@@ -235,3 +235,22 @@ def test_color_only_on_a_terminal_without_no_color(
     isatty: bool, environ: dict[str, str], expected: bool
 ) -> None:
     assert use_color(isatty, environ) is expected
+
+
+def test_progress_is_a_live_line_cleared_by_what_comes_next() -> None:
+    from boxmaker.bxctl.render import CLEAR_LINE
+    from boxmaker.proto import ContentEvent, ProgressEvent
+
+    live = Renderer(dim=False, split=False, live=True)
+    first = live.event(ProgressEvent(900, 0, 128))
+    assert [p.text for p in first] == [f"{CLEAR_LINE}[reading the prompt: 128 of 900 tokens]"]
+    again = live.event(ProgressEvent(900, 0, 512))
+    assert again[0].text.endswith("512 of 900 tokens]")
+    content = live.event(ContentEvent("Hi"))
+    assert [p.text for p in content] == [CLEAR_LINE, "Hi"]
+    assert CLEAR_LINE not in "".join(p.text for p in live.event(ContentEvent(" there")))
+    piped = Renderer(dim=False, split=False, live=False)
+    assert piped.event(ProgressEvent(900, 0, 128)) == []  # a pipe: nothing, as before
+    ended = Renderer(dim=False, split=False, live=True)
+    ended.event(ProgressEvent(10, 0, 5))
+    assert ended.close()[0].text == CLEAR_LINE  # a turn cut short takes the line away too

@@ -16,6 +16,7 @@ from boxmaker.proto.log import (
     EpochEnd,
     LogRecord,
     SessionStart,
+    Stopped,
     ToolResult,
     Usage,
     User,
@@ -75,6 +76,7 @@ LINES: dict[str, tuple[int, str, LogRecord]] = {
     "cache_loss": (11, PREV_ABC, CacheLoss(T, 1_024, 37)),
     "cache_saved": (13, PREV_ABC, CacheSaved(T, 0, 1_745, 14_309_796, 49_865)),
     "cache_restored": (14, PREV_ABC, CacheRestored(T, 1, 1_745, 14_309_796, 42_937)),
+    "stopped": (15, PREV_ABC, Stopped(T, "The capital of Fr")),
     "epoch_end": (
         12,
         PREV_ABC,

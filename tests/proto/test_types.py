@@ -37,6 +37,7 @@ def test_error_codes_are_exactly_the_decisions_set() -> None:
         "no_such_session",
         "session_exists",
         "inference",
+        "stopped",  # issue 30: the owner stopped the turn (docs/decisions/chat.md)
     }
     assert ErrorCode("bad_request") is ErrorCode.BAD_REQUEST
 

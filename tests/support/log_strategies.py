@@ -13,6 +13,7 @@ from boxmaker.proto.log import (
     EpochEnd,
     LogRecord,
     SessionStart,
+    Stopped,
     ToolResult,
     Usage,
     User,
@@ -56,4 +57,5 @@ records: st.SearchStrategy[LogRecord] = st.one_of(
     st.builds(CacheSaved, times, uints, uints, uints, uints),
     st.builds(CacheRestored, times, uints, uints, uints, uints),
     st.builds(EpochEnd, times, uints, texts, uints, hexes, uints, uints, uints),
+    st.builds(Stopped, times, texts),
 )

@@ -39,8 +39,15 @@ def test_run_sh_names_a_program_that_cannot_start() -> None:
         )  # fmt: skip
         took = time.monotonic() - started
         assert p.returncode == 1, p.stdout + p.stderr
-        last = p.stderr.strip().splitlines()[-1]
+        lines = p.stderr.strip().splitlines()
+        [last] = [x for x in lines if x.startswith("run: cannot start: ")]
         assert last.startswith("run: cannot start: llama-server FATAL ("), p.stderr
+        # a failed start stops what it started (issue 30 item 5): supervisord is gone
+        assert lines[-1] == "run: stopping what this run started (supervisorctl shutdown)"
+        pid_file = run / "supervisord.pid"
+        if pid_file.exists():
+            gone = int(pid_file.read_text())
+            wait_for(lambda: not os.path.exists(f"/proc/{gone}"), "supervisord to exit", BOUND)
         assert f"last lines of {run}/llama-server.log: " in last, last
         assert "failed to load model" in last, last
         assert took < 60, f"took {took:.0f} s: {last}"
@@ -53,4 +60,29 @@ def test_run_sh_names_a_program_that_cannot_start() -> None:
         subprocess.run(ctl, env=env, capture_output=True, timeout=BOUND, check=False)
         if pid is not None:
             wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord to exit", BOUND)
+        shutil.rmtree(run, ignore_errors=True)
+
+
+def test_run_sh_fails_at_once_on_a_dead_upstream() -> None:
+    """UPSTREAM at a port nothing listens on: one line with the address and the error, within
+    seconds, and nothing started (issue 30 item 5; it waited 180 s and left the stack running)."""
+    run = Path(tempfile.mkdtemp(prefix="bx-ff-", dir="/tmp"))
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("BOXMAKER_SOCKET", "MODEL")}
+    env.update(BOXMAKER_RUN=str(run), UPSTREAM=f"127.0.0.1:{port}",
+               CONFIG=str(write_local_config(run)))  # fmt: skip
+    started = time.monotonic()
+    try:
+        p = subprocess.run(
+            ["bash", str(REPO / "scripts" / "run.sh")], env=env, stdin=subprocess.DEVNULL,
+            capture_output=True, text=True, timeout=BOUND, check=False,
+        )  # fmt: skip
+        took = time.monotonic() - started
+        assert p.returncode == 1, p.stdout + p.stderr
+        last = p.stderr.strip().splitlines()[-1]
+        assert last.startswith(f"run: UPSTREAM=127.0.0.1:{port}: cannot connect ("), p.stderr
+        assert "Connection refused" in last, last
+        assert not (run / "supervisord.pid").exists()  # nothing was started
+        assert took < 30, f"took {took:.0f} s"
+    finally:
         shutil.rmtree(run, ignore_errors=True)

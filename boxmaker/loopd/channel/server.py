@@ -11,6 +11,12 @@ The worker's reader thread only queues frames for this connection; this thread s
 within `send_timeout_ms`. So a client that stops reading holds up its own connection and nothing
 else, and a client that is gone (or too slow) is dropped while its turn runs on to the end and is
 logged: the rest of its frames are read and discarded.
+
+While the turn runs, a thread of the connection's own reads what the client sends after its
+turn: a `cancel` frame (issue 30, Ctrl-C in `bxctl chat`) stops the turn (`Pool.cancel`: the
+worker ends it with `error{stopped}` and a `stopped` record); the client's close, or anything
+else, is the end of listening and stops nothing, so a client that is gone still has its turn
+finished and logged.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from boxmaker.loopd.config import ChannelConfig
 from boxmaker.loopd.workers.pool import Pool, TurnSink, Unavailable
 from boxmaker.loopd.workers.wire import parse_turn
 from boxmaker.proto import ErrorCode
+from boxmaker.proto.channel import CANCEL, CANCEL_KINDS
 from boxmaker.proto.errors import ProtocolError
 from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, error_frame
 
@@ -121,7 +128,46 @@ class ChannelServer:
         except BaseException:
             self.locks.release(session)  # no turn was started: nothing else will release it
             raise
-        self._relay(sock, outbox)
+        listening = threading.Thread(
+            target=self._listen_for_cancel, args=(sock, session), daemon=True
+        )
+        listening.start()
+        try:
+            self._relay(sock, outbox)
+        finally:
+            with contextlib.suppress(OSError):
+                sock.shutdown(socket.SHUT_RD)  # the listener's recv() returns: it ends
+            listening.join(self.config.send_timeout_ms / 1000)
+
+    def _listen_for_cancel(self, sock: socket.socket, session: str) -> None:
+        """Reads the client's side until it closes: a `cancel` frame stops the turn."""
+        try:
+            self._listen(sock, session)
+        except Exception as exc:  # a bug: said, so a lost cancel is never silent
+            self.log.warn(f"session {session}: the cancel listener failed: {exc!r}")
+
+    def _listen(self, sock: socket.socket, session: str) -> None:
+        decoder = FrameDecoder(CANCEL_KINDS)
+        while True:
+            try:
+                data = sock.recv(RECV_BYTES)
+            except TimeoutError:  # the relay's send bound is the socket's: keep listening
+                continue
+            except OSError as exc:
+                self.log.say(f"session {session}: stopped listening for a cancel: {exc}")
+                return
+            if not data:
+                return
+            decoder.receive_data(data)
+            try:
+                frame = decoder.next_frame()
+            except ProtocolError as exc:
+                self.log.warn(f"session {session}: after its turn the client sent {exc}")
+                return
+            if isinstance(frame, Frame) and frame.kind == CANCEL:
+                self.log.say(f"session {session}: the client stopped its turn")
+                self.pool.cancel(session)
+                return
 
     def _relay(self, sock: socket.socket, outbox: queue.SimpleQueue[tuple[bytes, bool]]) -> None:
         sock.settimeout(self.config.send_timeout_ms / 1000)

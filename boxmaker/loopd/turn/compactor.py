@@ -39,7 +39,15 @@ from boxmaker.loopd.turn.compact import (
     summarise,
     used,
 )
-from boxmaker.proto import CompactedEvent, CompactingEvent, TurnEvent, Usage
+from boxmaker.proto import (
+    CompactedEvent,
+    CompactingEvent,
+    ProgressEvent,
+    RetryingEvent,
+    TurnEvent,
+    Usage,
+    WaitingEvent,
+)
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
 from boxmaker.session.baseline import Baseline, assemble_baseline
@@ -126,12 +134,17 @@ class Compactor:
             upto=action.upto,
         )
         extra = {"max_tokens": self.settings.summary_tokens}
+
+        def waits(event: ChatEvent) -> None:  # the owner sees the summary's wait (issue 30.5)
+            if isinstance(event, ProgressEvent | WaitingEvent | RetryingEvent):
+                on_event(event)
+
         try:
             req = next(gen)
             while True:
                 try:
                     got: Completion | InferError = self.client.chat_with_retry(
-                        req, _drop, extra=extra
+                        req, waits, extra=extra
                     )
                 except InferError as err:
                     got = err

@@ -19,6 +19,12 @@
 - `Compact` (issue 21, only with a `compactor`): `compactor.run`, the summary, the epoch switch
   and the pre-warm (`turn.compactor`).
 
+- Stopping (issue 30, `stop`): the owner's `cancel` is seen at the next event of a completion
+  (a token, a progress event, a slot poll) or before the next completion. The completion's
+  connection is closed (which cancels the generation at the server), nothing of it is recorded
+  but a `Stopped` record with the text streamed so far, and the turn ends `error{stopped}`. Tool
+  calls already running finish and are recorded first, so the log stays whole.
+
 A failed append (the disk) raises the store's SessionError (AppendFailed) out of `run_turn`: the
 store has cut the log back to its last acknowledged line, and the turn cannot go on without it.
 `loopd turn` reports it as `error{internal}` with the store's message.
@@ -54,7 +60,9 @@ from boxmaker.loopd.turn.loop import (
 from boxmaker.loopd.turn.recall import WithRecall
 from boxmaker.proto import (
     EVENT_TYPES,
+    ContentEvent,
     ErrorCode,
+    Stopped,
     ToolRequest,
     ToolResponse,
     TurnDone,
@@ -133,6 +141,20 @@ def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | Wire
     )
 
 
+class _StopAsked(Exception):
+    """Raised out of a completion's event callback to close its connection (issue 30)."""
+
+
+def _never() -> bool:
+    return False
+
+
+STOPPED_MESSAGE = (
+    "stopped: the answer was cancelled at the server; the log keeps a `stopped` record, and the "
+    "next message goes on from here"
+)
+
+
 def _drop(_event: TurnEvent) -> None:
     pass
 
@@ -150,6 +172,7 @@ def run_turn(
     clock: Callable[[], str] = utc_now,
     compactor: Compactor | None = None,
     fit: MessageFit | None = None,
+    stop: Callable[[], bool] = _never,
 ) -> TurnDone | WireError:
     """Runs one turn of the session whose log is open in `log`.
 
@@ -167,9 +190,11 @@ def run_turn(
         fit: measures a large message first: one that cannot fit even alone is refused before
             anything is appended; one that fits alone but not beside the history is folded
             for first (issue 29.3). None: not measured.
+        stop: true once the owner asked to stop the turn (read from any thread's write).
 
     Returns:
-        TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference).
+        TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference,
+        stopped).
 
     Raises:
         SessionError: an append failed; nothing partial was kept (the store's message says so).
@@ -191,9 +216,19 @@ def run_turn(
         content_tokens=tokens,
     )
 
+    shown: list[str] = []  # this completion's content, as streamed: what a stop records
+
     def forward(event: ChatEvent) -> None:
+        if stop():
+            raise _StopAsked
+        if isinstance(event, ContentEvent):
+            shown.append(event.text)
         if isinstance(event, _TURN_EVENTS):
             on_event(event)
+
+    def stopped() -> WireError:
+        log.append(Stopped(clock(), "".join(shown)))
+        return WireError(ErrorCode.STOPPED, STOPPED_MESSAGE)
 
     timeout_s = config.tool_timeout_ms / 1000
     port = WithRecall(port, log)
@@ -201,10 +236,15 @@ def run_turn(
     while True:
         result: object = None
         if isinstance(action, Complete):
+            shown.clear()
             try:
+                if stop():
+                    raise _StopAsked
                 result = client.chat_with_retry(action.request, forward)
             except InferError as err:
                 result = err
+            except _StopAsked:
+                return stopped()
         elif isinstance(action, RunTools):
             result = run_tools(port, action.requests, timeout_s, parallel=config.parallel_tools)
         elif isinstance(action, Append):

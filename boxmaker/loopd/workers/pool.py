@@ -98,6 +98,13 @@ class Pool:
         self.ensure_spare()  # if the spare was taken, start the next one
         return new.pid
 
+    def cancel(self, session: str) -> None:
+        """Stops the turn the session's worker is running, if any (a client's `cancel`)."""
+        with self.lock:
+            worker = self.workers.get(session)
+            if worker is not None:
+                worker.cancel()
+
     def _worker_for(self, session: str, deadline: float) -> WorkerProcess | None:
         """With the lock held: a BUSY worker for the session, or None after waiting for a change
         (call again). Raises Unavailable when the wait is over, or none could start."""

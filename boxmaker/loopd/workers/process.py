@@ -39,7 +39,7 @@ from boxmaker.proto.frame import Frame
 
 from .gate import GateServer, SlotCache
 from .pipes import FrameWriter, PipeBroken, PipeClosed, Relayed, RelayReader
-from .wire import GATE_KINDS, NO_SESSION, turn_frame
+from .wire import GATE_KINDS, NO_SESSION, cancel_frame, turn_frame
 
 WORKER_MODULE = "boxmaker.loopd.workers.worker"
 
@@ -153,6 +153,13 @@ class WorkerProcess:
         self.turn = sink
         with contextlib.suppress(PipeClosed):  # it is dying: its reader ends the turn
             self.writer.send(turn_frame(request))
+
+    def cancel(self) -> None:
+        """Passes the client's `cancel` on (issue 30), with the pool's lock held; a worker
+        that is not running a turn has nothing to stop."""
+        if self.state is State.BUSY and self.turn is not None:
+            with contextlib.suppress(PipeClosed):
+                self.writer.send(cancel_frame())
 
     def _read(self) -> None:
         reader = RelayReader(self._up)

@@ -21,6 +21,7 @@ add their own kinds. A worker's answers to a turn are the channel's own frames (
 | `gate_pick`    | worker | false | `{ask, slots}`: which slot should a new session take |
 | `gate_picked`  | main   | false | `{ask, slot}`: this one (SlotGate.pick, issue 19)   |
 | `no_session`   | worker | false | `{}`: before a final error, no log is open: stop me |
+| `cancel`       | main   | true  | `{}`: the client stopped the turn in flight (issue 30) |
 
 `ask` numbers a worker's requests for the slot, so that an answer to one it has left is told
 apart from an answer to the next.
@@ -29,6 +30,7 @@ apart from an answer to the next.
 from typing import Any
 
 from boxmaker.proto import BodyError, Turn, channel_frame
+from boxmaker.proto.channel import CANCEL as CANCEL  # the worker reads it here
 from boxmaker.proto.channel import (
     parse_turn as parse_turn,  # moved to proto (issue 20); kept here for its callers
 )
@@ -44,10 +46,14 @@ NO_SESSION = "no_session"
 # A worker's first frame: the config loopd read and validated (never the file's path, which may
 # have changed since).
 CONFIG = "config"
-PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION, CONFIG}
+PIPE_KINDS: frozenset[str] = CHANNEL_KINDS | GATE_KINDS | {NO_SESSION, CONFIG, CANCEL}
 # The channel's frames a worker sends back: relayed to the client as they are.
 RELAYED_KINDS = frozenset({"turn_event", "turn_done", "error"})
 FINAL_KINDS = frozenset({"turn_done", "error"})
+
+
+def cancel_frame() -> bytes:
+    return encode_frame(CANCEL, {}, True, PIPE_KINDS)
 
 
 def turn_frame(turn: Turn) -> bytes:

@@ -17,6 +17,11 @@ flight is finished and logged when loopd itself went away (its events then go no
 SIGINT and SIGHUP are ignored: loopd decides when a turn is cut (SIGKILL), so a signal to the
 whole process group cannot cut a turn half-way. A session that cannot be opened (busy, missing,
 corrupt) is answered with its error, and loopd stops the worker (wire.py's `no_session`).
+
+A `cancel` frame (issue 30: the owner's Ctrl-C, relayed by loopd) stops the turn in flight:
+`run_turn`'s `stop` reads the flag it sets (turn/runner.py says where it is seen). The flag is
+cleared when the next turn frame arrives, on the same reader thread, so a cancel that came
+after its turn is never lost and never stops the turn after it.
 """
 
 from __future__ import annotations
@@ -64,7 +69,7 @@ from boxmaker.session.store import SessionLog
 
 from .gate import PipeGate
 from .pipes import BatchWriter, FrameReader, PipeBroken, PipeClosed, read_frames
-from .wire import GATE_KINDS, config_fields, no_session_frame, parse_turn
+from .wire import CANCEL, GATE_KINDS, config_fields, no_session_frame, parse_turn
 
 PROG = "loopd worker"
 
@@ -92,6 +97,7 @@ class Worker:
         self.fit = MessageFit(config.expect.n_ctx, config.compact.at, count)
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
+        self.stop_asked = threading.Event()  # the turn in flight was cancelled
 
     def send(self, data: bytes) -> None:
         with contextlib.suppress(PipeClosed):  # loopd is gone: the turn goes on, logged
@@ -101,7 +107,10 @@ class Worker:
         """From the stdin reader: gate answers to the PipeGate, turns to the main thread."""
         if frame.kind in GATE_KINDS:
             self.gate.deliver(frame)
+        elif frame.kind == CANCEL:
+            self.stop_asked.set()
         else:
+            self.stop_asked.clear()  # a new turn: an earlier cancel was for the one before
             try:
                 self.turns.put(parse_turn(frame))
             except BodyError as exc:  # loopd checks every turn: this is a bug, not a client's
@@ -173,6 +182,7 @@ class Worker:
                     on_event=self.on_event,
                     compactor=self.compactor,
                     fit=self.fit,
+                    stop=self.stop_asked.is_set,
                 )
         except (SessionError, SessionIdError, InferError) as exc:
             if self.log is not None and self.log.closed:

@@ -1,0 +1,141 @@
+"""Where `bxctl chat` reads the owner's messages: a line editor on a terminal, lines elsewhere.
+
+On a terminal (stdin and stdout both one) the reader is prompt_toolkit's (the choice and why:
+docs/decisions/chat.md): the arrow keys, Home/End, Ctrl-A/E/K/U/W and the rest of Emacs
+editing; Up/Down and Ctrl-R through a history kept across runs in one file (0600, created so,
+never followed through a symlink); bracketed paste, so a paste of any size, newlines included,
+arrives whole as one message (the terminal's 4,095-byte line limit applies only to its cooked
+mode, which prompt_toolkit never uses). Multi-line messages: Esc then Enter (or Alt-Enter)
+starts a new line, and a message that begins with `\"\"\"` goes on over Enter until a line ends
+with `\"\"\"` (Ollama's way); the quotes are not sent.
+
+Ctrl-C with text typed clears it; at an empty prompt, or a second time, it raises
+KeyboardInterrupt (the chat quits). Ctrl-D on an empty line is the end of input.
+
+Elsewhere (a pipe, a file, `--json`) a message is one line of stdin, as it always was: nothing
+is edited, joined or quoted, so scripts see no change.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+from typing import Protocol, TextIO
+
+QUOTES = '"""'
+
+
+class Lines(Protocol):
+    def read(self) -> str | None:
+        """The next message; None at the end of input. KeyboardInterrupt for Ctrl-C."""
+        ...
+
+
+class PipeLines:
+    """One message per line of `stdin`; `prompt` is written before each read when set."""
+
+    def __init__(self, stdin: TextIO, stdout: TextIO, prompt: str = "") -> None:
+        self._in = stdin
+        self._out = stdout
+        self._prompt = prompt
+
+    def read(self) -> str | None:
+        if self._prompt:
+            self._out.write(self._prompt)
+        self._out.flush()
+        line = self._in.readline()
+        if not line:
+            return None
+        return line.rstrip("\r\n")
+
+
+def unquote(text: str) -> str:
+    """A `\"\"\"`-quoted message without its quotes (and the newline right inside each)."""
+    body = text.strip()
+    if body.startswith(QUOTES) and body.endswith(QUOTES) and len(body) >= 2 * len(QUOTES):
+        inner = body[len(QUOTES) : -len(QUOTES)]
+        return inner.removeprefix("\n").removesuffix("\n")
+    return text
+
+
+def open_quote(text: str) -> bool:
+    """Whether a message that began with `\"\"\"` is still waiting for its closing quotes."""
+    body = text.strip()
+    if not body.startswith(QUOTES):
+        return False
+    return len(body) < 2 * len(QUOTES) or not body.endswith(QUOTES)
+
+
+def history_file(path: Path) -> Path:
+    """Makes sure `path` is a regular file of ours, mode 0600, and returns it.
+
+    Raises:
+        OSError: it cannot be made (naming the file), or it is a symlink or not a regular file.
+    """
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            raise OSError(f"{path}: not a regular file")
+        os.fchmod(fd, 0o600)  # one made before (or by another umask) is narrowed too
+    finally:
+        os.close(fd)
+    return path
+
+
+class TerminalLines:
+    """prompt_toolkit's line editor with a history file; see the module's docstring."""
+
+    def __init__(self, history: Path | None, prompt: str = "> ") -> None:
+        from prompt_toolkit import PromptSession
+        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
+
+        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
+        bindings = KeyBindings()
+
+        @bindings.add("enter")
+        def _enter(event: KeyPressEvent) -> None:
+            buffer = event.current_buffer
+            if open_quote(buffer.text):
+                buffer.insert_text("\n")
+            else:
+                buffer.validate_and_handle()
+
+        @bindings.add("escape", "enter")
+        def _newline(event: KeyPressEvent) -> None:
+            event.current_buffer.insert_text("\n")
+
+        @bindings.add("c-c")
+        def _interrupt(event: KeyPressEvent) -> None:
+            """With text typed, the first Ctrl-C clears it (as a shell does); at an empty
+            prompt, or the second time, the chat is told (KeyboardInterrupt)."""
+            buffer = event.current_buffer
+            if buffer.text and not self._cleared:
+                self._cleared = True
+                buffer.reset()
+            else:
+                event.app.exit(exception=KeyboardInterrupt())
+
+        store: History = InMemoryHistory()
+        if history is not None:
+            store = FileHistory(str(history))
+        self._session: PromptSession[str] = PromptSession(
+            history=store,
+            multiline=False,  # Enter is bound above; a newline is inserted as text
+            key_bindings=bindings,
+            prompt_continuation=lambda width, line, wrap: "." * (width - 1) + " ",
+            enable_history_search=False,
+            reserve_space_for_menu=0,  # no completion menu: no blank rows under the prompt
+        )
+        self._prompt = prompt
+
+    def read(self) -> str | None:
+        self._cleared = False
+        try:
+            text = self._session.prompt(self._prompt)
+        except EOFError:
+            return None
+        return unquote(text)

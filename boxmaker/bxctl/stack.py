@@ -1,0 +1,166 @@
+"""Where bxctl finds the stack it talks to, and how that stack was started (issue 30 item 3).
+
+`make run` writes `run.env` in its run folder (scripts/run.sh): the loop.sock, owner.sock and
+home it started with. bxctl reads it, so `bxctl chat --session <id>` after `make run` finds loopd
+and brokerd's owner.sock with no flag or variable. The run folder is $BOXMAKER_RUN, else the
+`run/` folder of the checkout bxctl runs from (the .venv's editable install), used only when its
+`run.env` exists.
+
+What wins, for each path: the flag, then the environment variable ($BOXMAKER_SOCKET,
+$BOXMAKER_OWNER_SOCKET, $BOXMAKER_HOME), then run.env, then the packaged default (loop.sock
+only). owner.sock and the home are taken from run.env only when loop.sock is run.env's own, so a
+chat with another `--socket` never answers approvals on an unrelated brokerd.
+
+`Stack.start_hint()` names the command that works for how the stack was started: `make run`'s
+(in its checkout) when loop.sock is make run's, else supervisorctl with the owner's config.
+"""
+
+from __future__ import annotations
+
+import shlex
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV, SOCKET_ENV
+
+RUN_ENV_NAME = "run.env"
+RUN_ENV = "BOXMAKER_RUN"
+OWNER_SOCKET_ENV = "BOXMAKER_OWNER_SOCKET"
+RUN_ENV_MAX_BYTES = 65_536  # a few lines: anything bigger is not make run's
+
+
+def checkout_run_folder() -> Path:
+    """The `run/` beside the boxmaker package (the checkout, for the editable install)."""
+    return Path(__file__).resolve().parents[2] / "run"  # boxmaker/bxctl/stack.py
+
+
+def read_run_env(path: Path) -> dict[str, str]:
+    """run.env's `NAME=value` lines (bash's printf %q quoting); {} when it cannot be read."""
+    try:
+        with path.open("rb") as f:
+            data = f.read(RUN_ENV_MAX_BYTES + 1)
+    except OSError:
+        return {}
+    if len(data) > RUN_ENV_MAX_BYTES:
+        return {}
+    found: dict[str, str] = {}
+    for line in data.decode("utf-8", "replace").splitlines():
+        name, sep, value = line.partition("=")
+        if not sep or not name.isidentifier():
+            continue
+        try:
+            words = shlex.split(value)
+        except ValueError:
+            continue
+        found[name] = words[0] if words else ""
+    return found
+
+
+@dataclass(frozen=True)
+class Stack:
+    socket: Path
+    owner_socket: Path | None  # where approvals are answered; None: not known here
+    home: Path | None  # where the sessions live; None: not known here
+    run: Path | None  # make run's folder, when loop.sock is the one it started
+
+    def start_hint(self) -> str:
+        """The command that (re)starts loopd, for how this stack was started."""
+        if self.run is not None:
+            checkout = self.run.parent
+            return (
+                f'start it with `make run` in {checkout} (or `make ctl CMD="start loopd"`); '
+                f"its logs are in {self.run}/"
+            )
+        return (
+            "start it with `supervisorctl -c <your supervisord.conf> start loopd`, "
+            "or `loopd serve --config <path>`"
+        )
+
+    def owner_hint(self) -> str:
+        """What to run to answer approvals, when this chat cannot."""
+        if self.run is not None:
+            return f"`make chat` in {self.run.parent}"
+        return "`bxctl chat --owner-socket <brokerd's owner.sock>` (or $BOXMAKER_OWNER_SOCKET)"
+
+
+def find_stack(
+    socket_arg: Path | None, owner_arg: Path | None, environ: Mapping[str, str]
+) -> Stack:
+    run_dir = Path(environ[RUN_ENV]) if environ.get(RUN_ENV) else checkout_run_folder()
+    recorded = read_run_env(run_dir / RUN_ENV_NAME)
+    run_socket = Path(recorded[SOCKET_ENV]) if recorded.get(SOCKET_ENV) else None
+    if socket_arg is not None:
+        socket = socket_arg
+    elif environ.get(SOCKET_ENV):
+        socket = Path(environ[SOCKET_ENV])
+    elif run_socket is not None:
+        socket = run_socket
+    else:
+        socket = DEFAULT_SOCKET
+    ours = run_socket is not None and _same(socket, run_socket)
+
+    def pick(arg: Path | None, env_name: str) -> Path | None:
+        if arg is not None:
+            return arg
+        if environ.get(env_name):
+            return Path(environ[env_name])
+        if ours and recorded.get(env_name):
+            return Path(recorded[env_name])
+        return None
+
+    return Stack(
+        socket=socket,
+        owner_socket=pick(owner_arg, OWNER_SOCKET_ENV),
+        home=pick(None, HOME_ENV),
+        run=run_dir if ours else None,
+    )
+
+
+def _same(a: Path, b: Path) -> bool:
+    try:
+        return a.resolve() == b.resolve()
+    except OSError:
+        return a == b
+
+
+def home_for(arg: Path | None, environ: Mapping[str, str]) -> Path:
+    """`--home`, else $BOXMAKER_HOME, else make run's home (run.env), else the default."""
+    if arg is not None:
+        return arg
+    if environ.get(HOME_ENV):
+        return Path(environ[HOME_ENV])
+    found = find_stack(None, None, environ).home
+    return found if found is not None else DEFAULT_HOME
+
+
+BROKERD_LOG = "brokerd.log"
+BROKERD_LOG_TAIL = 65_536  # the start line is near the end: no need to read a long log whole
+BROKERD_START = "brokerd: listening on "
+
+
+def tools_line(run: Path) -> str:
+    """One line saying which tools make run's brokerd offers and why one is off, from the start
+    line brokerd writes to `<run>/brokerd.log` (the last one: a restart writes another)."""
+    path = run / BROKERD_LOG
+    try:
+        with path.open("rb") as f:
+            size = f.seek(0, 2)
+            f.seek(max(0, size - BROKERD_LOG_TAIL))
+            text = f.read().decode("utf-8", "replace")
+    except OSError as e:
+        return f"[tools: unknown: {path}: {e.strerror or e}]"
+    starts = [line for line in text.splitlines() if line.startswith(BROKERD_START)]
+    if not starts:
+        return f"[tools: none yet: brokerd has not started listening (see {path})]"
+    fields = starts[-1].removeprefix(BROKERD_START).split(", ")
+    workspace = next(
+        (f.removeprefix("workspace ") for f in fields if f.startswith("workspace ")), "?"
+    )
+    at = next((i for i, f in enumerate(fields) if f.startswith("shell")), None)
+    shell = "shell: unknown" if at is None else ", ".join(fields[at:])  # its reason may hold ", "
+    shell = "shell on (sandboxed)" if shell == "shell: sandbox ready" else shell
+    return (
+        f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
+        f"the hosts the grants name; {shell}]"
+    )

@@ -1,0 +1,145 @@
+"""The parts of `bxctl chat` that exist only on a terminal (issue 30): its first lines, the
+history file's place, what Ctrl-C does during a turn, the quit line and the local /help; and
+the line for an approval that this chat cannot answer (in every mode: it goes to stderr).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+from pathlib import Path
+from typing import Any, TextIO
+
+from boxmaker._cli import Environment
+from boxmaker.proto import ApprovalNeededEvent, ChannelBody
+from boxmaker.proto.frame import Frame
+from boxmaker.session.errors import SessionError
+
+from .client import Canceller, Show
+from .history import Entry, describe, last_exchange, read_entries, turns_and_last
+from .lineinput import history_file
+from .stack import OWNER_SOCKET_ENV, Stack, tools_line
+
+HISTORY_ENV = "BOXMAKER_CHAT_HISTORY"
+HISTORY_NAME = "chat_history"
+TYPING = (
+    'Enter sends; Esc Enter, or a message in """ ... """, for several lines; Ctrl-C stops an '
+    "answer, and at an empty prompt quits; /help lists the commands"
+)
+LOCAL_HELP = """commands (answered here, never sent to the model):
+  /help, /?            this list
+  /compact             fold the conversation so far into a new epoch now
+  /quit, /exit, /bye   end the chat (Ctrl-D or Ctrl-C at an empty prompt too)
+typing:
+  Enter                send the message
+  Esc Enter, Alt-Enter a new line in the message
+  \"\"\" ... \"\"\"          several lines: Enter goes on until a line ends in \"\"\"
+  Up, Down, Ctrl-R     the messages of earlier chats (kept in the history file, 0600)
+  Ctrl-C               stop the answer being written; at an empty prompt, or twice, quit
+"""
+STOPPING = "\n[stopping the answer; Ctrl-C again quits]\n"
+
+
+def real_terminal(env: Environment) -> bool:
+    """stdin and stdout are the process's own terminal (not a test's in-memory streams)."""
+    try:
+        return os.isatty(env.stdin.fileno()) and os.isatty(env.stdout.fileno())
+    except (AttributeError, OSError, ValueError):
+        return False
+
+
+def history_path(arg: Path | None, stack: Stack, env: Environment) -> Path:
+    """--history, else $BOXMAKER_CHAT_HISTORY, else `chat_history` in the home this chat's
+    stack uses (when bxctl can write there), else ~/.local/state/boxmaker/chat_history; made
+    0600 (lineinput.history_file)."""
+    if arg is not None:
+        return history_file(arg)
+    if env.environ.get(HISTORY_ENV):
+        return history_file(Path(env.environ[HISTORY_ENV]))
+    if stack.home is not None and os.access(stack.home, os.W_OK):
+        return history_file(stack.home / HISTORY_NAME)
+    state = Path(env.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+    return history_file(state / "boxmaker" / HISTORY_NAME)
+
+
+def greeting(session: str, new: bool, stack: Stack) -> str:
+    """A terminal chat's first lines: new or resumed (with the last exchange), where approvals
+    are answered, and how to type."""
+    lines: list[str] = []
+    entries: list[Entry] = []
+    known = False
+    if not new and stack.home is not None:
+        try:
+            entries = read_entries(stack.home, session)
+            known = True
+        except (SessionError, OSError):
+            pass  # no such session (it is made by the first turn), or one loopd will refuse
+    if new or (stack.home is not None and not known):
+        lines.append(f"new session {session}")
+    elif not known:
+        lines.append(f"session {session} (resumed if it exists; no home known to read it from)")
+    else:
+        turns, last = turns_and_last(entries)
+        lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
+        for record in last_exchange(entries):
+            lines += [f"  {line}" for line in describe(record)]
+    if stack.run is not None:
+        lines.append(tools_line(stack.run))
+    if stack.owner_socket is not None:
+        lines.append(f"[approvals: asked here, answered on brokerd's {stack.owner_socket}]")
+    else:
+        lines.append(f"[approvals: cannot be answered in this chat; use {stack.owner_hint()}]")
+    lines.append(TYPING)
+    return "".join(f"{line}\n" for line in lines)
+
+
+def unanswerable(show: Show, err: TextIO, stack: Stack) -> Show:
+    """`show`, then for each approval this chat cannot answer, a line saying so at once."""
+
+    def wrapped(frame: Frame, body: ChannelBody) -> None:
+        show(frame, body)
+        if isinstance(body, ApprovalNeededEvent):
+            err.write(
+                "[approval: this chat cannot answer it (no brokerd owner.sock known: "
+                f"--owner-socket or ${OWNER_SOCKET_ENV}); answer it with {stack.owner_hint()}, "
+                "or brokerd denies it when its approval wait ends]\n"
+            )
+            err.flush()
+
+    return wrapped
+
+
+def quit_line(session: str, stack: Stack) -> str:
+    how = (
+        f"make chat SESSION={session}"
+        if stack.run is not None
+        else f"bxctl chat --session {session}"
+    )
+    return f"session {session}: to go on with it, run `{how}`\n"
+
+
+class StopOnInterrupt:
+    """While a turn runs on a terminal: the first Ctrl-C stops the answer (a `cancel` on the
+    turn's connection), the second quits. The handler writes straight to the terminal's fd, so it
+    never re-enters a buffered stream the main thread is writing."""
+
+    def __init__(self, canceller: Canceller | None, err: TextIO) -> None:
+        self._canceller = canceller
+        self._err = err
+        self._old: Any = None
+
+    def _handler(self, signum: int, frame: object) -> None:
+        if self._canceller is not None and self._canceller.cancel():
+            with contextlib.suppress(OSError, ValueError):
+                os.write(self._err.fileno(), STOPPING.encode())
+            return
+        raise KeyboardInterrupt
+
+    def __enter__(self) -> None:
+        if self._canceller is not None:
+            self._old = signal.signal(signal.SIGINT, self._handler)
+
+    def __exit__(self, *exc: object) -> None:
+        if self._canceller is not None:
+            signal.signal(signal.SIGINT, self._old)

@@ -1,0 +1,365 @@
+"""`bxctl chat` on a real pseudo-terminal against a real `loopd serve` on the scripted fake server
+(issue 30): what the owner types reaches the session's log as typed.
+
+The chat runs as its own process with the pty as its controlling terminal (pty.fork), so the
+line editor, the terminal's Ctrl-C (the tty driver's SIGINT) and bracketed paste are the real
+ones. The reader answers the editor's cursor-position queries as a terminal would.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import signal
+import struct
+import termios
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from boxmaker.bxctl.cli import main
+from boxmaker.loopd.llama.request import CHAT_PATH
+from boxmaker.proto.ids import SESSION_ID_RE
+from tests.support.cli import run_cli
+from tests.support.config import MODEL
+from tests.support.fakeserver import Outcome
+from tests.support.procs import wait_for
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, sse_reply
+from tests.support.serve import BOUND_S, ServeEnv, serve_env
+
+CPR_QUERY = b"\x1b[6n"
+PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
+PROMPT_READY = r"\x1b\[\?2004h"  # the editor turns bracketed paste on as it shows the prompt
+LONG = "tell me a long story"
+STORY_CHUNKS = 400  # at STORY_DELAY_S each: far longer than any bound below, so only a stop ends it
+STORY_DELAY_S = 0.1
+
+
+class Pty:
+    """A child process on a pty, its output collected by a thread."""
+
+    def __init__(self, argv: list[str], env: dict[str, str]) -> None:
+        pid, fd = pty.fork()
+        if pid == 0:  # the child: the pty is its controlling terminal
+            try:
+                os.execve(argv[0], argv, env)
+            finally:
+                os._exit(127)
+        self.pid, self.fd = pid, fd
+        fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 200, 0, 0))
+        self._lock = threading.Lock()
+        self._out = bytearray()
+        self._reader = threading.Thread(target=self._read, daemon=True)
+        self._reader.start()
+        self.status: int | None = None
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self.fd, 65536)
+            except OSError:
+                return
+            if not data:
+                return
+            with self._lock:
+                self._out += data
+            if CPR_QUERY in data:  # answer as a terminal does: row 1, column 1
+                for _ in range(data.count(CPR_QUERY)):
+                    os.write(self.fd, b"\x1b[1;1R")
+
+    @property
+    def output(self) -> str:
+        with self._lock:
+            return self._out.decode("utf-8", "replace")
+
+    def send(self, data: bytes | str) -> None:
+        raw = data.encode() if isinstance(data, str) else data
+        view = memoryview(raw)
+        while view:
+            n = os.write(self.fd, view[:4096])
+            view = view[n:]
+
+    def wait_output(self, pattern: str, since: int = 0, timeout: float = BOUND_S) -> re.Match[str]:
+        deadline = time.monotonic() + timeout
+        while True:
+            found = re.compile(pattern).search(self.output, since)
+            if found:
+                return found
+            if time.monotonic() > deadline:
+                raise AssertionError(f"no {pattern!r} on the terminal; it shows:\n{self.output!r}")
+            time.sleep(0.02)
+
+    def wait_exit(self, timeout: float = BOUND_S) -> int:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            pid, status = os.waitpid(self.pid, os.WNOHANG)
+            if pid:
+                self.status = os.waitstatus_to_exitcode(status)
+                return self.status
+            time.sleep(0.02)
+        raise AssertionError(f"bxctl chat did not exit; the terminal shows:\n{self.output!r}")
+
+    def close(self) -> None:
+        if self.status is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+                os.waitpid(self.pid, 0)
+            except (ProcessLookupError, ChildProcessError):
+                pass
+        os.close(self.fd)
+
+
+def story(_request: Recorded) -> Reply:
+    """A completion that streams one word every STORY_DELAY_S, for far longer than the test."""
+
+    def chunk(delta: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "choices": [{"finish_reason": None, "index": 0, "delta": delta}],
+            "created": 1796011468,
+            "id": "chatcmpl-story",
+            "model": MODEL,
+            "object": "chat.completion.chunk",
+        }
+
+    events = [chunk({"role": "assistant", "content": None})]
+    events += [chunk({"content": f"word{i} "}) for i in range(STORY_CHUNKS)]
+    return sse_reply(events, delay_s=STORY_DELAY_S, done=False)
+
+
+@pytest.fixture
+def stack() -> Iterator[ServeEnv]:
+    with serve_env() as env:
+        model = env.model
+
+        def chat(request: Recorded) -> Reply:
+            body = request.json
+            assert isinstance(body, dict)
+            if body["messages"][-1].get("content") == LONG:
+                return story(request)
+            return model(request)
+
+        env.fake.on("POST", CHAT_PATH, chat)
+        env.start()
+        yield env
+
+
+def open_chat(env: ServeEnv, *args: str) -> Pty:
+    bxctl = str(Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "bxctl")
+    if not os.path.exists(bxctl):
+        bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(env.folder),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(env.socket),
+        "BOXMAKER_HOME": str(env.home),
+        "BOXMAKER_RUN": str(env.folder / "no-run"),  # never the checkout's make run
+        "BOXMAKER_CHAT_HISTORY": str(env.folder / "history"),
+    }
+    return Pty([bxctl, "chat", *args], environ)
+
+
+def users(env: ServeEnv, session: str) -> list[str]:
+    return [r["content"] for r in env.log_lines(session) if r["type"] == "user"]
+
+
+def wait_users(env: ServeEnv, session: str, n: int) -> list[str]:
+    deadline = time.monotonic() + BOUND_S
+    while time.monotonic() < deadline:
+        path = env.home / "sessions" / session / "0.jsonl"
+        if path.exists() and len(found := users(env, session)) >= n:
+            return found
+        time.sleep(0.05)
+    raise AssertionError(f"the log of {session} did not get {n} user records")
+
+
+def session_of(term: Pty) -> str:
+    found = term.wait_output(r"new session (\S+)")
+    sid = found.group(1)
+    assert SESSION_ID_RE.fullmatch(sid)
+    return sid
+
+
+def test_arrow_keys_edit_and_history_recalls_across_runs(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("helo wrld")
+        term.send(b"\x1b[D" * 3 + b"o")  # Left x3: between w and r
+        term.send(b"\x1b[H" + b"\x1b[C" * 3 + b"l")  # Home, Right x3: helo -> hello
+        mark = len(term.output)
+        term.send(b"\r")
+        assert wait_users(stack, sid, 1) == ["hello world"]
+        term.wait_output(r"ok\r\n", since=mark)
+        term.send(b"\x04")  # Ctrl-D at an empty prompt: the end
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
+    history = stack.folder / "history"
+    assert history.stat().st_mode & 0o777 == 0o600
+    again = open_chat(stack, "--session", sid)
+    try:
+        again.wait_output(rf"resumed {sid}: 1 turn, last at ")
+        again.wait_output(r"you: hello world")  # the last exchange, shown on resume
+        again.send(b"\x1b[A\r")  # Up: the message of the run before
+        assert wait_users(stack, sid, 2) == ["hello world", "hello world"]
+    finally:
+        again.close()
+
+
+@pytest.mark.parametrize("size", [4_096, 20_000])
+def test_a_bracketed_paste_reaches_the_log_whole(stack: ServeEnv, size: int) -> None:
+    line = "0123456789abcdefghijklmnopqrstuvwxyz " * 3 + "\n"
+    text = (line * (size // len(line) + 1))[:size].rstrip("\n") + "END"
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send(PASTE_START + text.encode() + PASTE_END)
+        term.send(b"\r")
+        [got] = wait_users(stack, sid, 1)
+        assert len(got) == len(text)
+        assert got == text
+    finally:
+        term.close()
+
+
+def test_triple_quotes_make_one_message_of_several_lines(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send('"""\rfirst line\rsecond line\r"""\r')
+        assert wait_users(stack, sid, 1) == ["first line\nsecond line"]
+    finally:
+        term.close()
+
+
+def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send(LONG + "\r")
+        mark = len(term.output)
+        term.wait_output(r"word3 ", since=mark)  # the answer is streaming
+        term.send(b"\x03")  # Ctrl-C: the tty driver's SIGINT
+        try:
+            term.wait_output(r"\[stopped: the answer was cancelled\]", since=mark)
+        except AssertionError as e:  # say what loopd said, to tell where the cancel went
+            daemon = stack.daemons[0]
+            raise AssertionError(f"{e}\nloopd: {daemon.lines}\n{daemon.err_lines}") from None
+        # loopd closed the server's connection: the generation was cancelled there
+        wait_for(
+            lambda: (
+                any(c.outcome is Outcome.CLIENT_CLOSED for c in stack.fake.connections()) or None
+            ),
+            "the server's connection closed by loopd",
+            BOUND_S,
+        )
+        types = stack.record_types(sid)
+        assert types[-2:] == ["user", "stopped"]
+        stopped = stack.log_lines(sid)[-1]
+        assert stopped["shown"].startswith("word0 word1 word2 word3 ")
+        assert len(stopped["shown"].split()) < STORY_CHUNKS
+        mark = len(term.output)
+        term.send("and now?\r")  # the session is consistent: the next turn runs on it
+        assert wait_users(stack, sid, 2) == [LONG, "and now?"]
+        term.wait_output(r"ok\r\n", since=mark)
+        assert stack.record_types(sid)[-3:] == ["user", "assistant", "usage"]
+        shown = run_cli(main, ["history", sid, "--home", str(stack.home)])
+        assert shown.status == 0, shown.stderr
+        assert "you: tell me a long story" in shown.stdout
+        assert "[stopped by the owner after: word0 word1 word2 word3 " in shown.stdout
+        assert "you: and now?" in shown.stdout
+        assert "assistant: ok" in shown.stdout
+        as_json = run_cli(main, ["history", sid, "--home", str(stack.home), "--json"])
+        entries = [orjson.loads(x) for x in as_json.stdout.splitlines()]
+        kinds = [e["type"] for e in entries]
+        assert kinds.index("stopped") == kinds.index("user") + 1  # the log's own order
+        assert {e["epoch"] for e in entries} == {0}
+        mark = len(term.output)
+        term.send(b"\x03")  # Ctrl-C at an empty prompt: quit, naming the session
+        term.wait_output(rf"session {sid}: to go on with it, run `bxctl chat --session {sid}`")
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
+
+
+def test_ctrl_c_twice_during_an_answer_quits(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send(LONG + "\r")
+        term.wait_output(r"word2 ")
+        term.send(b"\x03")
+        term.wait_output(r"stopping the answer")
+        term.send(b"\x03")
+        term.wait_output(rf"session {sid}: to go on with it")
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
+
+
+def test_help_is_answered_here_and_never_sent(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("/help\r")
+        term.wait_output(r"/compact +fold the conversation")
+        term.send("real\r")
+        assert wait_users(stack, sid, 1) == ["real"]
+    finally:
+        term.close()
+
+
+def test_json_lines_are_unchanged_on_a_pipe(stack: ServeEnv) -> None:
+    """Not a terminal: one message per line, no editor, `session <id>` first (scripts)."""
+    import subprocess
+
+    bxctl = Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl"
+    environ = {**os.environ, "BOXMAKER_SOCKET": str(stack.socket), "BOXMAKER_RUN": "/nonexistent"}
+    done = subprocess.run(
+        [str(bxctl), "chat", "--json"],
+        input=b"hi\n",
+        capture_output=True,
+        env=environ,
+        timeout=BOUND_S,
+        check=True,
+    )
+    lines = [orjson.loads(x) for x in done.stdout.splitlines()]
+    assert list(lines[0]) == ["session"]
+    assert lines[-1]["content"] == "ok"
+
+
+def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("never sent")
+        term.wait_output(r"never sent")
+        mark = len(term.output)
+        term.send(b"\x03")  # clears the line: the chat goes on
+        term.send("sent\r")
+        assert wait_users(stack, sid, 1) == ["sent"]
+        term.wait_output(r"ok\r\n", since=mark)
+        term.send("typed again")
+        term.wait_output(r"typed again")
+        term.send(b"\x03\x03")  # twice: quit
+        term.wait_output(rf"session {sid}: to go on with it")
+        assert term.wait_exit() == 0
+        assert users(stack, sid) == ["sent"]
+    finally:
+        term.close()

@@ -1,0 +1,84 @@
+"""bxctl finds what `make run` started (issue 30 item 3): run.env's sockets and home, and the
+hint for how the stack was started; never another stack's owner.sock."""
+
+from pathlib import Path
+
+from boxmaker._defaults import DEFAULT_SOCKET
+from boxmaker.bxctl.stack import find_stack, home_for, read_run_env, tools_line
+
+
+def make_run(folder: Path) -> Path:
+    run = folder / "run"
+    run.mkdir()
+    (run / "run.env").write_text(
+        f"BOXMAKER_SOCKET={run}/loop.sock\nBOXMAKER_HOME={run}/home\n"
+        f"BOXMAKER_OWNER_SOCKET={run}/owner\\ dir/owner.sock\nnot a line\n"
+    )
+    return run
+
+
+def test_make_runs_sockets_and_home_are_found_with_no_flag(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    stack = find_stack(None, None, {"BOXMAKER_RUN": str(run)})
+    assert stack.socket == run / "loop.sock"
+    assert stack.owner_socket == run / "owner dir" / "owner.sock"  # printf %q's quoting undone
+    assert stack.home == run / "home"
+    assert stack.run == run
+    assert "`make run` in" in stack.start_hint()
+    assert "make chat" in stack.owner_hint()
+    assert home_for(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
+
+
+def test_flags_and_variables_win_over_run_env(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    env = {"BOXMAKER_RUN": str(run), "BOXMAKER_OWNER_SOCKET": "/o.sock"}
+    stack = find_stack(None, Path("/flag.sock"), env)
+    assert stack.owner_socket == Path("/flag.sock")
+    assert find_stack(None, None, env).owner_socket == Path("/o.sock")
+    assert home_for(Path("/h"), env) == Path("/h")
+
+
+def test_another_socket_never_takes_make_runs_owner_socket(tmp_path: Path) -> None:
+    run = make_run(tmp_path)
+    for env in (
+        {"BOXMAKER_RUN": str(run), "BOXMAKER_SOCKET": str(tmp_path / "other.sock")},
+        {"BOXMAKER_RUN": str(run)},
+    ):
+        arg = None if "BOXMAKER_SOCKET" in env else tmp_path / "other.sock"
+        stack = find_stack(arg, None, env)
+        assert stack.socket == tmp_path / "other.sock"
+        assert stack.owner_socket is None
+        assert stack.home is None
+        assert stack.run is None
+        assert "supervisorctl" in stack.start_hint()
+
+
+def test_no_run_env_is_the_packaged_default(tmp_path: Path) -> None:
+    stack = find_stack(None, None, {"BOXMAKER_RUN": str(tmp_path / "none")})
+    assert stack.socket == DEFAULT_SOCKET
+    assert stack.run is None
+
+
+def test_an_oversized_or_unreadable_run_env_is_ignored(tmp_path: Path) -> None:
+    big = tmp_path / "run.env"
+    big.write_text("BOXMAKER_SOCKET=/x\n" * 10_000)
+    assert read_run_env(big) == {}
+    assert read_run_env(tmp_path / "missing") == {}
+    (tmp_path / "dir.env").mkdir()
+    assert read_run_env(tmp_path / "dir.env") == {}
+
+
+def test_the_tools_line_reads_brokerds_last_start_line(tmp_path: Path) -> None:
+    log = tmp_path / "brokerd.log"
+    log.write_text(
+        "brokerd: listening on /b, workspace /old, shell: sandbox ready\n"
+        "brokerd: listening on /b, owner socket /o, workspace /w, openat2, shell off: no bwrap, "
+        "or no user namespaces\n"
+    )
+    line = tools_line(tmp_path)
+    assert "note in /w;" in line
+    assert line.endswith("shell off: no bwrap, or no user namespaces]")
+    log.write_text("brokerd: listening on /b, workspace /w, shell: sandbox ready\n")
+    assert tools_line(tmp_path).endswith("shell on (sandboxed)]")
+    log.write_text("brokerd: serve: cannot bind\n")
+    assert "has not started listening" in tools_line(tmp_path)
