@@ -223,7 +223,9 @@ class ServeEnv:
 
     def log_lines(self, session: str) -> list[dict[str, Any]]:
         path = self.home / "sessions" / session / "0.jsonl"
-        return [orjson.loads(line) for line in path.read_bytes().splitlines()]
+        data = path.read_bytes()
+        whole = data[: data.rfind(b"\n") + 1]  # a line the worker is still writing is not read
+        return [orjson.loads(line) for line in whole.splitlines()]
 
     def record_types(self, session: str) -> list[str]:
         return [str(r["type"]) for r in self.log_lines(session)]
