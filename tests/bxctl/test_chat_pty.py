@@ -32,7 +32,7 @@ from tests.support.config import MODEL
 from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
-from tests.support.replies import Reply, sse_reply
+from tests.support.replies import Reply, json_reply, sse_reply
 from tests.support.serve import BOUND_S, ServeEnv, serve_env
 
 CPR_QUERY = b"\x1b[6n"
@@ -134,6 +134,12 @@ def story(_request: Recorded) -> Reply:
     return sse_reply(events, delay_s=STORY_DELAY_S, done=False)
 
 
+def sparse_tokens(request: Recorded) -> Reply:
+    body = request.json
+    assert isinstance(body, dict)
+    return json_reply(200, {"tokens": [1] * (len(body["content"]) // 32 + 1)})
+
+
 @pytest.fixture
 def stack() -> Iterator[ServeEnv]:
     with serve_env() as env:
@@ -147,6 +153,9 @@ def stack() -> Iterator[ServeEnv]:
             return model(request)
 
         env.fake.on("POST", CHAT_PATH, chat)
+        # A token per 32 bytes: a 20,000-character paste then fits the fake's 2,048-token slot,
+        # so these tests see the terminal, not loopd's measure of a message (issue 29.3).
+        env.fake.on("POST", "/tokenize", sparse_tokens)
         env.start()
         yield env
 
