@@ -108,6 +108,11 @@ class BoundedStdio:
         if self.proc is not None:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self.proc.wait(), 5.0)
+            # asyncio keeps the pipes' transport open while anything could still read them;
+            # nothing public closes it (the SDK's stdio_client walks to it the same way).
+            transport = getattr(self.proc, "_transport", None)
+            if transport is not None:
+                transport.close()
         self._to_session.close()
         self.write_stream.close()
 
