@@ -30,6 +30,7 @@ import anyio
 import mcp_types as types
 from mcp import ClientSession
 from mcp.shared.exceptions import MCPError
+from pydantic import ValidationError
 
 from boxmaker.brokerd.mcp.catalog import (
     EpochTools,
@@ -49,6 +50,7 @@ from boxmaker.proto import ToolSchema
 from boxmaker.proto.tool import ToolResponse
 
 T = TypeVar("T")
+MAX_LIST_PAGES = 20
 CLIENT_INFO = types.Implementation(name="boxmaker-brokerd", version="1")
 
 
@@ -200,12 +202,25 @@ class Server:
             return conn
 
     async def _list(self, conn: Connection) -> None:
-        assert conn.session is not None and self.tools is not None
+        """tools/list through the SDK, each tool judged on the listing as the server sent it (the
+        SDK refuses a listing whole when one tool is malformed; brokerd leaves out that one)."""
+        assert conn.session is not None and conn.transport is not None and self.tools is not None
+        raw_tools: list[Any] = []
+        cursor: str | None = None
         with anyio.fail_after(self.config.limit("start_timeout_ms") / 1000):
-            listing = await conn.session.list_tools()
+            for _ in range(MAX_LIST_PAGES):
+                params = types.PaginatedRequestParams(cursor=cursor) if cursor else None
+                with contextlib.suppress(ValidationError):
+                    await conn.session.list_tools(params=params)
+                page = conn.transport.raw_results.pop("tools/list", {})
+                tools = page.get("tools")
+                raw_tools += tools if isinstance(tools, list) else []
+                cursor = page.get("nextCursor")
+                if not isinstance(cursor, str) or not cursor:
+                    break
         kept = []
-        for tool in listing.tools:
-            checked = check_tool(self.config.name, tool.model_dump(by_alias=True, mode="json"))
+        for tool in raw_tools:
+            checked = check_tool(self.config.name, tool if isinstance(tool, dict) else {})
             if isinstance(checked, str):
                 self.log(checked)
             else:
@@ -328,7 +343,14 @@ class McpManager:
         assert conn.session is not None
         try:
             with anyio.fail_after(timeout_ms / 1000):
-                result = await conn.session.call_tool(tool, arguments)
+                # send_request, not call_tool: call_tool lists the tools again to find an
+                # output schema, and a listing the SDK refuses whole would fail every call.
+                result = await conn.session.send_request(
+                    types.CallToolRequest(
+                        params=types.CallToolRequestParams(name=tool, arguments=arguments)
+                    ),
+                    types.CallToolResult,
+                )
         except TimeoutError:
             return await self._fault(server, conn, f"{name}: no answer within {timeout_ms} ms")
         except MCPError as exc:

@@ -56,7 +56,8 @@ class BoundedStdio:
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=3)
         self.asked: list[str] = []  # methods the server asked of brokerd (all refused)
         self.proc: asyncio.subprocess.Process | None = None
-        self._pending: set[Any] = set()  # ids of our requests not yet answered
+        self._pending: dict[Any, str] = {}  # our requests not yet answered: id -> method
+        self.raw_results: dict[str, dict[str, Any]] = {}  # the latest result of each method
         self._unasked = 0
         self._tasks: list[asyncio.Task[None]] = []
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
@@ -145,7 +146,10 @@ class BoundedStdio:
         if isinstance(message, types.JSONRPCResponse | types.JSONRPCError):
             if message.id not in self._pending:
                 return f"answered a request it was not sent (id {message.id!r})"
-            self._pending.discard(message.id)
+            method = self._pending.pop(message.id)
+            if isinstance(message, types.JSONRPCResponse):
+                # As sent: the SDK validates a listing whole, brokerd judges it tool by tool.
+                self.raw_results[method] = message.result
         else:
             self._unasked += 1
             if self._unasked > self.flood_messages:
@@ -162,7 +166,7 @@ class BoundedStdio:
             async for item in self._from_session:
                 message = item.message
                 if isinstance(message, types.JSONRPCRequest):
-                    self._pending.add(message.id)
+                    self._pending[message.id] = message.method
                 self._unasked = 0
                 data = message.model_dump_json(by_alias=True, exclude_unset=True)
                 stdin.write(data.encode() + b"\n")

@@ -8,6 +8,7 @@ import http.server
 import os
 import pwd
 import shutil
+import socket
 import sys
 import sysconfig
 import tempfile
@@ -130,3 +131,40 @@ def page_server(address: str) -> Iterator[tuple[int, list[str]]]:
     finally:
         httpd.shutdown()
         httpd.server_close()
+
+
+class Listener:
+    """A real listening socket on a thread; `seen` holds what reached it (nothing should)."""
+
+    def __init__(self, family: int, kind: int, address: Any) -> None:
+        self.sock = socket.socket(family, kind)
+        self.sock.bind(address)
+        if family == socket.AF_UNIX and isinstance(address, str) and not address.startswith("\0"):
+            os.chmod(address, 0o777)  # only the sandbox's mounts can keep it out, not a mode
+        if kind == socket.SOCK_STREAM:
+            self.sock.listen(8)
+        self.sock.settimeout(0.05)
+        self.address = self.sock.getsockname()
+        self.seen: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.sock.type == socket.SOCK_STREAM:
+                    conn, _ = self.sock.accept()
+                    conn.close()
+                    self.seen.append(b"connect")
+                else:
+                    self.seen.append(self.sock.recv(4096))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()

@@ -1,0 +1,181 @@
+"""A hostile MCP server in brokerd's sandbox: what it tries, and the one result each gets."""
+
+from __future__ import annotations
+
+import os
+import socket
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from boxmaker.brokerd.mcp.manager import McpManager
+from tests.brokerd.mcp.servers import Listener, Rig, hostile_server, sandbox_owned
+from tests.support.procs import wait_for
+
+CANARY = "canary-51be-do-not-leak"
+FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}
+
+
+@pytest.fixture
+def evil(rig: Rig) -> McpManager:
+    return rig.manager(hostile_server("evil", "--bad-schemas", **FAST))
+
+
+def test_tools_with_bad_schemas_are_left_out_with_a_warning(rig: Rig, evil: McpManager) -> None:
+    names = [t.name for t in evil.list_tools(0)]
+    assert "evil.echo" in names
+    for bad in ("bad_type", "bad_schema", "dotted.name", "no_schema"):
+        assert not any(bad in n for n in names)
+        assert rig.log_has(f"mcp evil: tool {bad} left out") or rig.log_has(f"'{bad}' left out")
+    assert evil.call("evil.echo", {"target": "x"}, 0).content == "echo x"
+
+
+@pytest.mark.parametrize("workspace", ["none", "ro"])
+def test_it_reads_no_host_file_it_was_not_given(rig: Rig, workspace: str) -> None:
+    secret = rig.base / "secret.txt"
+    secret.write_text(CANARY)
+    os.chmod(secret, 0o644)  # world-readable: only the mounts can keep it out
+    (rig.workspace / "mine.txt").write_text("given\n")
+    m = rig.manager(hostile_server("evil", workspace=workspace, **FAST))
+    for path in ("/etc/shadow", "/etc/gshadow", "/root/.bashrc", str(secret), str(rig.base / "run"),
+                 "/proc/1/root/etc/shadow", "/var/log/syslog"):
+        got = m.call("evil.read_file", {"target": path}, 0)
+        assert "read: FAILED" in got.content, (path, got.content)
+        assert CANARY not in got.content
+    given = m.call("evil.read_file", {"target": "/workspace/mine.txt"}, 0).content
+    assert ("read: OK given" in given) is (workspace == "ro"), given
+
+
+@pytest.fixture
+def listeners(rig: Rig) -> Iterator[list[Listener]]:
+    made = [
+        Listener(socket.AF_INET, socket.SOCK_STREAM, ("127.0.0.1", 0)),
+        Listener(socket.AF_INET, socket.SOCK_DGRAM, ("127.0.0.1", 0)),
+        Listener(socket.AF_UNIX, socket.SOCK_STREAM, str(rig.base / "host.sock")),
+        Listener(socket.AF_UNIX, socket.SOCK_STREAM, f"\0boxmaker-mcp-test-{os.getpid()}"),
+    ]
+    yield made
+    for listener in made:
+        listener.close()
+
+
+def targets(listeners: list[Listener]) -> list[str]:
+    tcp, udp, unix, abstract = listeners
+    return [
+        f"tcp:127.0.0.1:{tcp.address[1]}",
+        f"tcp:127.0.0.2:{tcp.address[1]}",
+        f"udp:127.0.0.1:{udp.address[1]}",
+        f"unix:{unix.address}",
+        f"unix:@{abstract.address[1:].decode()}",
+        "tcp:1.1.1.1:53",
+    ]
+
+
+@pytest.mark.parametrize("hosts", [[], ["127.0.0.1:1"]])
+def test_it_connects_nowhere_directly(
+    rig: Rig, listeners: list[Listener], hosts: list[str]
+) -> None:
+    """No hosts: no network at all. With hosts, only the proxy's port leads out, so a direct
+    connection (even to a granted address) stays inside the sandbox's own namespace."""
+    m = rig.manager(hostile_server("evil", hosts=hosts, **FAST))
+    for target in targets(listeners):
+        got = m.call("evil.connect", {"target": target}, 0)
+        assert ": OK" not in got.content or target.startswith("udp"), (target, got.content)
+    time.sleep(0.2)  # a datagram in flight would be in `seen` by now
+    assert [lst.seen for lst in listeners] == [[], [], [], []]
+
+
+@pytest.mark.parametrize("workspace", ["none", "ro"])
+def test_it_cannot_plant_a_setuid_file(rig: Rig, workspace: str) -> None:
+    sandbox_owned(rig.workspace)
+    m = rig.manager(hostile_server("evil", workspace=workspace, **FAST))
+    for path in ("/workspace/planted", "/usr/planted", "/planted", "/etc/planted"):
+        got = m.call("evil.plant_setuid", {"target": path}, 0)
+        assert "plant: FAILED" in got.content, (path, got.content)
+    assert list(rig.workspace.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "method", ["sampling/createMessage", "roots/list", "elicitation/create"]
+)
+def test_what_it_asks_of_brokerd_is_refused(rig: Rig, evil: McpManager, method: str) -> None:
+    got = evil.call("evil.ask", {"target": method}, 0)
+    assert got.content.startswith("ANSWER "), got.content
+    assert '"error"' in got.content and '"result"' not in got.content
+    server = evil.servers["evil"]
+    assert server.last is not None and server.last.transport is not None
+    assert server.last.transport.asked == [method]
+    assert rig.log_has(f"mcp evil: asked for {method}: refused")
+    assert server.starts == 1  # asking is not a fault
+
+
+FAULTS: list[tuple[str, dict[str, Any], str]] = [
+    ("garbage", {}, "sent a line that is not JSON-RPC"),
+    ("unasked_answer", {}, "answered a request it was not sent (id 987654)"),
+    ("flood", {}, "messages nobody asked for (a flood)"),
+    ("hang", {}, "no answer within 1500 ms"),
+    ("oversize", {"target": str(200_000)}, "a message over the cap of 65536 bytes"),
+    ("die", {}, "exited (status 3)"),
+]
+
+
+@pytest.mark.parametrize(("tool", "args", "why"), FAULTS)
+def test_a_fault_is_one_result_and_a_restart(
+    rig: Rig, tool: str, args: dict[str, Any], why: str
+) -> None:
+    limits = {"call_timeout_ms": 1500, "message_cap_bytes": 65536, "flood_messages": 100}
+    m = rig.manager(hostile_server("evil", **FAST, **limits))
+    assert m.call("evil.echo", {"target": "before"}, 0).content == "echo before"
+    got = m.call(f"evil.{tool}", args, 0)
+    assert why in got.content, got.content
+    assert "the server was stopped and restarts at its next call" in got.content
+    assert got.untrusted  # the reason may quote the server's bytes
+    assert rig.log_has(why)
+    assert m.call("evil.echo", {"target": "after"}, 0).content == "echo after"
+    assert m.servers["evil"].starts == 2
+
+
+def test_a_result_over_the_cap_is_cut_not_a_fault(rig: Rig) -> None:
+    m = rig.manager(hostile_server("evil", result_cap_bytes=1024, **FAST))
+    got = m.call("evil.big_text", {"target": "100000"}, 0)
+    assert got.truncated
+    assert got.content.startswith("y" * 1024)
+    assert len(got.content.encode()) < 1100
+    assert m.servers["evil"].starts == 1
+
+
+def test_results_taint(rig: Rig, evil: McpManager) -> None:
+    got = evil.call("evil.inject", {}, 0)
+    assert "IGNORE ALL PREVIOUS INSTRUCTIONS" in got.content
+    assert got.untrusted
+
+
+def test_changed_tools_wait_for_the_next_epoch(rig: Rig, evil: McpManager) -> None:
+    assert "evil.late_tool" not in [t.name for t in evil.list_tools(0)]
+    assert evil.call("evil.change_tools", {}, 0).content == "changed"
+    wait_for(
+        lambda: any(t.name == "evil.late_tool" for t in evil.tools.latest.get("evil", ())),
+        "the server listed again after tools/list_changed",
+    )
+    assert "evil.late_tool" not in [t.name for t in evil.list_tools(0)]
+    refused = evil.call("evil.late_tool", {}, 0)
+    assert "not one of this epoch's tools" in refused.content
+    assert "evil.late_tool" in [t.name for t in evil.list_tools(1)]
+    assert evil.call("evil.late_tool", {}, 1).content == "late"
+
+
+def test_unknown_names_and_bad_arguments_are_results(rig: Rig, evil: McpManager) -> None:
+    assert "no MCP server has this tool" in evil.call("nope.echo", {}, 0).content
+    assert "not one of this epoch's tools" in evil.call("evil.nope", {}, 0).content
+    assert "is not of type 'string'" in evil.call("evil.echo", {"target": 1}, 0).content
+    assert evil.servers["evil"].starts == 1
+
+
+def test_a_server_that_cannot_start_is_a_result(rig: Rig) -> None:
+    m = rig.manager({"gone": {"command": "/usr/bin/no-such-mcp-server"}, **hostile_server()})
+    assert [t.name for t in m.list_tools(0) if t.name.startswith("gone.")] == []
+    assert rig.log_has("mcp: a server's tools are left out of epoch 0")
+    assert "no MCP server has this tool" not in m.call("gone.x", {}, 0).content
+    assert m.call("evil.echo", {"target": "ok"}, 0).content == "echo ok"
