@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from jsonschema import SchemaError
-from jsonschema.validators import validator_for
+from jsonschema import SchemaError  # type: ignore[import-untyped]
+from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
 from boxmaker.proto import ToolSchema
 from boxmaker.proto.tool import ResultClass, ToolResponse

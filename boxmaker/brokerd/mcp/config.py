@@ -95,7 +95,9 @@ def _server(name: str, sub: Any, base_dir: str) -> McpServerConfig:
     if not isinstance(sub, dict):
         raise ConfigError(f"{where}: expected a table")
     if unknown := sorted(sub.keys() - set(_KNOWN)):
-        raise ConfigError(f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KNOWN)})")
+        raise ConfigError(
+            f"{where}: unknown key(s) {', '.join(unknown)} (known: {', '.join(_KNOWN)})"
+        )
     if "command" not in sub:
         raise ConfigError(f"{where}: missing key command (the server's program)")
     command = _text(where, "command", sub["command"])
@@ -157,7 +159,7 @@ def _list(where: str, key: str, value: Any) -> list[Any]:
 
 def _env(where: str, value: Any) -> dict[str, str]:
     if not isinstance(value, dict):
-        raise ConfigError(f"{where} env: expected a table of NAME = \"value\"")
+        raise ConfigError(f'{where} env: expected a table of NAME = "value"')
     env = {}
     for key, text in value.items():
         if not ENV_NAME.fullmatch(key):

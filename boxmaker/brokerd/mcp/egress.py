@@ -25,7 +25,9 @@ HEAD_TIMEOUT_S = 10.0
 CONNECT_TIMEOUT_S = 10.0
 MAX_CONNECTIONS = 32  # at once, per server
 COPY_CHUNK = 65536
-_HOP_HEADERS = frozenset({b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive"})
+_HOP_HEADERS = frozenset(
+    {b"connection", b"proxy-connection", b"proxy-authorization", b"keep-alive"}
+)
 
 
 class Refused(Exception):
@@ -88,7 +90,9 @@ class EgressProxy:
             return
         except (OSError, TimeoutError) as exc:
             self.log(f"egress to {host}:{port} failed: {exc}")
-            writer.write(b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n")
+            writer.write(
+                b"HTTP/1.1 502 Bad Gateway\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+            )
             await writer.drain()
             return
         self.reached.append(f"{host}:{port}")
@@ -139,9 +143,7 @@ def parse_request(head: bytes) -> tuple[bool, str, int, bytes]:
     authority = authority.rpartition("@")[2]  # user:password@ is not the host
     host, port = split_host_port(authority)
     out = [f"{method} /{path if slash else ''} {version}".encode()]
-    for line in lines[1:]:
-        if line and line.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS:
-            out.append(line)
+    out += [h for h in lines[1:] if h and h.split(b":", 1)[0].strip().lower() not in _HOP_HEADERS]
     out.append(b"Connection: close")
     return False, host, 80 if port is None else port, b"\r\n".join(out) + b"\r\n\r\n"
 

@@ -69,7 +69,16 @@ def server_argv(config: McpServerConfig, sandbox: Sandbox, egress_path: str | No
         for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy"):
             env[key] = proxy
         bridge = BRIDGE_SOURCE.read_text(encoding="utf-8")
-        program = [SYSTEM_PYTHON, "-I", "-c", bridge, EGRESS_SOCKET, str(PROXY_PORT), "--", *program]
+        program = [
+            SYSTEM_PYTHON,
+            "-I",
+            "-c",
+            bridge,
+            EGRESS_SOCKET,
+            str(PROXY_PORT),
+            "--",
+            *program,
+        ]
     for key, value in env.items():
         args += ["--setenv", key, value]
     return [*args, "--", *program]

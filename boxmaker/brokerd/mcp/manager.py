@@ -171,7 +171,7 @@ class Server:
         self.config = config
         self.sandbox = sandbox_for(config, workspace)
         self.runtime_dir = runtime_dir
-        self.log = lambda line: log(f"mcp {config.name}: {line}")
+        self._log = log
         self.conn: Connection | None = None
         self.last: Connection | None = None  # the latest run, alive or not (the tests read it)
         self.tools: EpochTools | None = None  # set by the manager
@@ -179,6 +179,9 @@ class Server:
         self.not_before = 0.0
         self.starts = 0
         self._lock = asyncio.Lock()
+
+    def log(self, line: str) -> None:
+        self._log(f"mcp {self.config.name}: {line}")
 
     async def connection(self) -> Connection:
         async with self._lock:
@@ -197,14 +200,18 @@ class Server:
                 await self._list(conn)
             except BaseException as exc:
                 await self._stop(conn, died=True)
-                raise StartError(str(exc) if isinstance(exc, StartError) else conn.why(exc)) from None
+                raise StartError(
+                    str(exc) if isinstance(exc, StartError) else conn.why(exc)
+                ) from None
             self.conn = conn
             return conn
 
     async def _list(self, conn: Connection) -> None:
         """tools/list through the SDK, each tool judged on the listing as the server sent it (the
         SDK refuses a listing whole when one tool is malformed; brokerd leaves out that one)."""
-        assert conn.session is not None and conn.transport is not None and self.tools is not None
+        assert conn.session is not None
+        assert conn.transport is not None
+        assert self.tools is not None
         raw_tools: list[Any] = []
         cursor: str | None = None
         with anyio.fail_after(self.config.limit("start_timeout_ms") / 1000):
@@ -249,7 +256,9 @@ class Server:
         if died:
             self.deaths += 1
             base = self.config.limit("restart_backoff_ms")
-            backoff = min(base * 2 ** (self.deaths - 1), self.config.limit("restart_backoff_max_ms"))
+            backoff = min(
+                base * 2 ** (self.deaths - 1), self.config.limit("restart_backoff_max_ms")
+            )
             self.not_before = time.monotonic() + backoff / 1000
 
     async def close(self) -> None:
@@ -305,8 +314,11 @@ class McpManager:
         """The MCP tools of `epoch`: every server started (once) and listed at its first ask."""
         if not self.tools.is_frozen(epoch):
             results = await asyncio.gather(
-                *(s.connection() for s in self.servers.values() if s.config.name not in
-                  self.tools.latest),
+                *(
+                    s.connection()
+                    for s in self.servers.values()
+                    if s.config.name not in self.tools.latest
+                ),
                 return_exceptions=True,
             )
             for result in results:
@@ -361,7 +373,9 @@ class McpManager:
         except Exception as exc:
             return await self._fault(server, conn, f"{name}: the server {conn.why(exc)}")
         server.deaths = 0
-        text = result_text(result.model_dump(by_alias=True, mode="json"), cfg.limit("result_cap_bytes"))
+        text = result_text(
+            result.model_dump(by_alias=True, mode="json"), cfg.limit("result_cap_bytes")
+        )
         return to_response(text, trusted=cfg.trusted)
 
     async def _fault(self, server: Server, conn: Connection, why: str) -> ToolResponse:

@@ -118,7 +118,8 @@ class BoundedStdio:
         self.write_stream.close()
 
     async def _read(self) -> None:
-        assert self.proc is not None and self.proc.stdout is not None
+        assert self.proc is not None
+        assert self.proc.stdout is not None
         stdout = self.proc.stdout
         while True:
             try:
@@ -160,7 +161,8 @@ class BoundedStdio:
         return None
 
     async def _write(self) -> None:
-        assert self.proc is not None and self.proc.stdin is not None
+        assert self.proc is not None
+        assert self.proc.stdin is not None
         stdin = self.proc.stdin
         try:
             async for item in self._from_session:
@@ -175,7 +177,8 @@ class BoundedStdio:
             self._broke("stopped reading its input")
 
     async def _stderr(self) -> None:
-        assert self.proc is not None and self.proc.stderr is not None
+        assert self.proc is not None
+        assert self.proc.stderr is not None
         stderr = self.proc.stderr
         left = self.stderr_bytes
         buffered = b""

@@ -10,13 +10,14 @@ import pwd
 import shutil
 import socket
 import sys
-import sysconfig
 import tempfile
 import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import mcp
 
 from boxmaker.brokerd.mcp.config import McpServerConfig, parse_mcp
 from boxmaker.brokerd.mcp.manager import McpManager
@@ -39,7 +40,8 @@ def sandbox_python() -> tuple[str, list[str]]:
 
 
 def site_packages() -> str:
-    return sysconfig.get_paths()["purelib"]
+    """Where the SDK and the servers are installed (this venv's site-packages)."""
+    return os.path.dirname(os.path.dirname(mcp.__file__))
 
 
 def python_server(name: str, module: str, *args: str, **keys: Any) -> dict[str, Any]:

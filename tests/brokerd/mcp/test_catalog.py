@@ -85,7 +85,8 @@ def test_results_are_cut_at_the_cap_on_a_character(cap: int, char: str) -> None:
     assert len(text.text.encode()) <= cap
     assert set(text.text) == {char}
     response = to_response(text, trusted=False)
-    assert response.truncated and response.untrusted
+    assert response.truncated
+    assert response.untrusted
 
 
 def test_result_blocks() -> None:

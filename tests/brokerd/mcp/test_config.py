@@ -90,8 +90,8 @@ BAD = [
         '[mcp.s]\ncommand = "x"\nrestart_backoff_ms = 900\nrestart_backoff_max_ms = 800\n',
         "restart_backoff_max_ms: must be at least",
     ),
-    ('mcp = 3\n', "[mcp]: expected a table"),
-    ('[mcp]\ns = 3\n', "[mcp.s]: expected a table"),
+    ("mcp = 3\n", "[mcp]: expected a table"),
+    ("[mcp]\ns = 3\n", "[mcp.s]: expected a table"),
 ]
 
 

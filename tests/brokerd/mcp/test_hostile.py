@@ -39,8 +39,15 @@ def test_it_reads_no_host_file_it_was_not_given(rig: Rig, workspace: str) -> Non
     os.chmod(secret, 0o644)  # world-readable: only the mounts can keep it out
     (rig.workspace / "mine.txt").write_text("given\n")
     m = rig.manager(hostile_server("evil", workspace=workspace, **FAST))
-    for path in ("/etc/shadow", "/etc/gshadow", "/root/.bashrc", str(secret), str(rig.base / "run"),
-                 "/proc/1/root/etc/shadow", "/var/log/syslog"):
+    for path in (
+        "/etc/shadow",
+        "/etc/gshadow",
+        "/root/.bashrc",
+        str(secret),
+        str(rig.base / "run"),
+        "/proc/1/root/etc/shadow",
+        "/var/log/syslog",
+    ):
         got = m.call("evil.read_file", {"target": path}, 0)
         assert "read: FAILED" in got.content, (path, got.content)
         assert CANARY not in got.content
@@ -97,15 +104,15 @@ def test_it_cannot_plant_a_setuid_file(rig: Rig, workspace: str) -> None:
     assert list(rig.workspace.iterdir()) == []
 
 
-@pytest.mark.parametrize(
-    "method", ["sampling/createMessage", "roots/list", "elicitation/create"]
-)
+@pytest.mark.parametrize("method", ["sampling/createMessage", "roots/list", "elicitation/create"])
 def test_what_it_asks_of_brokerd_is_refused(rig: Rig, evil: McpManager, method: str) -> None:
     got = evil.call("evil.ask", {"target": method}, 0)
     assert got.content.startswith("ANSWER "), got.content
-    assert '"error"' in got.content and '"result"' not in got.content
+    assert '"error"' in got.content
+    assert '"result"' not in got.content
     server = evil.servers["evil"]
-    assert server.last is not None and server.last.transport is not None
+    assert server.last is not None
+    assert server.last.transport is not None
     assert server.last.transport.asked == [method]
     assert rig.log_has(f"mcp evil: asked for {method}: refused")
     assert server.starts == 1  # asking is not a fault

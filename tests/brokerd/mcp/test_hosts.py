@@ -28,8 +28,25 @@ def test_entries_parse_to_one_canonical_spelling(text: str, host: str, ports: tu
 
 @pytest.mark.parametrize(
     "text",
-    ["", "a b", "-a.com", "a..b", "::1", "[::1", "[::1]x", "[1.2.3.4]", "h:", "h:x", "h:0",
-     "h:65536", "127.1", "2130706433", "a_b.com", "*.example.com", "x" * 64 + ".com"],
+    [
+        "",
+        "a b",
+        "-a.com",
+        "a..b",
+        "::1",
+        "[::1",
+        "[::1]x",
+        "[1.2.3.4]",
+        "h:",
+        "h:x",
+        "h:0",
+        "h:65536",
+        "127.1",
+        "2130706433",
+        "a_b.com",
+        "*.example.com",
+        "x" * 64 + ".com",
+    ],
 )
 def test_bad_entries_are_refused(text: str) -> None:
     with pytest.raises(HostError):
@@ -77,5 +94,7 @@ def addrs(*texts: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
         ([], False),
     ],
 )
-def test_every_resolved_address_is_checked_as_fetch_does(resolved: list[str], allowed: bool) -> None:
+def test_every_resolved_address_is_checked_as_fetch_does(
+    resolved: list[str], allowed: bool
+) -> None:
     assert (POLICY.why_not_addresses(addrs(*resolved)) is None) is allowed

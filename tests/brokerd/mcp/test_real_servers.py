@@ -6,7 +6,11 @@ import subprocess
 
 from tests.brokerd.mcp.servers import Rig, page_server, python_server, sandbox_owned
 
-SAFE_GIT = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
+SAFE_GIT = {
+    "GIT_CONFIG_COUNT": "1",
+    "GIT_CONFIG_KEY_0": "safe.directory",
+    "GIT_CONFIG_VALUE_0": "*",
+}
 
 
 def test_mcp_server_time_lists_and_answers_untrusted(rig: Rig) -> None:
@@ -29,7 +33,10 @@ def test_a_trusted_server_does_not_taint(rig: Rig) -> None:
 
 def git(repo: object, *args: str) -> str:
     return subprocess.run(
-        ["git", "-c", "safe.directory=*", "-C", str(repo), *args], check=True, capture_output=True, text=True
+        ["git", "-c", "safe.directory=*", "-C", str(repo), *args],
+        check=True,
+        capture_output=True,
+        text=True,
     ).stdout
 
 
@@ -93,7 +100,8 @@ def test_mcp_server_fetch_reaches_its_host_and_nothing_else(rig: Rig) -> None:
         assert hits2 == []
         assert hits == ["/granted"]
         proxy = m.servers["web"].last
-        assert proxy is not None and proxy.proxy is not None
+        assert proxy is not None
+        assert proxy.proxy is not None
         assert any("127.0.0.2" in r for r in proxy.proxy.refusals)
         assert any("localhost" in r for r in proxy.proxy.refusals)
         assert rig.log_has("mcp web: egress refused: 127.0.0.2")
