@@ -112,6 +112,12 @@ class Page(http.server.BaseHTTPRequestHandler):
 
     def do_GET(self) -> None:
         self.server.hits.append(self.path)  # type: ignore[attr-defined]
+        if self.path.startswith("/redirect-to/"):
+            self.send_response(302)
+            self.send_header("Location", "http://" + self.path[len("/redirect-to/") :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         self.send_response(200)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(self.body)))

@@ -94,11 +94,12 @@ def test_mcp_server_fetch_reaches_its_host_and_nothing_else(rig: Rig) -> None:
             f"http://localhost:{port}/name",  # a name for the granted address
             f"http://[::ffff:127.0.0.1]:{port}/mapped",
             f"https://127.0.0.1:{port}/tunnel",  # CONNECT to the right place, TLS to a plain page
+            f"http://127.0.0.1:{port}/redirect-to/127.0.0.2:{port2}/redirected",
         ):
             got = m.call("web.fetch", {"url": url, "raw": True}, 0)
             assert "page-3c1d" not in got.content, (url, got.content)
         assert hits2 == []
-        assert hits == ["/granted"]
+        assert hits == ["/granted", f"/redirect-to/127.0.0.2:{port2}/redirected"]
         proxy = m.servers["web"].last
         assert proxy is not None
         assert proxy.proxy is not None
