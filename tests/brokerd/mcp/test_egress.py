@@ -82,13 +82,13 @@ def refused_heads(port: int, port2: int) -> list[str]:
         f"GET http://[::ffff:127.0.0.1]:{port}/ HTTP/1.1",
         f"GET http://2130706433:{port}/ HTTP/1.1",
         f"GET http://0x7f.1:{port}/ HTTP/1.1",
-        f"GET http://127.0.0.1/ HTTP/1.1",  # port 80 is not the granted one
-        f"GET /relative HTTP/1.1",
+        "GET http://127.0.0.1/ HTTP/1.1",  # port 80 is not the granted one
+        "GET /relative HTTP/1.1",
         f"GET https://127.0.0.1:{port}/ HTTP/1.1",
         f"CONNECT 127.0.0.2:{port2} HTTP/1.1",
         f"CONNECT 127.0.0.1:{port2} HTTP/1.1",
         f"CONNECT [::1]:{port} HTTP/1.1",
-        f"CONNECT 127.0.0.1 HTTP/1.1",
+        "CONNECT 127.0.0.1 HTTP/1.1",
         "not http at all",
     ]
 
