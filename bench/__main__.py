@@ -1,5 +1,5 @@
 """Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]
-[broker] [sandbox] [compaction]` (all by default; slotcache, slots and compaction start the real
+[broker] [sandbox] [mcp] [compaction]` (all by default; slotcache, slots and compaction start the real
 llama-server)."""
 
 import importlib
@@ -14,6 +14,7 @@ SUITES = (
     "slots",
     "broker",
     "sandbox",
+    "mcp",
     "compaction",
 )
 
