@@ -1,6 +1,6 @@
 """Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]
-[broker] [sandbox] [mcp] [compaction]` (all by default; slotcache, slots and compaction start the real
-llama-server)."""
+[broker] [sandbox] [mcp] [compaction]` (all by default; slotcache, slots and compaction start the
+real llama-server)."""
 
 import importlib
 import sys

@@ -35,6 +35,11 @@ def _line(name: str, values: list[float]) -> None:
     print(f"  {name:38} p50 {p50 * 1000:7.2f} ms   p99 {p99 * 1000:7.2f} ms")
 
 
+def _ratio(name: str, ours: list[float], theirs: list[float]) -> None:
+    ratio = statistics.median(ours) / statistics.median(theirs)
+    print(f"  {'ratio of medians (' + name + ')':38} {ratio:.2f}x")
+
+
 def _times(fn: Callable[[], object], n: int) -> list[float]:
     out = []
     for _ in range(n):
