@@ -102,9 +102,7 @@ def main(argv: list[str] | None = None) -> None:
         direct = asyncio.run(_direct_calls(args.calls))
         _line("call through the manager", brokered)
         _line("call with the SDK alone", direct)
-        print(
-            f"  ratio of medians (manager / SDK)       {statistics.median(brokered) / statistics.median(direct):.2f}x"
-        )
+        _ratio("manager / SDK", brokered, direct)
 
         sandboxed = []
         for _ in range(args.starts):
@@ -117,9 +115,7 @@ def main(argv: list[str] | None = None) -> None:
         alone = [asyncio.run(_direct_start()) for _ in range(args.starts)]
         _line("cold start in the sandbox", sandboxed)
         _line("cold start with the SDK alone", alone)
-        print(
-            f"  ratio of medians (sandbox / SDK)       {statistics.median(sandboxed) / statistics.median(alone):.2f}x"
-        )
+        _ratio("sandbox / SDK", sandboxed, alone)
 
 
 if __name__ == "__main__":
