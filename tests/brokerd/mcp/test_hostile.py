@@ -186,3 +186,29 @@ def test_a_server_that_cannot_start_is_a_result(rig: Rig) -> None:
     assert rig.log_has("mcp: a server's tools are left out of epoch 0")
     assert "no MCP server has this tool" not in m.call("gone.x", {}, 0).content
     assert m.call("evil.echo", {"target": "ok"}, 0).content == "echo ok"
+
+
+def test_its_stderr_is_logged_up_to_its_bound(rig: Rig) -> None:
+    m = rig.manager(hostile_server("evil", stderr_bytes=2048, **FAST))
+    assert m.call("evil.stderr_flood", {}, 0).content == "noisy"
+    wait_for(lambda: rig.log_has("the rest of this run dropped"), "the stderr cut line")
+    noise = [line for line in rig.logged if "noise line" in line]
+    assert 0 < len(noise) <= 2048 // 60 + 1
+    assert m.call("evil.echo", {"target": "still"}, 0).content == "echo still"
+
+
+def test_a_server_dying_at_start_is_retried_only_after_a_growing_backoff(rig: Rig) -> None:
+    backoff = {"restart_backoff_ms": 400, "restart_backoff_max_ms": 800}
+    m = rig.manager(hostile_server("evil", "--exit-at-start", **backoff))
+    waits = []
+    for epoch in range(4):
+        started = time.monotonic()
+        assert m.list_tools(epoch) == []
+        waits.append(time.monotonic() - started)
+    assert m.servers["evil"].starts == 4
+    # The first start is at once; then 400 ms, 800 ms, and 800 ms (the ceiling) before each.
+    assert waits[1] >= 0.4
+    assert waits[2] >= 0.8
+    assert waits[3] >= 0.8
+    assert rig.log_has("exited (status 5)")
+    assert rig.log_has("hostile: exiting at start")
