@@ -46,6 +46,7 @@ class EgressProxy:
         self.reached: list[str] = []  # host:port of each connection made
         self._server: asyncio.AbstractServer | None = None
         self._slots = asyncio.Semaphore(MAX_CONNECTIONS)
+        self._open: set[asyncio.Task[None]] = set()  # asyncio's server.close() leaves them open
 
     async def start(self, uid: int | None) -> None:
         """Listens on `path`, reachable by the sandbox's `uid` (its folder is that uid's own)."""
@@ -60,16 +61,25 @@ class EgressProxy:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(self._server.wait_closed(), 1.0)
             self._server = None
+        for task in list(self._open):
+            task.cancel()
+        for task in list(self._open):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
         with contextlib.suppress(FileNotFoundError):
             os.unlink(self.path)
 
     async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        self._open.add(task)
         try:
             async with self._slots:
                 await self._one(reader, writer)
         except (OSError, asyncio.IncompleteReadError, asyncio.LimitOverrunError, TimeoutError):
             pass
         finally:
+            self._open.discard(task)
             writer.close()
 
     async def _one(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:

@@ -58,6 +58,8 @@ def server_argv(config: McpServerConfig, sandbox: Sandbox, egress_path: str | No
     if config.hosts:
         if egress_path is None:
             raise LaunchError("a server with hosts needs its egress proxy's socket")
+        if not Path(SYSTEM_PYTHON).exists():
+            raise LaunchError(f"a server with hosts needs {SYSTEM_PYTHON} for its bridge")
         mounts += ["--bind", egress_path, EGRESS_SOCKET]
     cwd = config.cwd or (MOUNT_POINT if config.workspace != "none" else "/tmp")
     mounts += ["--chdir", cwd]

@@ -198,11 +198,14 @@ class Server:
             try:
                 await conn.open()
                 await self._list(conn)
-            except BaseException as exc:
+            except Exception as exc:
                 await self._stop(conn, died=True)
                 raise StartError(
                     str(exc) if isinstance(exc, StartError) else conn.why(exc)
                 ) from None
+            except BaseException:  # cancelled: no process left behind, no death counted
+                await asyncio.shield(conn.close())
+                raise
             self.conn = conn
             return conn
 
