@@ -159,18 +159,22 @@ def test_results_taint(rig: Rig, evil: McpManager) -> None:
     assert got.untrusted
 
 
-def test_changed_tools_wait_for_the_next_epoch(rig: Rig, evil: McpManager) -> None:
+def test_changed_tools_wait_for_the_next_epoch(rig: Rig) -> None:
+    start_ms = 5000  # the bound on listing again after tools/list_changed
+    evil = rig.manager(hostile_server("evil", start_timeout_ms=start_ms, **FAST))
     assert "evil.late_tool" not in [t.name for t in evil.list_tools(0)]
     assert evil.call("evil.change_tools", {}, 0).content == "changed"
     wait_for(
         lambda: any(t.name == "evil.late_tool" for t in evil.tools.latest.get("evil", ())),
         "the server listed again after tools/list_changed",
+        timeout=start_ms / 1000 + 5,
     )
     assert "evil.late_tool" not in [t.name for t in evil.list_tools(0)]
     refused = evil.call("evil.late_tool", {}, 0)
     assert "not one of this epoch's tools" in refused.content
     assert "evil.late_tool" in [t.name for t in evil.list_tools(1)]
     assert evil.call("evil.late_tool", {}, 1).content == "late"
+    assert rig.log_has("its tools changed; the new list holds from the next epoch")
 
 
 def test_unknown_names_and_bad_arguments_are_results(rig: Rig, evil: McpManager) -> None:
