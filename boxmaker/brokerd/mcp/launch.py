@@ -1,4 +1,4 @@
-"""The command line that starts one MCP server in `shell`'s sandbox. [core]
+"""The command line that starts one MCP server in `shell`'s sandbox.
 
 It is sandbox.py's own argv (prlimit's limits, bwrap's namespaces, /usr and a few /etc files
 read-only, a private /proc, /dev and /tmp, the root read-only, a clean environment) with four
