@@ -106,27 +106,40 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{CACHE}.policy"}),  # session.files
     f"{CACHE}.policy": frozenset({PROTO, f"{LLAMA}.info"}),  # [core] on llama's /slots parser
-    # brokerd (issues 22, 23): the only process with authority. Its cores (config, grants, policy,
-    # tools.spec, taint, netcheck) sit below its shells; it never imports loopd, nor loopd it.
+    # brokerd (issues 22, 23, 27): the only process with authority. Its cores (config, targets,
+    # grants, policy, ledger, tools.kind, tools.spec, taint, netcheck) sit below its shells; it
+    # never imports loopd, nor loopd it. What it knows of a tool is the tool's row (tools.kind),
+    # gathered in tools.table.
     BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
-    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
+    | frozenset({f"{BROKERD}.{m}" for m in ("ledger", "amend", "targets")})
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})
+    | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
     f"{BROKERD}.config": frozenset(),  # [core]
     f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
-    f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
+    f"{BROKERD}.targets": frozenset(),  # [core]: arguments made into what grants name
+    f"{BROKERD}.grants": frozenset({PROTO, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
     f"{BROKERD}.policy": frozenset(
-        {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.tools.spec"}
+        {PROTO, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.targets"}
+        | {f"{BROKERD}.tools.kind", f"{BROKERD}.tools.spec"}
     ),
+    f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger
+        {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
+    ),
+    f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
     # bwrap's command line and one run: stdlib, and the limits' bounds from the config
     f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
-    # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores
+    # files.py, note.py, shell.py, fetch.py, clock.py: each a tool and its row (shells);
+    # htmltext.py is a core; table.py gathers the rows
     f"{BROKERD}.tools": frozenset(
         {PROTO, SESSION, f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.sandbox"}
-        | {f"{BROKERD}.netcheck", f"{BROKERD}.tools.spec"}
+        | {f"{BROKERD}.netcheck", f"{BROKERD}.targets", f"{BROKERD}.tools.spec"}
+        | {f"{BROKERD}.tools.kind"}
     ),
-    f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
+    f"{BROKERD}.tools.kind": frozenset({PROTO}),  # [core]: what a row holds
+    f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
@@ -172,6 +185,9 @@ R1_CORES = [
     f"{BROKERD}.netcheck",
     f"{BROKERD}.taint",
     f"{BROKERD}.tools.htmltext",
+    f"{BROKERD}.targets",
+    f"{BROKERD}.ledger",
+    f"{BROKERD}.tools.kind",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

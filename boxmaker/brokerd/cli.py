@@ -9,7 +9,9 @@ from collections.abc import Sequence
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
 from boxmaker.brokerd.config import ConfigError, parse_config
-from boxmaker.brokerd.policy import LogError, replay
+from boxmaker.brokerd.ledger import replay
+from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.tools.table import TABLE
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> ExitStatus:
@@ -28,7 +30,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     if args.command == "verify":
         try:
             with open(args.log, "rb") as f:
-                count = replay(f.read())
+                count = replay(f.read(), TABLE)
         except (OSError, LogError) as exc:
             log.warn(f"verify: FAILED: {exc}")
             return ExitStatus.ERROR

@@ -28,8 +28,8 @@ from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.policy import LogError
-from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
-from boxmaker.proto.errors import FrameError
+from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS, ApprovalNeeded, CallBody
+from boxmaker.proto.errors import BodyError, FrameError
 
 PROG = "brokerd"
 WATCH_S = 0.25  # how often a held call looks at whether loopd is still there
@@ -69,21 +69,16 @@ class Server:
                     if frame.kind == "list":
                         tools = [s.to_json() for s in self.broker.tools()]
                         conn.send("tools", {"tools": tools}, True)
-                    elif frame.kind == "call" and _call_body(frame.body):
+                    elif frame.kind == "call" and (b := _call_body(frame.body)) is not None:
 
-                        def notify(held: Held) -> None:
+                        def notify(held: Held, brief: str) -> None:
                             threading.Thread(
                                 target=self._watch, args=(sock, held), daemon=True
                             ).start()
-                            conn.send(
-                                "approval_needed",
-                                {"id": held.id, "tool": held.tool, "summary": held.summary},
-                                False,
-                            )
+                            needed = ApprovalNeeded(held.id, held.call.tool, brief)
+                            conn.send("approval_needed", needed.to_json(), False)
 
-                        b = frame.body
-                        session, epoch = b.get("session", ""), b.get("epoch", 0)
-                        resp = self.broker.call(b["tool"], b["arguments"], notify, session, epoch)
+                        resp = self.broker.call(b.tool, b.arguments, notify, b.session, b.epoch)
                         conn.send("result", resp.to_json(), True)
                     else:
                         conn.error(
@@ -147,14 +142,12 @@ class Server:
                     approvals.deny(call_id, "closed")
 
 
-def _call_body(body: dict[str, object]) -> bool:
+def _call_body(body: dict[str, object]) -> CallBody | None:
     """{tool, arguments} strings, with the session's id (a string) and its epoch (0 or more)."""
-    extra = {k: body[k] for k in body.keys() - {"tool", "arguments"}}
-    if not _strings({k: body[k] for k in body.keys() - extra.keys()}, "tool", "arguments"):
-        return False
-    epoch = extra.pop("epoch", 0)
-    ok_epoch = type(epoch) is int and 0 <= epoch < 1 << 32
-    return ok_epoch and isinstance(extra.pop("session", ""), str) and not extra
+    try:
+        return CallBody.from_json(body)
+    except BodyError:
+        return None
 
 
 def _strings(body: dict[str, object], *keys: str) -> bool:

@@ -4,18 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from boxmaker.brokerd.grants import (
-    BadPath,
-    GrantsError,
-    Mode,
-    Rule,
-    always_rule,
-    call_hash,
-    decision,
-    parse_grants,
-    split_path,
-)
-from boxmaker.brokerd.policy import decide
+from boxmaker.brokerd.grants import GrantsError, Mode, Rule
+from boxmaker.brokerd.policy import call_hash
+from boxmaker.brokerd.targets import BadTarget, split_path
+from tests.brokerd.core import always_rule, decide, decision, parse_grants
 
 WS = "/srv/ws"
 
@@ -111,7 +103,7 @@ def test_note_files_constraint() -> None:
     ],
 )
 def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
-    with pytest.raises(BadPath):
+    with pytest.raises(BadTarget):
         split_path(path, WS)
 
 
