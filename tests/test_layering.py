@@ -129,6 +129,10 @@ RULES: dict[str, frozenset[str]] = {
     f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
     # bwrap's command line and one run: stdlib, and the limits' bounds from the config
     f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
+    # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
+    # the sandbox; rows makes their tools rows of the table
+    f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
     # files.py, note.py, shell.py, fetch.py, clock.py: each a tool and its row (shells);
@@ -149,7 +153,7 @@ RULES: dict[str, frozenset[str]] = {
 
 # Third-party packages boxmaker may import (pyproject's dependencies); the rest is the stdlib,
 # with typeshed's stdlib stubs for `if TYPE_CHECKING` imports.
-THIRD_PARTY = frozenset({"orjson"})
+THIRD_PARTY = frozenset({"orjson"}) | {"mcp", "mcp_types", "anyio", "pydantic", "jsonschema"}
 STDLIB = sys.stdlib_module_names | {"__future__", "_typeshed"}
 
 # [core] modules may not import these (R2's list, then the rest of the stdlib that reaches
@@ -163,6 +167,9 @@ FORBIDDEN_CALLS = frozenset({"open", "print", "input", "exec", "eval", "__import
 # STYLE.md R1's [core] modules: each must carry the marker, so the I/O check can't be dropped by
 # editing a docstring.
 R1_CORES = [
+    f"{BROKERD}.mcp.config",
+    f"{BROKERD}.mcp.hosts",
+    f"{BROKERD}.mcp.catalog",
     "boxmaker.inferproxy.limits",
     *sorted(_llama("errors", "types", "http", "sse", "request", "assemble", "info", "retry")),
     f"{LLAMA}.waits",
