@@ -297,6 +297,19 @@ class McpManager:
     def list_tools(self, epoch: int) -> list[ToolSchema]:
         return self._wait(self.alist_tools(epoch))
 
+    def latest(self, server: str) -> tuple[ToolSchema, ...]:
+        """`server`'s latest listing, listed now if it never was (and is not in its backoff)."""
+        return self._wait(self._alatest(server))
+
+    async def _alatest(self, server: str) -> tuple[ToolSchema, ...]:
+        srv = self.servers[server]
+        if server not in self.tools.latest and srv.not_before <= time.monotonic():
+            try:
+                await srv.connection()
+            except StartError as exc:
+                self.log(f"mcp {server}: its tools are left out for now: {exc}")
+        return self.tools.latest.get(server, ())
+
     def call(self, name: str, arguments: Any, epoch: int) -> ToolResponse:
         return self._wait(self.acall(name, arguments, epoch))
 
