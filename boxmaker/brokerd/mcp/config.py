@@ -116,7 +116,7 @@ def _server(name: str, sub: Any, base_dir: str) -> McpServerConfig:
     ro_paths = []
     for raw in _list(where, "ro_paths", sub.get("ro_paths", [])):
         path = posixpath.normpath(posixpath.join(base_dir, _text(where, "ro_paths", raw)))
-        if path == "/" or path.split("/")[1] in ("proc", "dev", "tmp", "workspace"):
+        if path in ("/", "/tmp") or path.split("/")[1] in ("proc", "dev", "workspace"):
             raise ConfigError(f"{where} ro_paths: {path} would cover the sandbox's own mounts")
         ro_paths.append(path)
     hosts = []

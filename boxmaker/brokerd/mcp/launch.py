@@ -40,10 +40,13 @@ def server_argv(config: McpServerConfig, sandbox: Sandbox, egress_path: str | No
         if not Path(path).exists():
             raise LaunchError(f"ro_paths: {path} does not exist")
     marker = "\0mcp\0"  # the shell command argv() ends with; replaced by the server's program
-    base = sandbox.argv(marker)
-    if base[-4:] != ["--", "/bin/sh", "-c", marker]:
+    full = sandbox.argv(marker)
+    if full[-3:] != ["/bin/sh", "-c", marker] or sandbox.bwrap not in full:
         raise LaunchError("sandbox.argv no longer ends in /bin/sh -c: launch.py must follow it")
-    base = base[:-4]
+    # bwrap's options end at the first "--" after it; what follows up to /bin/sh (an inner
+    # prlimit, say) stays in front of the server's program.
+    end = full.index("--", full.index(sandbox.bwrap))
+    base, inner = full[:end], full[end + 1 : -3]
     bind = ["--bind", str(sandbox.workspace), MOUNT_POINT, "--chdir", MOUNT_POINT]
     at = _find(base, bind)
     if at < 0:
@@ -83,7 +86,7 @@ def server_argv(config: McpServerConfig, sandbox: Sandbox, egress_path: str | No
         ]
     for key, value in env.items():
         args += ["--setenv", key, value]
-    return [*args, "--", *program]
+    return [*args, "--", *inner, *program]
 
 
 def _find(args: list[str], part: list[str]) -> int:

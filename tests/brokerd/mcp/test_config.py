@@ -71,6 +71,8 @@ BAD = [
     ('[mcp.s]\ncommand = "x"\ncwd = "repo"\n', "[mcp.s] cwd: a path inside the sandbox"),
     ('[mcp.s]\ncommand = "x"\nro_paths = ["/"]\n', "[mcp.s] ro_paths: / would cover"),
     ('[mcp.s]\ncommand = "x"\nro_paths = ["/proc/1"]\n', "[mcp.s] ro_paths: /proc/1 would"),
+    ('[mcp.s]\ncommand = "x"\nro_paths = ["/tmp"]\n', "[mcp.s] ro_paths: /tmp would"),
+    ('[mcp.s]\ncommand = "x"\nro_paths = ["/workspace/a"]\n', "ro_paths: /workspace/a would"),
     ('[mcp.s]\ncommand = "x"\nenv = { HTTP_PROXY = "x" }\n', "[mcp.s] env: HTTP_PROXY is brokerd"),
     ('[mcp.s]\ncommand = "x"\nenv = { https_proxy = "x" }\n', "[mcp.s] env: https_proxy is"),
     ('[mcp.s]\ncommand = "x"\nenv = { "A-B" = "x" }\n', "[mcp.s] env: 'A-B' is not"),
