@@ -32,6 +32,7 @@ FAST = "boxmaker._fast"
 CLI = "boxmaker._cli"
 DEFAULTS = "boxmaker._defaults"
 TOML = "boxmaker._toml"
+FRAMED = "boxmaker._framed"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
 KINDS = "boxmaker.loopd._kinds"
@@ -60,6 +61,7 @@ RULES: dict[str, frozenset[str]] = {
     CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
+    FRAMED: frozenset({PROTO}),  # the one framed-socket client of broker.sock and owner.sock
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
@@ -93,7 +95,7 @@ RULES: dict[str, frozenset[str]] = {
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
-    TOOLS: frozenset({PROTO, CONFIG}),  # port.py reads [tools] (issue 22)
+    TOOLS: frozenset({PROTO, CONFIG, FRAMED}),  # port.py reads [tools] (issue 22)
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, OPEN}),
     # Opening a session (issue 20): `loopd turn` and the worker share it.
     OPEN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
@@ -144,7 +146,7 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{BROKERD}.tools.kind": frozenset({PROTO}),  # [core]: what a row holds
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
-    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
+    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules

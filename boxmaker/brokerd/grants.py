@@ -61,10 +61,10 @@ class Rule:  # hashable: the verdict keys a dict by rule
     hosts: tuple[str, ...] = ()  # HOSTS: exact normalised hosts, or ANY_HOST
     class_: str = "public"
 
-    def covers(self, tool: str, target: Target) -> int:
+    def covers(self, name: str, target: Target) -> int:
         """How specific the match with `target` is (an exact file beats every prefix); -1 for
         no match."""
-        if tool != self.tool:
+        if name != self.tool:
             return -1
         if self.grant is GrantKind.NONE:
             return 0

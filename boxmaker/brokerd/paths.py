@@ -242,7 +242,8 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
     make_folders(ws, folder)
     mode = existing_mode(ws, parts)
     with ws.opened(folder, os.O_RDONLY | os.O_DIRECTORY) as dfd:
-        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+        short = name.encode("utf-8", "surrogateescape")[:200].decode("utf-8", "ignore")
+        tmp = f".{short}.{secrets.token_hex(6)}.tmp"  # cut in bytes: NAME_MAX counts bytes
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,

@@ -11,15 +11,15 @@ The order of rules never matters: a covering `deny` always wins; otherwise the m
 covering rule decides (an exact file over any prefix, the longest prefix; on a tie the stricter,
 ask over allow). No rule for the tool: deny ("no grant"), except a HOSTS tool, which asks. A tool
 that reads its target's content as another tool (edit_file reads what read_file reads) needs that
-tool's decision on the same target too, and the stricter of the two stands. A name's `pinned`
-mode (memory/core.md) is never better than ask. Taint: a call of a tool that writes asks, in a
+tool's decision on the same target too, and the stricter of the two stands. A target the row
+lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool that writes asks, in a
 tainted session, whatever its grant.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
 import orjson
 
@@ -31,7 +31,6 @@ from boxmaker.brokerd.tools.spec import parse_arguments
 from boxmaker.proto.hash import sha256_hex
 
 APPROVING = ("yes", "always")
-ASK_ALWAYS = {("note", "core"): "memory/core.md goes into every baseline: the owner approves"}
 _STRICTNESS = {Mode.ALLOW: 0, Mode.ASK: 1, Mode.DENY: 2}
 
 
@@ -76,7 +75,7 @@ def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
     d = _rules_say(rules, tool, target)
     if tool.reads_as is None or d.mode is Mode.DENY:
         return d
-    read = _rules_say(rules, _ReadAs(tool.reads_as, tool.grant), target)
+    read = _rules_say(rules, _ReadAs(tool.reads_as, tool.grant), target)  # that tool's rules
     if _STRICTNESS[read.mode] <= _STRICTNESS[d.mode]:
         return d
     what = f"{tool.name} reads {shown(target)}'s content, which needs {tool.reads_as}"
@@ -87,6 +86,7 @@ def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
 class _ReadAs:  # the fields of a row _rules_say reads
     name: str
     grant: GrantKind
+    ask_always: Mapping[str, str] = field(default_factory=dict)
 
 
 def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> Decision:
@@ -105,7 +105,7 @@ def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> D
         deepest = max(depth[r] for r in covering)
         modes = (r.mode for r in covering if depth[r] == deepest)
         mode = max(modes, key=_STRICTNESS.__getitem__)
-    pinned = ASK_ALWAYS.get((name, target)) if isinstance(target, str) else None
+    pinned = tool.ask_always.get(target) if isinstance(target, str) else None
     if pinned is not None and mode is Mode.ALLOW:
         return Decision(Mode.ASK, pinned)
     deciding = [r for r in covering if r.mode is mode]

@@ -103,7 +103,8 @@ def test_find_write_with_approval_read_then_brokerd_down(stack: tuple[ServeEnv, 
         BOUND_S,
     )
     assert needed.tool == "write_file"
-    assert needed.summary == "write a.txt: 5 bytes (a new file)"
+    # loopd is told the tool and the path only; the whole call goes to owner.sock (issue 27)
+    assert needed.summary == "write_file a.txt: waiting for the owner's answer"
     approve(rig, needed.id)
     wait_for(lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the turn's end")
     found, wrote, read = tool_results(env, "s1")
@@ -160,7 +161,7 @@ def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
     )
     assert out.status == 0, out.stderr
     assert "write a.txt: 5 bytes (a new file)" in out.stderr
-    assert 'paths = ["a.txt"]' in out.stderr  # what "always" would add, shown first
+    assert 'files = ["a.txt"]' in out.stderr  # what "always" would add, shown first
     assert said in out.stderr
     assert (rig.workspace / "a.txt").exists() is written
     found, wrote, got = tool_results(env, "s2")

@@ -232,3 +232,37 @@ def test_what_an_edit_reveals_is_untrusted_errors_too(
     body = rig.call("edit_file", args)
     assert reveals in body["content"], body
     assert body["untrusted"] is True, body
+
+
+# ---- the notes (27): a long name in bytes, and the edit's limit named right ------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\U0001f600" * 63,  # 252 bytes of emoji: 63 characters
+        "\u4e2d" * 85,  # 255 bytes of CJK
+        "a" * 255,
+        "é" * 127,  # 254 bytes
+        "x" + "\U0001f600" * 63 + "yz",  # 255 bytes, mixed
+    ],
+    ids=["emoji-252", "cjk-255", "ascii-255", "latin-254", "mixed-255"],
+)
+def test_a_name_of_255_bytes_in_any_script_is_written(rig: Rig, name: str) -> None:
+    assert len(name.encode()) <= 255
+    rig.start()
+    body = rig.call("write_file", {"path": name, "content": "x"})
+    assert body["content"] == f"wrote {name}: 1 bytes", body
+    assert (rig.workspace / name).read_text() == "x"
+
+
+@pytest.mark.parametrize("size", [4097, 10_000, 65_536])
+def test_an_edit_of_a_file_over_max_write_bytes_names_that_key(rig: Rig, size: int) -> None:
+    rig.broker = {"max_write_bytes": 4096}
+    rig.workspace.mkdir()
+    (rig.workspace / "big.txt").write_text("a" * (size - 4) + "tail")
+    rig.start()
+    body = rig.call("edit_file", {"path": "big.txt", "old": "tail", "new": "TAIL"})
+    assert "max_write_bytes" in body["content"], body
+    assert "max_file_bytes" not in body["content"], body
+    assert (rig.workspace / "big.txt").read_text().endswith("tail")  # nothing cut

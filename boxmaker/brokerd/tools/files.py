@@ -68,12 +68,20 @@ class FileTools:
         return response("\n".join(names) if names else "(empty folder)", self.cap, untrusted=True)
 
     def _old(self, parts: tuple[str, ...]) -> bytes | None:
+        """The whole file an edit rewrites (None: there is none). Over max_write_bytes it is
+        refused by that key's name: an edit writes the file back whole."""
         try:
-            return read_window(self.ws, parts, 0, self.max_write, self.max_write)[0]
+            data, size = read_window(self.ws, parts, 0, self.max_write + 1, self.max_file)
         except PathRefused as exc:
             if str(exc).endswith("no such file or folder"):
                 return None
             raise
+        if size > self.max_write:
+            raise PathRefused(
+                f"{'/'.join(parts)}: the file is {size} bytes, over [broker] max_write_bytes "
+                f"({self.max_write}): an edit writes the file back whole; refused"
+            )
+        return data
 
     def write_file(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
         data = args["content"].encode("utf-8", "surrogatepass")
@@ -113,8 +121,12 @@ class FileTools:
     def write_file_summary(self, parts: tuple[str, ...], args: dict[str, Any]) -> str:
         """What the write would do, for the owner's approval (the owner's eyes only)."""
         size = len(args["content"].encode("utf-8", "surrogatepass"))
-        old = self._old(parts)
-        was = "a new file" if old is None else f"replaces {len(old)} bytes"
+        try:
+            was = f"replaces {read_window(self.ws, parts, 0, 0, 1 << 62)[1]} bytes"
+        except PathRefused as exc:
+            if not str(exc).endswith("no such file or folder"):
+                raise
+            was = "a new file"
         if new_folders := missing_folders(self.ws, parts[:-1]):
             was += f", and {new_folders} new folder(s)"
         return f"write {'/'.join(parts)}: {size} bytes ({was})"

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
@@ -73,6 +73,7 @@ class Tool:
         run: runs the call.
         check: a further check of the arguments (None when fine, else the message).
         classes: its rules may say `class`.
+        ask_always: targets never better than ask, whatever the grants, with the reason.
     """
 
     schema: ToolSchema
@@ -88,6 +89,7 @@ class Tool:
     always: Callable[[Target], tuple[str, str] | str] | None = None
     check: Callable[[Args], str | None] | None = None
     classes: bool = False
+    ask_always: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def needs_grant(self) -> bool:

@@ -93,4 +93,5 @@ NOTE = Tool(
     writes=True,
     always=_always,
     check=_check,
+    ask_always={"core": "memory/core.md goes into every baseline: the owner approves"},
 )

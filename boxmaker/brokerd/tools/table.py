@@ -40,8 +40,10 @@ class Table:
             self.add_family(family)
 
     def add(self, tool: Tool) -> None:
-        if tool.name in self._tools or self._family_of(tool.name):
+        if tool.name in self._tools:
             raise ValueError(f"two tools named {tool.name!r}")
+        if (family := self._family_of(tool.name)) is not None:
+            raise ValueError(f"{tool.name!r} overlaps the tool family {family.prefix!r}")
         self._tools[tool.name] = tool
 
     def add_family(self, family: Family) -> None:

@@ -15,19 +15,19 @@ parameter, so logs made in tests are repeatable.
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
+from boxmaker._framed import FramedClient
 from boxmaker.loopd.config import ToolsConfig
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RECALL_SCHEMA, RegisteredTool, Registry
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.errors import ProtocolError
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.frame import Frame
 
 
 class ToolPort(Protocol):
@@ -74,7 +74,6 @@ class FakeTools:
 # ---- M3: the port over broker.sock -------------------------------------------------------------
 
 OnApproval = Callable[[str, str, str], None]  # (id, tool, summary): brokerd holds the call
-BROKER_RECV_BYTES = 65536
 
 
 def unavailable(why: str) -> ToolResponse:
@@ -121,22 +120,8 @@ class BrokerPort:
         self._on_approval = on_approval
 
     def _exchange(self, kind: str, body: dict[str, Any]) -> Iterator[Frame]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(self._timeout_s)
-            sock.connect(self._path)
-            sock.sendall(encode_frame(kind, body, True, BROKER_KINDS))
-            decoder = FrameDecoder(BROKER_KINDS)
-            while True:
-                got = decoder.next_frame()
-                if got is CLOSED:
-                    raise ConnectionResetError("brokerd closed the connection mid-call")
-                if got is NEED_DATA:
-                    decoder.receive_data(sock.recv(BROKER_RECV_BYTES))
-                    continue
-                assert isinstance(got, Frame)
-                yield got
-                if got.final:
-                    return
+        with FramedClient(self._path, BROKER_KINDS, self._timeout_s) as client:
+            yield from client.exchange(kind, body)
 
     def tools(self) -> tuple[ToolSchema, ...] | None:
         """The tools brokerd grants (find_tool's list); None when brokerd cannot be reached."""
