@@ -29,6 +29,9 @@ TOOLS = [
     "change_tools",
     "inject",
     "stderr_flood",
+    "environ",
+    "slow_echo",
+    "spawn_sleeper",
 ]
 BAD = [
     {"name": "bad_type", "inputSchema": {"type": "string"}},
@@ -151,6 +154,19 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
             sys.stderr.write(f"noise line {i} " + "z" * 50 + "\n")
         sys.stderr.flush()
         text(rid, "noisy")
+    elif name == "environ":
+        text(rid, json.dumps(dict(os.environ), sort_keys=True))
+    elif name == "slow_echo":  # answers after the next request has come in: calls interleave
+        time.sleep(0.3)
+        text(rid, f"slow {target}")
+    elif name == "spawn_sleeper":  # a process of its own session, ignoring SIGTERM and SIGHUP
+        import subprocess
+
+        code = (
+            "import signal,time;[signal.signal(s,signal.SIG_IGN) for s in (1,15)];time.sleep(3600)"
+        )
+        proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+        text(rid, f"sleeper {proc.pid}")
     elif name == "late_tool":
         text(rid, "late")
     else:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -216,3 +217,73 @@ def test_a_server_dying_at_start_is_retried_only_after_a_growing_backoff(rig: Ri
     assert waits[3] >= 0.8
     assert rig.log_has("exited (status 5)")
     assert rig.log_has("hostile: exiting at start")
+
+
+def test_it_sees_none_of_brokerds_environment(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("BOXMAKER_TEST_SECRET", CANARY)
+    m = rig.manager(hostile_server("evil", env={"GIVEN": "yes"}, **FAST))
+    env = m.call("evil.environ", {}, 0).content
+    assert CANARY not in env
+    assert '"GIVEN": "yes"' in env
+    assert '"HOME": "/tmp"' in env
+    assert "HTTP_PROXY" not in env  # no hosts: no proxy either
+
+
+def test_it_is_killed_with_everything_it_started(rig: Rig) -> None:
+    m = rig.manager(hostile_server("evil", hosts=["127.0.0.1:1"], **FAST))
+    assert m.call("evil.spawn_sleeper", {}, 0).content.startswith("sleeper ")
+    conn = m.servers["evil"].last
+    assert conn is not None
+    assert conn.transport is not None
+    assert conn.transport.proc is not None
+    tree = descendants(conn.transport.proc.pid)
+    assert len(tree) >= 5  # bwrap, its init, the bridge, the server, the sleeper
+    m.close()
+    # bwrap's group is killed; its children die with it (PDEATHSIG, then the pid namespace's
+    # init); the manager's close waits up to 5 s for bwrap
+    wait_for(lambda: not any(alive(pid) for pid in tree), "the sandbox's processes gone")
+
+
+def parent_of(pid: int) -> int | None:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rpartition(")")[2].split()
+    except OSError:
+        return None
+    return int(fields[1])
+
+
+def descendants(root: int) -> list[int]:
+    pids = [int(e) for e in os.listdir("/proc") if e.isdigit()]
+    tree = [root]
+    grew = True
+    while grew:
+        grew = False
+        for pid in pids:
+            if pid not in tree and parent_of(pid) in tree:
+                tree.append(pid)
+                grew = True
+    return tree
+
+
+def alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rpartition(")")[2].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_calls_from_two_threads_interleave(rig: Rig, evil: McpManager) -> None:
+    results: dict[str, str] = {}
+
+    def one(tag: str) -> None:
+        results[tag] = evil.call("evil.slow_echo", {"target": tag}, 0).content
+
+    threads = [threading.Thread(target=one, args=(t,)) for t in ("a", "b", "c")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(30)
+    assert results == {"a": "slow a", "b": "slow b", "c": "slow c"}
+    assert evil.servers["evil"].starts == 1
