@@ -283,6 +283,10 @@ class McpManager:
         self.tools = EpochTools()
         self._own_runtime = runtime_dir is None
         self.runtime_dir = runtime_dir or tempfile.mkdtemp(prefix="boxmaker-mcp-")
+        if self._own_runtime:
+            # the sandbox's uid (nobody, under root) must pass through to its server's own
+            # 0700 folder, where the egress socket is: it may not list this one
+            os.chmod(self.runtime_dir, 0o711)
         self.servers = {n: Server(c, workspace, self.runtime_dir, log) for n, c in servers.items()}
         for server in self.servers.values():
             server.tools = self.tools

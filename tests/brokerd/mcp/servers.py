@@ -75,7 +75,7 @@ class Rig:
     logged: list[str] = field(default_factory=list)
     managers: list[McpManager] = field(default_factory=list)
 
-    def manager(self, tables: dict[str, Any]) -> McpManager:
+    def manager(self, tables: dict[str, Any], own_runtime: bool = False) -> McpManager:
         servers: dict[str, McpServerConfig] = parse_mcp(tables, str(self.base))
         lock = threading.Lock()
 
@@ -83,7 +83,8 @@ class Rig:
             with lock:
                 self.logged.append(line)
 
-        m = McpManager(servers, str(self.workspace), log, runtime_dir=str(self.base / "run"))
+        runtime = None if own_runtime else str(self.base / "run")
+        m = McpManager(servers, str(self.workspace), log, runtime_dir=runtime)
         self.managers.append(m)
         return m
 

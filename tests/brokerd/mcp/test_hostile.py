@@ -287,3 +287,10 @@ def test_calls_from_two_threads_interleave(rig: Rig, evil: McpManager) -> None:
         t.join(30)
     assert results == {"a": "slow a", "b": "slow b", "c": "slow c"}
     assert evil.servers["evil"].starts == 1
+
+
+def test_its_egress_socket_is_reached_in_the_managers_own_runtime_folder(rig: Rig) -> None:
+    m = rig.manager(hostile_server("evil", hosts=["127.0.0.1:1"], **FAST), own_runtime=True)
+    assert m.call("evil.echo", {"target": "x"}, 0).content == "echo x"  # bwrap bound the socket
+    got = m.call("evil.connect", {"target": "tcp:127.0.0.1:3128"}, 0)  # the bridge's port
+    assert "tcp: OK" in got.content, got.content
