@@ -446,7 +446,7 @@ def test_two_always_answered_at_once_both_land_in_the_file(rig: Rig) -> None:
     for t in answers:
         t.join(BOUND_S)
     for c in calls:
-        assert c.result() == "wrote " + c.args["path"] + ": 1 bytes"  # type: ignore[operator]
+        assert c.result() == "wrote " + c.args["path"] + ": 1 bytes"
     text = rig.grants.read_text()
     for i in range(4):
         assert f'files = ["f{i}.txt"]' in text
