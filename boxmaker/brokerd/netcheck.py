@@ -68,5 +68,9 @@ def check(addresses: Iterable[Address], allow: frozenset[Address]) -> str | None
             continue
         kind = why_refused(addr)
         if kind is not None:
-            return f"{addr} is {kind}; only a grant naming exactly {addr} allows it"
+            exact = plain(addr)
+            return (
+                f"{addr} is {kind}; only a grant naming exactly {exact} allows it, "
+                f"in a URL that names {exact} itself (no other spelling, no name)"
+            )
     return None

@@ -12,8 +12,8 @@ covering rule decides (an exact file over any prefix, the longest prefix; on a t
 ask over allow). No rule for the tool: deny ("no grant"), except a HOSTS tool, which asks. A tool
 that reads its target's content as another tool (edit_file reads what read_file reads) needs that
 tool's decision on the same target too, and the stricter of the two stands. A target the row
-lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool that writes asks, in a
-tainted session, whatever its grant.
+lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool
+that writes asks, in a tainted session, whatever its grant.
 """
 
 from __future__ import annotations

@@ -15,6 +15,7 @@ import select
 import selectors
 import socket
 import threading
+from typing import TypeVar
 
 from boxmaker._cli import ExitStatus
 from boxmaker._daemon import SetupError
@@ -28,7 +29,15 @@ from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.policy import LogError
-from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS, ApprovalNeeded, CallBody
+from boxmaker.proto.broker import (
+    BROKER_KINDS,
+    OWNER_KINDS,
+    Answer,
+    Answered,
+    ApprovalNeeded,
+    CallBody,
+    Claim,
+)
 from boxmaker.proto.errors import BodyError, FrameError
 
 PROG = "brokerd"
@@ -116,20 +125,20 @@ class Server:
                         conn.send(
                             "pending", {"calls": [h.view() for h in approvals.pending()]}, True
                         )
-                    elif frame.kind == "claim" and _strings(body, "id"):
-                        held = approvals.get(body["id"])
+                    elif frame.kind == "claim" and (c := _typed(Claim, body)) is not None:
+                        held = approvals.get(c.id)
                         if held is None:
-                            conn.error(f"no call {body['id']!r} is waiting for an answer")
+                            conn.error(f"no call {c.id!r} is waiting for an answer")
                             continue
                         claimed.add(held.id)
                         conn.send("call", held.view(), True)
-                    elif frame.kind == "answer" and _strings(body, "id", "hash", "answer"):
-                        why = approvals.answer(body["id"], body["hash"], body["answer"].strip())
+                    elif frame.kind == "answer" and (a := _typed(Answer, body)) is not None:
+                        why = approvals.answer(a.id, a.hash, a.answer.strip())
                         if why is not None:
                             conn.error(why)
                             continue
-                        claimed.discard(body["id"])
-                        conn.send("answered", {"id": body["id"], "answer": body["answer"]}, True)
+                        claimed.discard(a.id)
+                        conn.send("answered", Answered(a.id, a.answer).to_json(), True)
                     else:
                         conn.error(
                             "owner.sock takes pending, claim {id} or answer {id, hash, answer}"
@@ -144,14 +153,18 @@ class Server:
 
 def _call_body(body: dict[str, object]) -> CallBody | None:
     """{tool, arguments} strings, with the session's id (a string) and its epoch (0 or more)."""
+    return _typed(CallBody, body)
+
+
+Body = TypeVar("Body", CallBody, Claim, Answer)
+
+
+def _typed(cls: type[Body], body: dict[str, object]) -> Body | None:
+    """The frame's body as `cls` (proto.broker), or None when it is not one."""
     try:
-        return CallBody.from_json(body)
+        return cls.from_json(body)
     except BodyError:
         return None
-
-
-def _strings(body: dict[str, object], *keys: str) -> bool:
-    return set(body) == set(keys) and all(isinstance(body[k], str) for k in keys)
 
 
 def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:

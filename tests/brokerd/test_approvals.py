@@ -432,3 +432,23 @@ def test_the_owner_is_shown_the_whole_call_named_by_brokerd(
             assert value in held["summary"]  # every byte of the command or the note
     assert needed["summary"].endswith("waiting for the owner's answer")  # loopd: nothing read
     call.result()
+
+
+def test_two_always_answered_at_once_both_land_in_the_file(rig: Rig) -> None:
+    """The merge is locked: two "always" answers at the same moment each add their rule."""
+    rig.grants_text = ASK_WRITES
+    rig.start()
+    calls = [Call(rig, "write_file", {"path": f"f{i}.txt", "content": "x"}) for i in range(4)]
+    ids = [c.wait_needed()["id"] for c in calls]
+    answers = [threading.Thread(target=owner_sees, args=(rig, i, "always")) for i in ids]
+    for t in answers:
+        t.start()
+    for t in answers:
+        t.join(BOUND_S)
+    for c in calls:
+        assert c.result() == "wrote " + c.args["path"] + ": 1 bytes"
+    text = rig.grants.read_text()
+    for i in range(4):
+        assert f'files = ["f{i}.txt"]' in text
+    rig.stop()
+    rig.start()  # and the file still parses

@@ -448,3 +448,18 @@ def test_a_deny_on_a_name_holds_for_its_other_spellings(denied: str, spelling: s
     )
     d = decide(rules, "fetch", f'{{"url": "http://{spelling}/x"}}', "/ws")
     assert str(d.decision.mode) == "deny", d
+
+
+@pytest.mark.parametrize(
+    "spelling", ["127.1", "2130706433", "0x7f.0.0.1", "localhost", "[::ffff:127.0.0.1]"]
+)
+def test_a_redirect_to_another_spelling_of_a_granted_address_is_refused(
+    server: Server, spelling: str
+) -> None:
+    """The exact-spelling rule holds at every hop: a redirect from the granted address to
+    another spelling of it (or a name for it) is refused before any connect."""
+    server.routes["/hop"] = redirect(url(server, host=spelling))
+    result = fetch(url(server, "/hop"), allow=frozenset({LOCAL}))
+    assert result.error is not None
+    assert "is a loopback address; only a grant naming exactly 127.0.0.1" in result.error
+    assert server.hits == [("/hop", f"127.0.0.1:{server.port}")]

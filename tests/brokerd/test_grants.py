@@ -6,11 +6,11 @@ import pytest
 
 from boxmaker.brokerd import grants, policy
 from boxmaker.brokerd.grants import GrantsError, Mode, Rule
+from boxmaker.brokerd.policy import call_hash
+from boxmaker.brokerd.targets import BadTarget, split_path
 from boxmaker.brokerd.tools.kind import GrantKind, Tool
 from boxmaker.brokerd.tools.table import Family, Table
 from boxmaker.proto import ToolResponse, ToolSchema
-from boxmaker.brokerd.policy import call_hash
-from boxmaker.brokerd.targets import BadTarget, split_path
 from tests.brokerd.core import always_rule, decide, decision, parse_grants
 
 WS = "/srv/ws"
