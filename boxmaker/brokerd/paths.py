@@ -234,15 +234,32 @@ def make_folders(ws: Workspace, folder: tuple[str, ...]) -> None:
             os.mkdir(folder[at], 0o755, dir_fd=parent)
 
 
+TEMP_NAME_BYTES = 200  # of the file's name in its temp file's: 1 + 200 + 1 + 12 + 4 <= NAME_MAX
+SET_ID_BITS = stat.S_ISUID | stat.S_ISGID
+
+
+def temp_name(name: str) -> str:
+    """The temp file's name for `name`: cut in bytes (NAME_MAX counts bytes), at a character's
+    end, so a 255-byte name of 4-byte characters still has a temp name the kernel takes."""
+    head, size = [], 0
+    for char in name:
+        size += len(os.fsencode(char))
+        if size > TEMP_NAME_BYTES:
+            break
+        head.append(char)
+    return f".{''.join(head)}.{secrets.token_hex(6)}.tmp"
+
+
 def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
     """Replaces (or creates) the file, and its missing folders: a temp file in the same folder,
     fsync, renameat, fsync of the folder. A reader sees the old file or the new one, never a
-    part."""
+    part. The old file's permission bits are kept, never its set-uid or set-gid bit (one planted
+    by the sandbox would become brokerd's, root's when brokerd is root)."""
     folder, name = _split(parts)
     make_folders(ws, folder)
     mode = existing_mode(ws, parts)
     with ws.opened(folder, os.O_RDONLY | os.O_DIRECTORY) as dfd:
-        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+        tmp = temp_name(name)
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -254,7 +271,7 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fchmod(fd, 0o644 if mode is None else mode)
+                os.fchmod(fd, 0o644 if mode is None else mode & 0o777)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -264,3 +281,44 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             raise
         os.fsync(dfd)
+
+
+def clear_set_id(top: str) -> int:
+    """Clears the set-uid and set-gid bits of everything beneath the folder `top` (the
+    workspace, after a shell call): a set-id program made in the sandbox would run as its owner
+    for any uid that reaches it outside. No symlink is followed (one could name a host file):
+    folders are opened O_NOFOLLOW from their parent's descriptor, and an entry is changed through
+    its own O_PATH descriptor after checking it is what the listing saw. Returns how many."""
+    cleared = 0
+    pending = [os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)]
+    while pending:
+        dfd = pending.pop()
+        try:
+            with os.scandir(dfd) as entries:
+                listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+            for name, st in listed:
+                if stat.S_ISDIR(st.st_mode):
+                    with contextlib.suppress(OSError):  # gone or replaced meanwhile
+                        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                        pending.append(os.open(name, flags, dir_fd=dfd))
+                if st.st_mode & SET_ID_BITS and not stat.S_ISLNK(st.st_mode):
+                    cleared += _clear_one(dfd, name)
+        finally:
+            os.close(dfd)
+    return cleared
+
+
+def _clear_one(dfd: int, name: str) -> int:
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode) or not st.st_mode & SET_ID_BITS:
+            return 0
+        # chmod through the descriptor's magic link: it names this inode, never a path again.
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SET_ID_BITS)
+        return 1
+    finally:
+        os.close(fd)

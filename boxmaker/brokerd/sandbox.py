@@ -3,7 +3,8 @@
 What the command sees (docs/decisions/sandbox.md says why each line is there):
 - its own user, pid, network, ipc, uts and cgroup namespaces: no network device but `lo`, no
   other process, killed with its init;
-- the workspace read-write at /workspace; /usr read-only (with /bin, /lib... as the host has
+- the workspace read-write at /workspace, nosuid and nodev (bwrap's binds are), and every
+  set-uid/set-gid bit under it cleared after each call (`Sandbox.after_call`); /usr read-only (with /bin, /lib... as the host has
   them); a few files of /etc read-only, never /etc/shadow; its own /proc, a minimal /dev, a size
   capped tmpfs at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
@@ -29,10 +30,11 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
+from boxmaker.brokerd.paths import clear_set_id
 
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {
@@ -208,7 +210,18 @@ class Sandbox:
             return ShellResult(refused=reason)
         cap = self.limits.timeout_ms
         wanted = cap if timeout_ms is None else max(1, min(timeout_ms, cap))
-        return self._spawn_and_collect(command, wanted)
+        result = self._spawn_and_collect(command, wanted)
+        return replace(result, output=result.output + self.after_call())
+
+    def after_call(self) -> str:
+        """What is done to the workspace once a command ended: its set-id bits cleared (the mount
+        is nosuid inside, but not outside, where loopd's uid may run what the command made).
+        "" or a line for the result saying what could not be done."""
+        try:
+            clear_set_id(str(self.workspace))
+        except OSError as exc:
+            return f"\n[brokerd could not clear set-id bits under {self.workspace}: {exc}]"
+        return ""
 
     def _spawn_and_collect(self, command: str, timeout_ms: int) -> ShellResult:
         started = time.monotonic()
