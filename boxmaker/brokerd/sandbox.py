@@ -23,6 +23,7 @@ command never runs outside the sandbox.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pwd
 import selectors
@@ -58,6 +59,19 @@ ETC_FILES = (
     "/etc/group",
 )
 READ_CHUNK = 65536
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def clear_ambient_capabilities() -> None:
+    """Empties this thread's ambient capability set (a thread's credentials are its own, and the
+    child of a spawn inherits the spawning thread's). The documented two-user start gives brokerd
+    CAP_CHOWN as an ambient capability; left there it passes to prlimit and bwrap through exec,
+    and bwrap, not set-uid, refuses to run with capabilities ("Unexpected capabilities")."""
+    if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -196,6 +210,11 @@ class Sandbox:
         if result.exit_code != 0:
             detail = result.output.strip().splitlines()
             cause = detail[-1] if detail else f"exit status {result.exit_code}"
+            if "capabilities" in cause:  # bwrap's "Unexpected capabilities but not setuid"
+                return (
+                    f"bwrap cannot build the sandbox ({cause}); brokerd passed it capabilities: "
+                    "start brokerd as docs/operations.md says"
+                )
             return (
                 f"bwrap cannot build the sandbox ({cause}); the kernel must allow user "
                 "namespaces (sysctl kernel.unprivileged_userns_clone=1, "
@@ -228,6 +247,7 @@ class Sandbox:
         deadline = started + timeout_ms / 1000
         user, group = self.run_as if self.run_as is not None else (None, None)
         try:
+            clear_ambient_capabilities()
             proc = subprocess.Popen(
                 self.argv(command),
                 stdin=subprocess.DEVNULL,
