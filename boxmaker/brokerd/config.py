@@ -38,6 +38,8 @@ class BrokerConfig:
     result_cap_bytes: int = 16_384
     max_file_bytes: int = 64 * 1024 * 1024
     max_write_bytes: int = 1_000_000  # at most what one frame carries
+    max_connections: int = 32  # open at once on each socket, from its one peer uid
+    max_held: int = 16  # calls waiting for the owner at once; past it a call is refused
     shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
 
@@ -70,6 +72,8 @@ _INTS: dict[str, tuple[int, int]] = {
     "result_cap_bytes": (256, 1_000_000),  # a result must fit a 1 MiB frame with its escapes
     "max_file_bytes": (1, MAX_BYTES),
     "max_write_bytes": (1, 1_000_000),  # content arrives in one frame
+    "max_connections": (1, 4096),  # each holds a thread in brokerd
+    "max_held": (1, 1024),  # each holds a second thread, watching loopd's end
 }
 
 

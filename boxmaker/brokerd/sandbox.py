@@ -12,9 +12,12 @@ What the command sees (docs/decisions/sandbox.md says why each line is there):
   prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
   and an output cap.
 
-RLIMIT_NPROC counts the tasks of a uid, and the kernel never applies it to uid 0. So when brokerd
-runs as root the sandbox drops to `run_as` (default: nobody) before bwrap starts; otherwise it
-runs as brokerd's own uid, whose other tasks count toward the same limit.
+RLIMIT_NPROC counts the tasks of a uid in a user namespace, and the kernel never applies it to
+uid 0. So when brokerd runs as root the sandbox drops to `run_as` (default: nobody) before bwrap
+starts; otherwise it runs as brokerd's own uid. The limit is set by a second prlimit inside the
+sandbox's user namespace, where only the sandbox's tasks count: brokerd's threads (one per held
+call) and the owner's other processes cannot use it up (test_nproc). On a kernel before 5.14 the
+count was per uid only.
 
 When bwrap is missing or the kernel refuses its namespaces, `run` refuses with that reason: a
 command never runs outside the sandbox.
@@ -161,8 +164,7 @@ class Sandbox:
         # is unsafe in a threaded brokerd.
         lim = self.limits
         args = [self.prlimit, f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_bytes}"]
-        args += [f"--nproc={lim.processes}", f"--fsize={lim.file_bytes}"]
-        args += [f"--nofile={lim.open_files}", "--core=0", "--"]
+        args += [f"--fsize={lim.file_bytes}", f"--nofile={lim.open_files}", "--core=0", "--"]
         args += [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent"]
         args += ["--new-session", "--hostname", "sandbox", "--disable-userns"]
         args += ["--ro-bind", "/usr", "/usr"]
@@ -180,7 +182,12 @@ class Sandbox:
         args += ["--clearenv"]
         for key, value in ENVIRONMENT.items():
             args += ["--setenv", key, value]
-        return [*args, "--", "/bin/sh", "-c", command]
+        # RLIMIT_NPROC is set inside, once bwrap made the user namespace: the kernel counts it
+        # per user namespace (Linux 5.14+), so there it counts the sandbox's own tasks, never
+        # brokerd's threads or the uid's other processes (set before, it would be checked against
+        # all of them: 150 held calls switched shell off).
+        inner = [self.prlimit, f"--nproc={lim.processes}", "--"]
+        return [*args, "--", *inner, "/bin/sh", "-c", command]
 
     def probe(self) -> str | None:
         """None when a sandbox can be built here, else why not (remembered for later calls)."""

@@ -5,6 +5,11 @@ accepted connection is checked with SO_PEERCRED against the ONE uid that socket 
 gets no exception): broker.sock only `loopd_uid`, owner.sock only `owner_uid`. When that uid is
 not brokerd's own, the socket file is chowned to it (mode stays 0600), which needs CAP_CHOWN
 (docs/operations.md). Every connection gets a thread; SIGTERM or SIGINT stops the accept loop.
+
+Bounds, so that loopd cannot exhaust brokerd: at most `[broker] max_connections` connections
+open at once on each socket (one more gets an error frame that names the key, and is closed),
+and at most `[broker] max_held` calls waiting for the owner (one more is denied at once, with a
+result that says why).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import select
 import selectors
 import socket
 import threading
+from typing import Any
 
 from boxmaker._cli import ExitStatus
 from boxmaker._daemon import SetupError
@@ -60,6 +66,31 @@ class Server:
     def __init__(self, broker: Broker, log: DaemonLog) -> None:
         self.broker = broker
         self.log = log
+        self._open: dict[str, int] = {}  # socket name -> connections open on it
+        self._open_lock = threading.Lock()
+        self._held_lock = threading.Lock()
+
+    def admit(self, name: str) -> bool:
+        """Counts one more connection on `name`, or False when it is at max_connections."""
+        with self._open_lock:
+            if self._open.get(name, 0) >= self.broker.config.max_connections:
+                return False
+            self._open[name] = self._open.get(name, 0) + 1
+            return True
+
+    def release(self, name: str) -> None:
+        with self._open_lock:
+            self._open[name] -= 1
+
+    def over_held(self, held: Held) -> bool:
+        """True (and the call denied) when `held` is one more than max_held waiting calls."""
+        limit = self.broker.config.max_held
+        with self._held_lock:
+            if len(self.broker.approvals.pending()) <= limit:
+                return False
+        why = f"refused: {limit} calls already wait for the owner ([broker] max_held)"
+        self.broker.approvals.deny(held.id, why)
+        return True
 
     def serve_loopd(self, sock: socket.socket) -> None:
         conn = Conn(sock, BROKER_KINDS)
@@ -72,6 +103,8 @@ class Server:
                     elif frame.kind == "call" and _call_body(frame.body):
 
                         def notify(held: Held) -> None:
+                            if self.over_held(held):
+                                return
                             threading.Thread(
                                 target=self._watch, args=(sock, held), daemon=True
                             ).start()
@@ -205,7 +238,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
                         if key.fileobj == stop.read_fd:
                             stop.drain()
                             continue
-                        _accept(key.fileobj, routes, log)  # type: ignore[arg-type]
+                        _accept(key.fileobj, routes, server, log)  # type: ignore[arg-type]
         finally:
             tools.close()
             owner.close()
@@ -214,7 +247,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
     return ExitStatus.OK
 
 
-def _accept(listener: socket.socket, routes: dict, log: DaemonLog) -> None:  # type: ignore[type-arg]
+def _accept(listener: socket.socket, routes: dict, server: Server, log: DaemonLog) -> None:  # type: ignore[type-arg]
     uid, handler, name = routes[listener]
     while True:
         try:
@@ -227,4 +260,25 @@ def _accept(listener: socket.socket, routes: dict, log: DaemonLog) -> None:  # t
             client.close()
             log.say(f"refused a connection on {name}: peer uid {peer} is not uid {uid}")
             continue
-        threading.Thread(target=handler, args=(client,), daemon=True).start()
+        if not server.admit(name):
+            _refuse(client, name, server.broker.config.max_connections)
+            log.say(f"refused a connection on {name}: {name} has max_connections open")
+            continue
+        threading.Thread(target=_counted, args=(server, name, handler, client), daemon=True).start()
+
+
+def _counted(server: Server, name: str, handler: Any, client: socket.socket) -> None:
+    try:
+        handler(client)
+    finally:
+        server.release(name)
+
+
+def _refuse(client: socket.socket, name: str, limit: int) -> None:
+    with client, contextlib.suppress(OSError):
+        client.settimeout(1.0)  # a fresh socket's buffer takes the frame at once
+        kinds = BROKER_KINDS if name == "broker.sock" else OWNER_KINDS
+        Conn(client, kinds).error(
+            f"{name} has {limit} connections open, its bound ([broker] max_connections); "
+            "close one or raise the bound"
+        )
