@@ -31,7 +31,7 @@ from boxmaker.brokerd.grants import (
     redirect_refusal,
 )
 from boxmaker.brokerd.log import DecisionLog, now
-from boxmaker.brokerd.paths import PathRefused, Workspace
+from boxmaker.brokerd.paths import PathRefused, Workspace, read_grants
 from boxmaker.brokerd.policy import APPROVING, Decided, Ledger, decide, request_fields, rule_json
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import fetch, shell
@@ -46,8 +46,7 @@ Notify = Callable[[Held], None]
 class Broker:
     def __init__(self, config: BrokerConfig, *, use_openat2: bool | None = None) -> None:
         self.config = config
-        with open(config.grants, "rb") as f:
-            self.grants_text = f.read()
+        self.grants_text = read_grants(config.grants)  # no final link, regular, bounded
         self.rules: tuple[Rule, ...] = parse_grants(self.grants_text)
         if use_openat2 is None and os.environ.get("BOXMAKER_BROKERD_NO_OPENAT2"):
             use_openat2 = False  # the tests run the escape table on the fallback walk too

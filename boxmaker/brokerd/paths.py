@@ -26,6 +26,10 @@ import platform
 import secrets
 import stat
 from collections.abc import Iterator
+from pathlib import Path
+
+from boxmaker.session.errors import NotARegularFile
+from boxmaker.session.files import read_regular
 
 SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -322,3 +326,24 @@ def _clear_one(dfd: int, name: str) -> int:
         return 1
     finally:
         os.close(fd)
+
+
+MAX_GRANTS_BYTES = 1 << 20
+
+
+class TrustedFileError(OSError):
+    """A file brokerd trusts (the grants) is missing, a link, not regular or over its bound."""
+
+
+def read_grants(path: str) -> bytes:
+    """The grants file, read by the home-file rules: no final symlink, a regular file (a FIFO
+    never blocks), at most MAX_GRANTS_BYTES. The message names the file and what to do."""
+    try:
+        data = read_regular(Path(path), MAX_GRANTS_BYTES)
+    except NotARegularFile as exc:
+        raise TrustedFileError(f"[broker] grants: {exc}") from None
+    if data is None:
+        raise TrustedFileError(
+            f"[broker] grants: {path}: no such file (write one: docs/brokerd.md)"
+        )
+    return data

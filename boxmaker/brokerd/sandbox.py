@@ -4,9 +4,10 @@ What the command sees (docs/decisions/sandbox.md says why each line is there):
 - its own user, pid, network, ipc, uts and cgroup namespaces: no network device but `lo`, no
   other process, killed with its init;
 - the workspace read-write at /workspace, nosuid and nodev (bwrap's binds are), and every
-  set-uid/set-gid bit under it cleared after each call (`Sandbox.after_call`); /usr read-only (with /bin, /lib... as the host has
-  them); a few files of /etc read-only, never /etc/shadow; its own /proc, a minimal /dev, a size
-  capped tmpfs at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
+  set-uid/set-gid bit under it cleared after each call (`Sandbox.after_call`); /usr read-only
+  (with /bin, /lib... as the host has them); a few files of /etc read-only, never /etc/shadow;
+  its own /proc; a minimal /dev, read-only but for a size-capped /dev/shm; a size-capped tmpfs
+  at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
 - limits on CPU time, address space, processes, file size and open files (set by util-linux's
   prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,

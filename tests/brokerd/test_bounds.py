@@ -33,7 +33,8 @@ def test_one_call_past_max_held_is_denied_and_the_held_ones_still_wait(rig: Rig,
         call.wait_needed()
     extra = Call(rig, "write_file", {"path": "over", "content": "x"})
     text = extra.result()
-    assert "max_held" in text and text.startswith("error: denied"), text
+    assert "max_held" in text, text
+    assert text.startswith("error: denied"), text
     assert [f.kind for f in extra.frames] == ["result"]  # never shown to the owner
     assert pending(rig) == held
     # Answering one frees its place: the next call is held again, not refused.
@@ -58,14 +59,18 @@ def test_one_connection_past_max_connections_gets_an_error_naming_the_key(
         # Each is served (a list answers), so each holds its place.
         for conn in conns:
             conn.send("list", {}, True)
-            assert (got := conn.recv()) is not None and got.kind == "tools"
+            got = conn.recv()
+            assert got is not None
+            assert got.kind == "tools"
         extra = rig.loopd()
         with extra.sock:
             got = extra.recv()
-            assert got is not None and got.kind == "error", got
+            assert got is not None
+            assert got.kind == "error", got
             assert "max_connections" in got.body["message"]
         # The owner's socket has its own count: the owner still gets in.
         assert pending(rig) == 0
+
     # All closed: once brokerd saw them close, a new connection is served again.
     def served() -> str | None:
         try:

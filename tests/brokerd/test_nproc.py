@@ -32,7 +32,8 @@ hold = threading.Event()
 for _ in range(threads):
     threading.Thread(target=hold.wait, daemon=True).start()
 sandbox = Sandbox(sys.argv[1], SandboxLimits(processes=limit, timeout_ms=20000))
-command = f"echo alive; for i in $(seq {children}); do sleep 2 & done 2>&1 | head -1; wait; echo end"
+command = f"echo alive; for i in $(seq {children}); do sleep 2 & done 2>&1 | head -1; wait"
+command += "; echo end"
 print(sandbox.run(command).text)
 hold.set()
 """
