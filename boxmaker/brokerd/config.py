@@ -54,6 +54,8 @@ SHELL_BOUNDS: dict[str, tuple[int, int]] = {
     "open_files": (16, 65536),
     "output_bytes": (1 << 10, 64 << 20),  # then the command is stopped (the result is capped too)
     "tmp_bytes": (1 << 20, 16 << 30),  # the sandbox's /tmp, a tmpfs
+    "shm_bytes": (1 << 20, 16 << 30),  # the sandbox's /dev/shm, a tmpfs (the rest of /dev is ro)
+    "write_bytes": (1 << 20, 1 << 40),  # what one call may add to the workspace; then killed
 }
 # [broker.fetch]: key -> (minimum, maximum). The defaults are FetchLimits'.
 FETCH_BOUNDS: dict[str, tuple[int, int]] = {

@@ -156,10 +156,16 @@ def check_regular(st: os.stat_result, shown: str) -> None:
 
 
 def read_window(
-    ws: Workspace, parts: tuple[str, ...], offset: int, limit: int, max_file: int
+    ws: Workspace,
+    parts: tuple[str, ...],
+    offset: int,
+    limit: int,
+    max_file: int,
+    key: str = "max_file_bytes",
 ) -> tuple[bytes, int]:
-    """Up to `limit` bytes from `offset`, and the file's size. A file over `max_file` is refused
-    before a byte is read, so a 10 GB sparse file costs one fstat."""
+    """Up to `limit` bytes from `offset`, and the file's size. A file over `max_file` (the
+    `[broker] key` it comes from, named in the refusal) is refused before a byte is read, so a
+    10 GB sparse file costs one fstat."""
     shown = "/".join(parts)
     with ws.opened(parts, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY) as fd:
         st = os.fstat(fd)
@@ -167,7 +173,7 @@ def read_window(
         if st.st_size > max_file:
             raise PathRefused(
                 f"{shown}: the file is {st.st_size} bytes, over the limit of {max_file} "
-                "([broker] max_file_bytes); refused"
+                f"([broker] {key}); refused"
             )
         return os.pread(fd, max(0, min(limit, st.st_size - offset)), offset), st.st_size
 
@@ -287,28 +293,44 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
         os.fsync(dfd)
 
 
-def clear_set_id(top: str) -> int:
-    """Clears the set-uid and set-gid bits of everything beneath the folder `top` (the
-    workspace, after a shell call): a set-id program made in the sandbox would run as its owner
-    for any uid that reaches it outside. No symlink is followed (one could name a host file):
-    folders are opened O_NOFOLLOW from their parent's descriptor, and an entry is changed through
-    its own O_PATH descriptor after checking it is what the listing saw. Returns how many."""
-    cleared = 0
+def _tree(top: str) -> Iterator[tuple[int, str, os.stat_result]]:
+    """Every entry beneath the folder `top`, as (its folder's descriptor, name, lstat), no
+    symlink followed: each folder is opened O_NOFOLLOW from its parent's descriptor."""
     pending = [os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)]
     while pending:
         dfd = pending.pop()
         try:
             with os.scandir(dfd) as entries:
-                listed = [(e.name, e.stat(follow_symlinks=False)) for e in entries]
+                listed = []
+                for entry in entries:
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        listed.append((entry.name, entry.stat(follow_symlinks=False)))
             for name, st in listed:
                 if stat.S_ISDIR(st.st_mode):
                     with contextlib.suppress(OSError):  # gone or replaced meanwhile
                         flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
                         pending.append(os.open(name, flags, dir_fd=dfd))
-                if st.st_mode & SET_ID_BITS and not stat.S_ISLNK(st.st_mode):
-                    cleared += _clear_one(dfd, name)
+                yield dfd, name, st
         finally:
             os.close(dfd)
+
+
+def tree_bytes(top: str) -> int:
+    """The bytes allocated to everything beneath `top` (st_blocks: a sparse file counts what it
+    holds, not its size), for the shell's per-call write quota."""
+    return sum(st.st_blocks * 512 for _, _, st in _tree(top))
+
+
+def clear_set_id(top: str) -> int:
+    """Clears the set-uid and set-gid bits of everything beneath the folder `top` (the
+    workspace, after a shell call): a set-id program made in the sandbox would run as its owner
+    for any uid that reaches it outside. No symlink is followed (one could name a host file),
+    and an entry is changed through its own O_PATH descriptor after checking it is what the
+    listing saw. Returns how many."""
+    cleared = 0
+    for dfd, name, st in _tree(top):
+        if st.st_mode & SET_ID_BITS and not stat.S_ISLNK(st.st_mode):
+            cleared += _clear_one(dfd, name)
     return cleared
 
 

@@ -64,7 +64,9 @@ class FileTools:
 
     def _old(self, parts: tuple[str, ...]) -> bytes | None:
         try:
-            return read_window(self.ws, parts, 0, self.max_write, self.max_write)[0]
+            return read_window(
+                self.ws, parts, 0, self.max_write, self.max_write, "max_write_bytes"
+            )[0]
         except PathRefused as exc:
             if str(exc).endswith("no such file or folder"):
                 return None
