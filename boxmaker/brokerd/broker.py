@@ -30,7 +30,7 @@ from boxmaker.brokerd.grants import (
     parse_grants,
     redirect_refusal,
 )
-from boxmaker.brokerd.log import DecisionLog, now
+from boxmaker.brokerd.log import DecisionLog, LogError, now
 from boxmaker.brokerd.paths import PathRefused, Workspace, read_grants
 from boxmaker.brokerd.policy import APPROVING, Decided, Ledger, decide, request_fields, rule_json
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
@@ -74,7 +74,17 @@ class Broker:
     def call(
         self, tool: str, arguments: str, notify: Notify, session: str = "", epoch: int = 0
     ) -> ToolResponse:
-        """One call of `session` (loopd names it; the taint is brokerd's own, from its log)."""
+        """One call of `session` (loopd names it; the taint is brokerd's own, from its log).
+        A line of it that cannot be logged refuses the call (log.py: nothing runs unlogged, and
+        no result leaves before its line)."""
+        try:
+            return self._call(tool, arguments, notify, session, epoch)
+        except LogError as exc:
+            return error(f"refused: brokerd's decision log: {exc}")
+
+    def _call(
+        self, tool: str, arguments: str, notify: Notify, session: str, epoch: int
+    ) -> ToolResponse:
         call_id = secrets.token_hex(8)
         with self.log.lock:
             taint = self.ledger.taint(session, epoch)
