@@ -41,6 +41,11 @@ from boxmaker.brokerd.tools.spec import CLOCK, SCHEMAS
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 Notify = Callable[[Held], None]
+Cancelled = Callable[[], bool]
+
+
+def _never() -> bool:
+    return False
 
 
 class Broker:
@@ -72,18 +77,31 @@ class Broker:
         return [s for name, s in SCHEMAS.items() if name == CLOCK or listed(self.rules, name)]
 
     def call(
-        self, tool: str, arguments: str, notify: Notify, session: str = "", epoch: int = 0
+        self,
+        tool: str,
+        arguments: str,
+        notify: Notify,
+        session: str = "",
+        epoch: int = 0,
+        cancelled: Cancelled = _never,
     ) -> ToolResponse:
         """One call of `session` (loopd names it; the taint is brokerd's own, from its log).
         A line of it that cannot be logged refuses the call (log.py: nothing runs unlogged, and
-        no result leaves before its line)."""
+        no result leaves before its line). `cancelled` true (loopd gave up on the call) keeps a
+        tool from starting and stops a running command (serve.py)."""
         try:
-            return self._call(tool, arguments, notify, session, epoch)
+            return self._call(tool, arguments, notify, session, epoch, cancelled)
         except LogError as exc:
             return error(f"refused: brokerd's decision log: {exc}")
 
     def _call(
-        self, tool: str, arguments: str, notify: Notify, session: str, epoch: int
+        self,
+        tool: str,
+        arguments: str,
+        notify: Notify,
+        session: str,
+        epoch: int,
+        cancelled: Cancelled,
     ) -> ToolResponse:
         call_id = secrets.token_hex(8)
         with self.log.lock:
@@ -103,7 +121,9 @@ class Broker:
             if answer not in APPROVING:
                 why = f"; it asked because {decided.tainted}" if decided.tainted else ""
                 return error(f"denied: the owner did not approve ({answer}){why}")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_))
+        if cancelled():
+            return error("cancelled: loopd gave up on the call before it ran; nothing was done")
+        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled)
 
     def _summary(self, tool: str, target: tuple[str, ...] | str, args: dict[str, Any]) -> str:
         if tool == "note":
@@ -166,6 +186,7 @@ class Broker:
         args: dict[str, Any],
         target: tuple[str, ...] | str,
         class_: ResultClass,
+        cancelled: Cancelled = _never,
     ) -> ToolResponse:
         host = None
         try:
@@ -177,7 +198,7 @@ class Broker:
                     raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")
                 resp = append_note(self.config.home, args)
             elif tool == "shell":
-                resp = self._capped(shell.call(self.sandbox, args, class_))
+                resp = self._capped(shell.call(self.sandbox, args, class_, cancelled))
             elif tool == "fetch":
                 allow = allowed_addresses(self.rules)
                 hop_ok = partial(redirect_refusal, self.rules, target)

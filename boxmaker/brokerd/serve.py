@@ -34,11 +34,13 @@ from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.policy import LogError
+from boxmaker.proto import ToolResponse
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.errors import FrameError
 
 PROG = "brokerd"
-WATCH_S = 0.25  # how often a held call looks at whether loopd is still there
+WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
+CANCELLED = "cancelled: loopd closed the call"
 
 
 def _bind(path: str, uid: int, setting: str) -> UnixListener:
@@ -101,22 +103,7 @@ class Server:
                         tools = [s.to_json() for s in self.broker.tools()]
                         conn.send("tools", {"tools": tools}, True)
                     elif frame.kind == "call" and _call_body(frame.body):
-
-                        def notify(held: Held) -> None:
-                            if self.over_held(held):
-                                return
-                            threading.Thread(
-                                target=self._watch, args=(sock, held), daemon=True
-                            ).start()
-                            conn.send(
-                                "approval_needed",
-                                {"id": held.id, "tool": held.tool, "summary": held.summary},
-                                False,
-                            )
-
-                        b = frame.body
-                        session, epoch = b.get("session", ""), b.get("epoch", 0)
-                        resp = self.broker.call(b["tool"], b["arguments"], notify, session, epoch)
+                        resp = self._call(conn, sock, frame.body)
                         conn.send("result", resp.to_json(), True)
                     else:
                         conn.error(
@@ -128,14 +115,49 @@ class Server:
                 with contextlib.suppress(OSError):
                     conn.error(str(exc))
 
-    def _watch(self, sock: socket.socket, held: Held) -> None:
-        """While a call waits for the owner: loopd closing its end (it gave up, or died) denies
-        the call, so nothing runs for a caller that is gone."""
-        while not held.done.is_set():
+    def _call(self, conn: Conn, sock: socket.socket, body: dict[str, Any]) -> ToolResponse:
+        """One call, watched: loopd closing its end (its tool_timeout_ms passed: it shuts its
+        writing side and waits for this answer; or it died) cancels it. A held ask is denied, a
+        running command is killed, a tool not yet started never starts, and the result says
+        which; a tool already done answers as it ran. So loopd and brokerd agree on the fate."""
+        gone, over = threading.Event(), threading.Event()
+        held_now: list[Held] = []
+
+        def notify(held: Held) -> None:
+            if self.over_held(held):
+                return
+            held_now.append(held)
+            if gone.is_set():
+                self.broker.approvals.deny(held.id, CANCELLED)
+                return
+            conn.send(
+                "approval_needed",
+                {"id": held.id, "tool": held.tool, "summary": held.summary},
+                False,
+            )
+
+        watch = threading.Thread(target=self._watch, args=(sock, gone, over, held_now))
+        watch.daemon = True
+        watch.start()
+        session, epoch = body.get("session", ""), body.get("epoch", 0)
+        try:
+            return self.broker.call(
+                body["tool"], body["arguments"], notify, session, epoch, cancelled=gone.is_set
+            )
+        finally:
+            over.set()
+
+    def _watch(
+        self, sock: socket.socket, gone: threading.Event, over: threading.Event, held: list[Held]
+    ) -> None:
+        """Until the call is over: loopd's end closing sets `gone` and denies a held ask."""
+        while not over.is_set():
             try:
                 readable, _, _ = select.select([sock], [], [], WATCH_S)
                 if readable and sock.recv(1, socket.MSG_PEEK) == b"":
-                    self.broker.approvals.deny(held.id, "cancelled: loopd closed the call")
+                    gone.set()
+                    for h in held:
+                        self.broker.approvals.deny(h.id, CANCELLED)
                     return
             except (OSError, ValueError):  # closed meanwhile: the call is over
                 return

@@ -124,4 +124,3 @@ def test_a_full_tmpfs_refuses_calls_and_leaves_a_log_that_restarts(rig: Rig, roo
         if rig.daemon is not None:
             rig.daemon.kill()
         subprocess.run(["umount", str(state)], check=False)
-

@@ -3,6 +3,7 @@ result as data."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.sandbox import Sandbox, ShellResult
@@ -56,10 +57,16 @@ def to_response(result: ShellResult, class_: ResultClass = ResultClass.PUBLIC) -
     )
 
 
-def call(sandbox: Sandbox, args: Any, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
-    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions."""
+def call(
+    sandbox: Sandbox,
+    args: Any,
+    class_: ResultClass = ResultClass.PUBLIC,
+    cancelled: Callable[[], bool] | None = None,
+) -> ToolResponse:
+    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions.
+    `cancelled` true kills the command (loopd gave up on the call)."""
     try:
         command, timeout_ms = parse_arguments(args)
     except ArgumentError as err:
         return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
-    return to_response(sandbox.run(command, timeout_ms), class_)
+    return to_response(sandbox.run(command, timeout_ms, cancelled), class_)
