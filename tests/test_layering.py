@@ -112,13 +112,14 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
     f"{BROKERD}.config": frozenset(),  # [core]
-    f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
+    # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
+    f"{BROKERD}.paths": frozenset({SESSION}),
     f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
     f"{BROKERD}.policy": frozenset(
         {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.tools.spec"}
     ),
-    # bwrap's command line and one run: stdlib, and the limits' bounds from the config
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
+    # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths"}),
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
     # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores

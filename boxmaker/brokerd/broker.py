@@ -62,7 +62,7 @@ class Broker:
         self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
         self.fetch_limits = fetch.FetchLimits(**config.fetch)
         self.ledger = Ledger()
-        self.log = DecisionLog(config.log, self.ledger.feed)
+        self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()

@@ -10,6 +10,7 @@ from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
 from boxmaker.brokerd.config import BrokerConfig, ConfigError, parse_config
 from boxmaker.brokerd.policy import LogError, replay
+from boxmaker.session.chain_files import read_chain
 
 OWN_FILES = ("socket", "owner_socket", "grants", "log", "home")  # never inside the workspace
 
@@ -20,7 +21,9 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve broker.sock and owner.sock")
     serve.add_argument("--config", required=True)
-    verify = sub.add_parser("verify", help="check the decision log's chain and replay it")
+    verify = sub.add_parser(
+        "verify", help="check the decision log's chain (its rotated files too) and replay it"
+    )
     verify.add_argument("--log", required=True)
     try:
         args = parser.parse_args(argv)
@@ -29,8 +32,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     log = DaemonLog("brokerd", env.stdout, env.stderr)
     if args.command == "verify":
         try:
-            with open(args.log, "rb") as f:
-                count = replay(f.read())
+            count = replay(read_chain(args.log))  # every file of it, oldest first
         except (OSError, LogError) as exc:
             log.warn(f"verify: FAILED: {exc}")
             return ExitStatus.ERROR

@@ -40,6 +40,7 @@ class BrokerConfig:
     max_write_bytes: int = 1_000_000  # at most what one frame carries
     max_connections: int = 32  # open at once on each socket, from its one peer uid
     max_held: int = 16  # calls waiting for the owner at once; past it a call is refused
+    log_rotate_bytes: int = 16 << 20  # the decision log's file is rotated past it (log.py)
     shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
 
@@ -76,6 +77,7 @@ _INTS: dict[str, tuple[int, int]] = {
     "max_write_bytes": (1, 1_000_000),  # content arrives in one frame
     "max_connections": (1, 4096),  # each holds a thread in brokerd
     "max_held": (1, 1024),  # each holds a second thread, watching loopd's end
+    "log_rotate_bytes": (64 << 10, 1 << 30),  # brokerd reads one file of it at start
 }
 
 
