@@ -118,7 +118,8 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})
     | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
     f"{BROKERD}.config": frozenset(),  # [core]
-    f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
+    # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
+    f"{BROKERD}.paths": frozenset({SESSION}),
     f"{BROKERD}.targets": frozenset(),  # [core]: arguments made into what grants name
     f"{BROKERD}.grants": frozenset({PROTO, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
     f"{BROKERD}.policy": frozenset(
@@ -129,8 +130,8 @@ RULES: dict[str, frozenset[str]] = {
         {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
     ),
     f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
-    # bwrap's command line and one run: stdlib, and the limits' bounds from the config
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
+    # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths"}),
     # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
     # the sandbox; rows makes their tools rows of the table
     f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})

@@ -27,8 +27,8 @@ from boxmaker.brokerd.approvals import Approvals, Held
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.grants import Mode, Rule, parse_grants
 from boxmaker.brokerd.ledger import Ledger
-from boxmaker.brokerd.log import DecisionLog
-from boxmaker.brokerd.paths import PathRefused, Workspace
+from boxmaker.brokerd.log import DecisionLog, LogError
+from boxmaker.brokerd.paths import PathRefused, Workspace, read_grants
 from boxmaker.brokerd.policy import (
     APPROVING,
     Decided,
@@ -51,14 +51,20 @@ from boxmaker.proto.frame import MAX_FRAME_BYTES
 MAX_PROMPT_BYTES = MAX_FRAME_BYTES - 4096
 
 Notify = Callable[[Held, str], None]  # the held call, and the brief line loopd may see
+Cancelled = Callable[[], bool]  # true once loopd gave up on the call
+
+
+def _never() -> bool:
+    return False
 
 
 class CallContext:
     """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
     force, and `reached`, the host the call reached (set by the tool)."""
 
-    def __init__(self, broker: Broker) -> None:
+    def __init__(self, broker: Broker, cancelled: Cancelled = _never) -> None:
         self._broker = broker
+        self.cancelled = cancelled
         self.config = broker.config
         self.rules = broker.rules
         self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
@@ -83,8 +89,7 @@ class Broker:
     ) -> None:
         self.config = config
         self.table = table
-        with open(config.grants, "rb") as f:
-            self.grants_text = f.read()
+        self.grants_text = read_grants(config.grants)  # no final link, regular, bounded
         self.rules: tuple[Rule, ...] = parse_grants(self.grants_text, table)
         if use_openat2 is None and os.environ.get("BOXMAKER_BROKERD_NO_OPENAT2"):
             use_openat2 = False  # the tests run the escape table on the fallback walk too
@@ -95,7 +100,7 @@ class Broker:
         self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
         self.fetch_limits = fetch.FetchLimits(**config.fetch)
         self.ledger = Ledger()
-        self.log = DecisionLog(config.log, self.ledger.feed)
+        self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
@@ -110,9 +115,32 @@ class Broker:
         return [t.schema for t in self.table.tools() if listed(self.rules, t)]
 
     def call(
-        self, name: str, arguments: str, notify: Notify, session: str = "", epoch: int = 0
+        self,
+        name: str,
+        arguments: str,
+        notify: Notify,
+        session: str = "",
+        epoch: int = 0,
+        cancelled: Cancelled = _never,
     ) -> ToolResponse:
-        """One call of `session` (loopd names it; the taint is brokerd's own, from its log)."""
+        """One call of `session` (loopd names it; the taint is brokerd's own, from its log).
+        A line of it that cannot be logged refuses the call (log.py: nothing runs unlogged, and
+        no result leaves before its line). `cancelled` true (loopd gave up on the call) keeps a
+        tool from starting and stops a running command (serve.py)."""
+        try:
+            return self._call(name, arguments, notify, session, epoch, cancelled)
+        except LogError as exc:
+            return error(f"refused: brokerd's decision log: {exc}")
+
+    def _call(
+        self,
+        name: str,
+        arguments: str,
+        notify: Notify,
+        session: str,
+        epoch: int,
+        cancelled: Cancelled,
+    ) -> ToolResponse:
         call_id = secrets.token_hex(8)
         with self.log.lock:
             taint = self.ledger.taint(session, epoch)
@@ -132,7 +160,9 @@ class Broker:
             if answer not in APPROVING:
                 why = f"; it asked because {decided.tainted}" if decided.tainted else ""
                 return error(f"denied: the owner did not approve ({answer}){why}")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_))
+        if cancelled():
+            return error("cancelled: loopd gave up on the call before it ran; nothing was done")
+        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled)
 
     def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
         tool, args, target = decided.tool, decided.args, decided.target
@@ -187,9 +217,15 @@ class Broker:
                 self.rules = (*self.rules, rule)
 
     def _run(
-        self, call_id: str, tool: Tool, args: Args, target: Target, class_: ResultClass
+        self,
+        call_id: str,
+        tool: Tool,
+        args: Args,
+        target: Target,
+        class_: ResultClass,
+        cancelled: Cancelled = _never,
     ) -> ToolResponse:
-        ctx = CallContext(self)
+        ctx = CallContext(self, cancelled)
         try:
             resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:

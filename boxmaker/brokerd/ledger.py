@@ -50,6 +50,27 @@ class Ledger:
         tracker = self._sessions.get(session)
         return None if tracker is None else tracker.seen_from(epoch)
 
+    # ---- carried across a rotation of the decision log (log.py's `carry` record) ----
+
+    def snapshot(self) -> dict[str, Any]:
+        """The ledger as JSON: what a new log file starts from, so a taint outlives rotation."""
+        sessions = {}
+        for session, tr in self._sessions.items():
+            t = tr.taint
+            taint = None if t is None else [t.seq, t.source, sorted(t.trusted_hosts), t.epoch]
+            sessions[session] = {"hosts": sorted(tr.hosts), "taint": taint}
+        return {"sessions": sessions, "calls": self._calls, "open": self._open}
+
+    def restore(self, snap: dict[str, Any]) -> None:
+        """Starts from a `snapshot()` (the records after it are fed as usual)."""
+        for session, obj in snap["sessions"].items():
+            tracker = self._sessions[session] = Tracker()
+            tracker.hosts = set(obj["hosts"])
+            if (t := obj["taint"]) is not None:
+                tracker.taint = Taint(t[0], t[1], frozenset(t[2]), epoch=t[3])
+        self._calls = {str(k): int(v) for k, v in snap["calls"].items()}
+        self._open = {str(k): (v[0], v[1], v[2], v[3]) for k, v in snap["open"].items()}
+
 
 def rule_from_json(obj: dict[str, Any], table: Lookup) -> Rule:
     """A `grant` record's rule (Rule.to_json wrote it: every key, some empty)."""

@@ -40,6 +40,7 @@ class Context(Protocol):
     sandbox: Any  # sandbox.Sandbox
     fetch_limits: Any  # fetch.FetchLimits
     reached: str | None  # the host the call reached, set by the tool (taint records it)
+    cancelled: Callable[[], bool]  # true once loopd gave up on the call (serve.py watches)
 
     def verdict(self, name: str, target: Target) -> Any: ...  # policy.Decision of the grants
 

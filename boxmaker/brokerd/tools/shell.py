@@ -4,6 +4,7 @@ adds nothing: it would allow every command."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.sandbox import Sandbox, ShellResult
@@ -58,13 +59,19 @@ def to_response(result: ShellResult, class_: ResultClass = ResultClass.PUBLIC) -
     )
 
 
-def call(sandbox: Sandbox, args: Any, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
-    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions."""
+def call(
+    sandbox: Sandbox,
+    args: Any,
+    class_: ResultClass = ResultClass.PUBLIC,
+    cancelled: Callable[[], bool] | None = None,
+) -> ToolResponse:
+    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions.
+    `cancelled` true kills the command (loopd gave up on the call)."""
     try:
         command, timeout_ms = parse_arguments(args)
     except ArgumentError as err:
         return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
-    return to_response(sandbox.run(command, timeout_ms), class_)
+    return to_response(sandbox.run(command, timeout_ms, cancelled), class_)
 
 
 def _check(args: Args) -> str | None:
@@ -91,7 +98,7 @@ SHELL = Tool(
         },
     ),
     {"command": str, "timeout_ms": int},
-    lambda ctx, _target, args, class_: ctx.capped(call(ctx.sandbox, args, class_)),
+    lambda ctx, _target, args, class_: ctx.capped(call(ctx.sandbox, args, class_, ctx.cancelled)),
     lambda _ctx, _target, args: summary(args),
     GrantKind.NONE,
     lambda _args, _ws: "",
