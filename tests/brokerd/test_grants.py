@@ -221,7 +221,8 @@ def test_a_tool_added_as_a_row_is_granted_decided_and_tainted_by_its_row_alone()
 
 @pytest.mark.parametrize(
     "path",
-    ["secret/k", "./secret/k", "secret//k", "secret/./k", WS + "/secret/k", "secret/k/", "//secret/k"],
+    ["secret/k", "./secret/k", "secret//k", "secret/./k", WS + "/secret/k", "secret/k/",
+     "//secret/k"],
 )  # fmt: skip
 def test_a_path_deny_holds_for_every_spelling_of_the_path(path: str) -> None:
     """Paths are compared in the workspace-relative form brokerd opens (issue 27, class 2)."""
