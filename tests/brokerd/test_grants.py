@@ -190,6 +190,7 @@ def _echo_row(name: str) -> Tool:
         summary=lambda _ctx, _target, args: f"echo {args['text']}",
         grant=GrantKind.NONE,
         target=lambda _args, _ws: "",
+        writes=False,
         untrusted=True,
     )
 
