@@ -130,20 +130,18 @@ def normal_host(text: str) -> str:
 
 
 def url_host(url: str) -> str:
-    """The normalised host a URL names; BadTarget when it names none, or not one a grant can."""
+    """The normalised host a URL names, read by the same parser fetch connects with
+    (`urlsplit(...).hostname`), so the decision and the connection see one host; BadTarget when
+    it names none, or not one a grant can name."""
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - a bad port raises ValueError here
+        host = parts.hostname
     except ValueError as exc:
         raise BadTarget(f"not a URL ({exc}); give an http:// or https:// URL") from None
-    netloc_host = parts.netloc.rpartition("@")[2]
-    if netloc_host.startswith("["):
-        raw = netloc_host[: netloc_host.find("]") + 1]
-    else:
-        raw = netloc_host.partition(":")[0]
-    if not raw:
+    if not host:
         raise BadTarget("the URL names no host; give an http:// or https:// URL")
-    return normal_host(raw)
+    return normal_host(host)
 
 
 def names_address_exactly(url_hostname: str, address: str) -> bool:

@@ -190,6 +190,7 @@ def _echo_row(name: str) -> Tool:
         summary=lambda _ctx, _target, args: f"echo {args['text']}",
         grant=GrantKind.NONE,
         target=lambda _args, _ws: "",
+        writes=False,
         untrusted=True,
     )
 
@@ -217,3 +218,17 @@ def test_a_tool_added_as_a_row_is_granted_decided_and_tainted_by_its_row_alone()
     with pytest.raises(ValueError, match="overlaps"):
         table.add(_echo_row("files.other"))
     assert "files.send" in table.names()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["secret/k", "./secret/k", "secret//k", "secret/./k", WS + "/secret/k", "secret/k/",
+     "//secret/k"],
+)  # fmt: skip
+def test_a_path_deny_holds_for_every_spelling_of_the_path(path: str) -> None:
+    """Paths are compared in the workspace-relative form brokerd opens (issue 27, class 2)."""
+    d = decide(rules(), "read_file", f'{{"path": "{path}"}}', WS)
+    if path.startswith("//"):  # absolute, and not under the workspace: refused as such
+        assert d.decision.reason.startswith("bad path: "), d
+    else:
+        assert (d.decision.mode, d.target) == (Mode.DENY, ("secret", "k")), d

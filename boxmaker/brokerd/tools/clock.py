@@ -25,4 +25,6 @@ CLOCK = Tool(
     _run,
     lambda _ctx, _target, _args: "read the clock",
     GrantKind.NONE,
+    writes=False,
+    untrusted=False,
 )

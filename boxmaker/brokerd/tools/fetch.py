@@ -330,6 +330,7 @@ FETCH = Tool(
     GrantKind.HOSTS,
     lambda args, _ws: url_host(args["url"]),
     writes=True,  # a URL carries data out
+    untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
     always=lambda target: ("hosts", str(target)),
     classes=True,
 )

@@ -163,8 +163,8 @@ def _file_tool(
     schema: ToolSchema,
     types: dict[str, type],
     *,
-    writes: bool = False,
-    untrusted: bool = False,
+    writes: bool,
+    untrusted: bool,
     reads_as: str | None = None,
 ) -> Tool:
     name = schema.name
@@ -209,6 +209,7 @@ READ_FILE = _file_tool(
         },
     ),
     {"path": str, "offset": int, "limit": int},
+    writes=False,
     untrusted=True,
 )
 LIST_DIR = _file_tool(
@@ -218,6 +219,7 @@ LIST_DIR = _file_tool(
         {"type": "object", "properties": {"path": PATH}, "required": ["path"]},
     ),
     {"path": str},
+    writes=False,
     untrusted=True,
 )
 WRITE_FILE = _file_tool(
@@ -232,6 +234,7 @@ WRITE_FILE = _file_tool(
     ),
     {"path": str, "content": str},
     writes=True,
+    untrusted=False,  # it answers what it wrote, nothing it read
 )
 EDIT_FILE = _file_tool(
     ToolSchema(

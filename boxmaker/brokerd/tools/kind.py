@@ -64,10 +64,11 @@ class Tool:
         names: for GrantKind.NAMES, the names a rule may list, and the default.
         reads_as: the tool whose decision on the same target this one needs because it reads
             that target's content (edit_file reads what read_file may read): the stricter wins.
-        writes: it can write or send: a tainted session asks before it runs.
+        writes: it can write or send: a tainted session asks before it runs (the default: a
+            row says False only for a tool known to read and nothing else).
         untrusted: everything it answers, errors included, is untrusted (taints the session):
-            it reads content. A tool may also mark one answer untrusted itself (fetch, once a
-            server answered).
+            it reads content (the default). A tool may also mark one answer untrusted itself
+            (fetch, once a server answered).
         summary: the whole call, for the owner's prompt (never cut).
         always: the rule an "always" adds for this target: (grant key, value) or the reason
             there is none.
@@ -85,8 +86,8 @@ class Tool:
     target: Callable[[Args, str], Target] | None = None
     names: tuple[str, ...] = ()
     reads_as: str | None = None
-    writes: bool = False
-    untrusted: bool = False
+    writes: bool = True  # a new tool counts as a writer until its row says it only reads
+    untrusted: bool = True  # and its answers as untrusted until its row says otherwise
     always: Callable[[Target], tuple[str, str] | str] | None = None
     check: Callable[[Args], str | None] | None = None
     classes: bool = False

@@ -91,6 +91,7 @@ NOTE = Tool(
     lambda args, _ws: str(args.get("file", "notes")),
     names=tuple(FILES),
     writes=True,
+    untrusted=False,  # it answers where it noted, nothing it read
     always=_always,
     check=_check,
     ask_always={"core": "memory/core.md goes into every baseline: the owner approves"},
