@@ -116,7 +116,7 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
     | frozenset({f"{BROKERD}.{m}" for m in ("ledger", "amend", "targets")})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})
-    | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
+    | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table", f"{BROKERD}.mcp"}),
     f"{BROKERD}.config": frozenset(),  # [core]
     # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
     f"{BROKERD}.paths": frozenset({SESSION}),

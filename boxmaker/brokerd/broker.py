@@ -62,9 +62,10 @@ class CallContext:
     """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
     force, and `reached`, the host the call reached (set by the tool)."""
 
-    def __init__(self, broker: Broker, cancelled: Cancelled = _never) -> None:
+    def __init__(self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0) -> None:
         self._broker = broker
         self.cancelled = cancelled
+        self.epoch = epoch
         self.config = broker.config
         self.rules = broker.rules
         self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
@@ -162,7 +163,7 @@ class Broker:
                 return error(f"denied: the owner did not approve ({answer}){why}")
         if cancelled():
             return error("cancelled: loopd gave up on the call before it ran; nothing was done")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled)
+        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch)
 
     def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
         tool, args, target = decided.tool, decided.args, decided.target
@@ -224,8 +225,9 @@ class Broker:
         target: Target,
         class_: ResultClass,
         cancelled: Cancelled = _never,
+        epoch: int = 0,
     ) -> ToolResponse:
-        ctx = CallContext(self, cancelled)
+        ctx = CallContext(self, cancelled, epoch)
         try:
             resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:

@@ -10,6 +10,7 @@ from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
 from boxmaker.brokerd.config import BrokerConfig, ConfigError, parse_config
 from boxmaker.brokerd.ledger import replay
+from boxmaker.brokerd.mcp.config import parse_mcp
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.tools.table import TABLE
 from boxmaker.session.chain_files import read_chain
@@ -44,12 +45,13 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         with open(args.config, "rb") as f:
             config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
         refuse_paths_in_workspace(config)
+        servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
     except (OSError, ConfigError) as exc:
         log.warn(f"serve: {args.config}: {exc}")
         return ExitStatus.USAGE
     from boxmaker.brokerd.serve import run
 
-    return run(config, log)
+    return run(config, log, servers)
 
 
 def refuse_paths_in_workspace(config: BrokerConfig) -> None:

@@ -43,6 +43,8 @@ class BrokerConfig:
     log_rotate_bytes: int = 16 << 20  # the decision log's file is rotated past it (log.py)
     shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
+    # the [mcp] table as read: mcp.config.parse_mcp checks it (cli.py), which imports this module
+    mcp: dict[str, Any] = field(default_factory=dict)
 
 
 # [broker.shell]: key -> (minimum, maximum). The defaults are SandboxLimits'.
@@ -104,8 +106,12 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"not a TOML file: {exc}") from None
-    if extra := sorted(doc.keys() - {"broker"}):
-        raise ConfigError(f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker]")
+    if extra := sorted(doc.keys() - {"broker", "mcp"}):
+        raise ConfigError(
+            f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker] and [mcp.<name>]"
+        )
+    if not isinstance(doc.get("mcp", {}), dict):
+        raise ConfigError("[mcp]: expected a table of [mcp.<name>] tables")
     table = doc.get("broker")
     if not isinstance(table, dict):
         raise ConfigError("missing [broker] table")
@@ -128,7 +134,7 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         values[name] = _limits(name, table.get(name, {}), bounds)
     if values["socket"] == values["owner_socket"]:
         raise ConfigError("[broker] socket and owner_socket must be two different paths")
-    return BrokerConfig(**values)
+    return BrokerConfig(**values, mcp=doc.get("mcp", {}))
 
 
 def _limits(name: str, sub: Any, bounds: dict[str, tuple[int, int]]) -> dict[str, int]:

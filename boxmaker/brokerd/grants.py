@@ -38,6 +38,10 @@ class Lookup(Protocol):
 
     def get(self, name: str) -> Tool | None: ...
 
+    def grant_row(self, name: str) -> Tool | None: ...  # get, starting nothing
+
+    def grant_names(self) -> list[str]: ...  # what a rule may name, starting nothing
+
     def names(self) -> tuple[str, ...]: ...
 
 
@@ -132,9 +136,9 @@ def rule_of(obj: Any, where: str, table: Lookup) -> Rule:
     if not isinstance(obj, dict):
         raise GrantsError(f"{where}: expected a table")
     name, mode = obj.get("tool"), obj.get("mode")
-    tool = table.get(name) if isinstance(name, str) else None
+    tool = table.grant_row(name) if isinstance(name, str) else None
     if tool is None or not tool.needs_grant:
-        names = ", ".join(n for n in table.names() if (t := table.get(n)) and t.needs_grant)
+        names = ", ".join(table.grant_names())
         raise GrantsError(f"{where}: tool must be one of {names}, got {name!r}")
     if mode not in tuple(Mode):
         raise GrantsError(f"{where}: mode must be allow, ask or deny, got {mode!r}")

@@ -96,6 +96,8 @@ def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> D
     if tool.grant is GrantKind.HOSTS and not covering:
         return Decision(Mode.ASK, f"no grant for {name} covers {target}: {name} asks by default")
     if not any(r.tool == name for r in rules):
+        if getattr(tool, "asks_by_default", False):
+            return Decision(Mode.ASK, f"no grant for {name}: {name} asks by default")
         return Decision(Mode.DENY, f"no grant for {name}: the owner has not granted this tool")
     if not covering:
         return Decision(Mode.DENY, f"no grant for {name} covers {shown(target)}")
@@ -156,6 +158,8 @@ def listed(rules: Sequence[Rule], tool: Tool) -> bool:
     mine = [r for r in rules if r.tool == tool.name]
     if tool.grant is GrantKind.HOSTS:
         return not any(r.mode is Mode.DENY and ANY_HOST in r.hosts for r in mine)
+    if tool.asks_by_default and not mine:
+        return True
     return any(r.mode is not Mode.DENY for r in mine)
 
 

@@ -33,7 +33,11 @@ from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
+from boxmaker.brokerd.mcp.config import McpServerConfig
+from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.tools.table import BUILTIN, Table
 from boxmaker.proto import ToolResponse
 from boxmaker.proto.broker import (
     BROKER_KINDS,
@@ -222,13 +226,19 @@ def _typed(cls: type[Body], body: dict[str, object]) -> Body | None:
         return None
 
 
-def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
+def run(
+    config: BrokerConfig, log: DaemonLog, servers: dict[str, McpServerConfig] | None = None
+) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
+    # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
+    manager = McpManager(servers or {}, config.workspace, log.warn)
+    table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
     try:
-        broker = Broker(config)
+        broker = Broker(config, table=table)
     except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1
         log.warn(f"serve: cannot start: {exc}")
+        manager.close()
         return ExitStatus.ERROR
     server = Server(broker, log)
     with stop_signals() as stop:
@@ -242,6 +252,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
         except SetupError as exc:
             log.warn(f"serve: {exc}")
             broker.close()
+            manager.close()
             return ExitStatus.ERROR
         routes = {
             tools.sock: (loopd_uid, server.serve_loopd, "broker.sock"),
@@ -270,6 +281,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
         finally:
             tools.close()
             owner.close()
+            manager.close()  # every server's process group killed: no sandbox process left
             broker.close()
             log.say("stopped")
     return ExitStatus.OK

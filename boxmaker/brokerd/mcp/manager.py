@@ -39,6 +39,7 @@ from boxmaker.brokerd.mcp.catalog import (
 )
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.server import Connection, Server, StartError
+from boxmaker.brokerd.sandbox import clear_ambient_capabilities
 from boxmaker.proto import ToolSchema
 from boxmaker.proto.tool import ToolResponse
 
@@ -67,8 +68,17 @@ class McpManager:
             server.tools = self.tools
         self.log = log
         self.loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self.loop.run_forever, name="mcp", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="mcp", daemon=True)
         self._thread.start()
+
+    def _serve(self) -> None:
+        """The loop's thread, which spawns every server: its ambient capabilities emptied first
+        (sandbox.py says why: bwrap refuses to run with the CAP_CHOWN of the two-user start)."""
+        try:
+            clear_ambient_capabilities()
+        except OSError as exc:
+            self.log(f"mcp: {exc}: a server may not start in the sandbox")
+        self.loop.run_forever()
 
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
@@ -135,7 +145,14 @@ class McpManager:
             conn = await server.connection()
         except StartError as exc:
             return refusal(f"{name}: the server {server.config.name} could not start: {exc}", True)
-        return await self._call(server, conn, parts[1], arguments)
+        resp = await self._call(server, conn, parts[1], arguments)
+        if server.config.workspace != "rw":
+            return resp
+        # what the server wrote keeps no set-id bit (the mount is nosuid inside, not outside)
+        note = await asyncio.get_running_loop().run_in_executor(None, server.sandbox.after_call)
+        if not note:
+            return resp
+        return ToolResponse(resp.content + note, resp.class_, resp.untrusted, resp.truncated)
 
     async def _epoch_tools(self, epoch: int) -> dict[str, ToolSchema]:
         await self.alist_tools(epoch)

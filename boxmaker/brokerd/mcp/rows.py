@@ -20,7 +20,7 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from boxmaker.brokerd.mcp.catalog import argument_problem
+from boxmaker.brokerd.mcp.catalog import TOOL_NAME, argument_problem
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
@@ -96,6 +96,7 @@ def row(
         untrusted=not config.trusted,
         always=NO_ALWAYS,
         check=check,
+        asks_by_default=True,
     )
 
 
@@ -129,8 +130,31 @@ class ServerRows:
     def names(self) -> list[str]:
         return list(self._listed())
 
+    def grant_row(self, name: str) -> Tool | None:
+        """The row a grant names: the listed one, or before the server was ever listed a row
+        that only says how its grants read (GrantKind.NONE), so that brokerd's start and each
+        re-read of the grants start no server."""
+        if self.config.name in self.manager.tools.latest:
+            return self.rows(name)
+        tool = name.removeprefix(f"{self.config.name}.")
+        if not TOOL_NAME.fullmatch(tool):
+            return None
+        return Tool(
+            ToolSchema(name, "", {"type": "object"}),
+            {},
+            _unlisted,
+            lambda _ctx, _target, _args: name,
+            GrantKind.NONE,
+            lambda _args, _ws: "",
+            asks_by_default=True,
+        )
+
     def family(self) -> Family:
-        return Family(f"{self.config.name}.", self.rows, self.names)
+        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row)
+
+
+def _unlisted(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
+    raise AssertionError("a grant's row is never run")  # policy.decide looks up with get
 
 
 def families(manager: McpManager, epoch_of: Callable[[Context], int]) -> list[Family]:

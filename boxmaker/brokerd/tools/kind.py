@@ -41,6 +41,7 @@ class Context(Protocol):
     fetch_limits: Any  # fetch.FetchLimits
     reached: str | None  # the host the call reached, set by the tool (taint records it)
     cancelled: Callable[[], bool]  # true once loopd gave up on the call (serve.py watches)
+    epoch: int  # the epoch the call claims: an MCP tool list is frozen per epoch
 
     def verdict(self, name: str, target: Target) -> Any: ...  # policy.Decision of the grants
 
@@ -76,6 +77,7 @@ class Tool:
         check: a further check of the arguments (None when fine, else the message).
         classes: its rules may say `class`.
         ask_always: targets never better than ask, whatever the grants, with the reason.
+        asks_by_default: no rule names it: it asks (else it is denied).
     """
 
     schema: ToolSchema
@@ -92,6 +94,7 @@ class Tool:
     check: Callable[[Args], str | None] | None = None
     classes: bool = False
     ask_always: Mapping[str, str] = field(default_factory=dict)
+    asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
 
     @property
     def needs_grant(self) -> bool:

@@ -28,6 +28,8 @@ class Family:
     prefix: str  # "github." for the server "github"
     rows: Callable[[str], Tool | None]  # the full name -> its row, or None
     names: Callable[[], Iterable[str]]  # the names it has now
+    # the row a grant names, looked up without starting anything (None: `rows`)
+    grant_row: Callable[[str], Tool | None] | None = None
 
 
 class Table:
@@ -60,6 +62,21 @@ class Table:
         family = self._family_of(name)
         row = family.rows(name) if family is not None else None
         return row if row is not None and row.name == name else None
+
+    def grant_row(self, name: str) -> Tool | None:
+        """The row a grant names: `get`, but a family's rows as its `grant_row` gives them (an
+        MCP server is not started because the grants name one of its tools)."""
+        family = None if name in self._tools else self._family_of(name)
+        if family is None or family.grant_row is None:
+            return self.get(name)
+        row = family.grant_row(name)
+        return row if row is not None and row.name == name else None
+
+    def grant_names(self) -> list[str]:
+        """What a rule may name, for its error: the tools that need a grant, then each family
+        as `<prefix><tool>` (listing its tools would start an MCP server)."""
+        own = [n for n, t in self._tools.items() if t.needs_grant]
+        return [*own, *(f"{f.prefix}<tool>" for f in self._families)]
 
     def names(self) -> tuple[str, ...]:
         dynamic = [n for f in self._families for n in f.names()]

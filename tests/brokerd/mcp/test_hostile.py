@@ -105,6 +105,24 @@ def test_it_cannot_plant_a_setuid_file(rig: Rig, workspace: str) -> None:
     assert list(rig.workspace.iterdir()) == []
 
 
+# With workspace = "rw" a server writes the workspace, so it can set a set-uid bit there (its
+# own file; the sandbox's mount is nosuid, the host's is not): brokerd clears it after the call.
+RW_PLANTS = ["planted", "sub/planted", "deep/er/planted", ".hidden", "naïve name"]
+
+
+def test_a_setuid_file_planted_in_an_rw_workspace_keeps_no_setuid_bit(rig: Rig) -> None:
+    for folder in ("sub", "deep/er"):
+        (rig.workspace / folder).mkdir(parents=True)
+    sandbox_owned(rig.workspace)
+    m = rig.manager(hostile_server("evil", workspace="rw", **FAST))
+    for name in RW_PLANTS:
+        got = m.call("evil.plant_setuid", {"target": f"/workspace/{name}"}, 0)
+        assert "plant: OK 0o104755" in got.content, (name, got.content)  # it was set inside
+        mode = os.lstat(rig.workspace / name).st_mode
+        assert mode & 0o6000 == 0, (name, oct(mode))
+        assert mode & 0o777 == 0o755, (name, oct(mode))  # the other bits are kept
+
+
 @pytest.mark.parametrize("method", ["sampling/createMessage", "roots/list", "elicitation/create"])
 def test_what_it_asks_of_brokerd_is_refused(rig: Rig, evil: McpManager, method: str) -> None:
     got = evil.call("evil.ask", {"target": method}, 0)

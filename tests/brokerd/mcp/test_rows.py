@@ -12,7 +12,7 @@ import pytest
 from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.config import BrokerConfig
-from boxmaker.brokerd.grants import Mode, parse_grants
+from boxmaker.brokerd.grants import GrantsError, Mode, parse_grants
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import decide, listed
@@ -94,10 +94,27 @@ def test_grants_decide_per_tool(rig: Rig, table: Table) -> None:
     denied = decide(table, rules, "time.convert_time", "{}", ws)
     assert denied.decision.mode is Mode.DENY
     ungranted = decide(table, rules, "evil.read_file", '{"target": "/etc/shadow"}', ws)
-    assert ungranted.decision.mode is Mode.DENY
+    assert ungranted.decision.mode is Mode.ASK  # no rule: the owner is asked (issue 31)
+    assert "evil.read_file asks by default" in ungranted.decision.reason
     evil_read = table.get("evil.read_file")
     assert evil_read is not None
-    assert not listed(rules, evil_read)  # no rule: find_tool does not list it
+    assert listed(rules, evil_read)  # no rule: it asks, so find_tool lists it
+    convert = table.get("time.convert_time")
+    assert convert is not None
+    assert not listed(rules, convert)  # denied by its rule: not listed
+
+
+def test_grants_naming_mcp_tools_start_no_server(manager: McpManager, table: Table) -> None:
+    """brokerd reads its grants at start and at each "always": a rule naming a server's tool
+    is parsed without starting that server; a tool name no server could have is refused."""
+    rules = parse_grants(GRANTS, table)
+    assert [r.tool for r in rules][:2] == ["time.get_current_time", "evil.echo"]
+    assert [s.starts for s in manager.servers.values()] == [0, 0]
+    assert manager.tools.latest == {}
+    for bad in ("time.", "time.a b", "time.é", "time." + "x" * 65, "nosuch.tool"):
+        with pytest.raises(GrantsError):
+            parse_grants(f'[[grant]]\ntool = "{bad}"\nmode = "allow"\n'.encode(), table)
+    assert [s.starts for s in manager.servers.values()] == [0, 0]
 
 
 def test_the_owner_sees_the_whole_call_escaped(table: Table) -> None:
