@@ -1,6 +1,6 @@
 """Runs the benchmarks: `python -m bench [sse] [proxy] [sessions] [daemon] [slotcache] [slots]
-[broker] [sandbox] [compaction] [toolloop_save]` (all by default; slotcache, slots, compaction and
-toolloop_save start the real llama-server)."""
+[broker] [sandbox] [mcp] [compaction] [toolloop_save]` (all by default; slotcache, slots,
+compaction and toolloop_save start the real llama-server)."""
 
 import importlib
 import sys
@@ -14,6 +14,7 @@ SUITES = (
     "slots",
     "broker",
     "sandbox",
+    "mcp",
     "compaction",
     "toolloop_save",
 )

@@ -32,6 +32,7 @@ FAST = "boxmaker._fast"
 CLI = "boxmaker._cli"
 DEFAULTS = "boxmaker._defaults"
 TOML = "boxmaker._toml"
+FRAMED = "boxmaker._framed"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
 KINDS = "boxmaker.loopd._kinds"
@@ -60,6 +61,7 @@ RULES: dict[str, frozenset[str]] = {
     CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
+    FRAMED: frozenset({PROTO}),  # the one framed-socket client of broker.sock and owner.sock
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
@@ -93,7 +95,7 @@ RULES: dict[str, frozenset[str]] = {
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
     SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
-    TOOLS: frozenset({PROTO, CONFIG}),  # port.py reads [tools] (issue 22)
+    TOOLS: frozenset({PROTO, CONFIG, FRAMED}),  # port.py reads [tools] (issue 22)
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, OPEN}),
     # Opening a session (issue 20): `loopd turn` and the worker share it.
     OPEN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS}),
@@ -106,28 +108,46 @@ RULES: dict[str, frozenset[str]] = {
     # Slot save/restore (issue 14): the policy is [core]; the keeper is the main process's shell.
     CACHE: frozenset({PROTO, CONFIG, LLAMA, SESSION, f"{CACHE}.policy"}),  # session.files
     f"{CACHE}.policy": frozenset({PROTO, f"{LLAMA}.info"}),  # [core] on llama's /slots parser
-    # brokerd (issues 22, 23): the only process with authority. Its cores (config, grants, policy,
-    # tools.spec, taint, netcheck) sit below its shells; it never imports loopd, nor loopd it.
+    # brokerd (issues 22, 23, 27): the only process with authority. Its cores (config, targets,
+    # grants, policy, ledger, tools.kind, tools.spec, taint, netcheck) sit below its shells; it
+    # never imports loopd, nor loopd it. What it knows of a tool is the tool's row (tools.kind),
+    # gathered in tools.table.
     BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
-    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"}),
+    | frozenset({f"{BROKERD}.{m}" for m in ("ledger", "amend", "targets")})
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})
+    | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table", f"{BROKERD}.mcp"}),
     f"{BROKERD}.config": frozenset(),  # [core]
-    f"{BROKERD}.paths": frozenset(),  # openat2 beneath the workspace, atomic writes
-    f"{BROKERD}.grants": frozenset({PROTO}),  # [core]
+    # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
+    f"{BROKERD}.paths": frozenset({SESSION}),
+    f"{BROKERD}.targets": frozenset(),  # [core]: arguments made into what grants name
+    f"{BROKERD}.grants": frozenset({PROTO, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
     f"{BROKERD}.policy": frozenset(
-        {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.tools.spec"}
+        {PROTO, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.targets"}
+        | {f"{BROKERD}.tools.kind", f"{BROKERD}.tools.spec"}
     ),
-    # bwrap's command line and one run: stdlib, and the limits' bounds from the config
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config"}),
+    f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger
+        {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
+    ),
+    f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
+    # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths"}),
+    # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
+    # the sandbox; rows makes their tools rows of the table
+    f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
-    # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores
+    # files.py, note.py, shell.py, fetch.py, clock.py: each a tool and its row (shells);
+    # htmltext.py is a core; table.py gathers the rows
     f"{BROKERD}.tools": frozenset(
         {PROTO, SESSION, f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.sandbox"}
-        | {f"{BROKERD}.netcheck", f"{BROKERD}.tools.spec"}
+        | {f"{BROKERD}.netcheck", f"{BROKERD}.targets", f"{BROKERD}.tools.spec"}
+        | {f"{BROKERD}.tools.kind"}
     ),
-    f"{BROKERD}.tools.spec": frozenset({PROTO}),  # [core]
-    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION}),  # never the daemons
+    f"{BROKERD}.tools.kind": frozenset({PROTO}),  # [core]: what a row holds
+    f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
+    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
@@ -136,7 +156,13 @@ RULES: dict[str, frozenset[str]] = {
 
 # Third-party packages boxmaker may import (pyproject's dependencies); the rest is the stdlib,
 # with typeshed's stdlib stubs for `if TYPE_CHECKING` imports.
-THIRD_PARTY = frozenset({"orjson", "prompt_toolkit"})  # prompt_toolkit: bxctl chat only
+THIRD_PARTY = frozenset({"orjson", "prompt_toolkit"}) | {  # prompt_toolkit: bxctl chat only
+    "mcp",  # brokerd/mcp: the SDK and what its types import
+    "mcp_types",
+    "anyio",
+    "pydantic",
+    "jsonschema",
+}
 STDLIB = sys.stdlib_module_names | {"__future__", "_typeshed"}
 
 # [core] modules may not import these (R2's list, then the rest of the stdlib that reaches
@@ -150,6 +176,9 @@ FORBIDDEN_CALLS = frozenset({"open", "print", "input", "exec", "eval", "__import
 # STYLE.md R1's [core] modules: each must carry the marker, so the I/O check can't be dropped by
 # editing a docstring.
 R1_CORES = [
+    f"{BROKERD}.mcp.config",
+    f"{BROKERD}.mcp.hosts",
+    f"{BROKERD}.mcp.catalog",
     "boxmaker.inferproxy.limits",
     *sorted(_llama("errors", "types", "http", "sse", "request", "assemble", "info", "retry")),
     f"{LLAMA}.waits",
@@ -173,6 +202,9 @@ R1_CORES = [
     f"{BROKERD}.netcheck",
     f"{BROKERD}.taint",
     f"{BROKERD}.tools.htmltext",
+    f"{BROKERD}.targets",
+    f"{BROKERD}.ledger",
+    f"{BROKERD}.tools.kind",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

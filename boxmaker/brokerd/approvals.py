@@ -11,28 +11,27 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
+from typing import Any
 
-ANSWERS = ("yes", "no", "always")
+from boxmaker.proto.broker import ANSWERS, HeldCall
 
 
 @dataclass
 class Held:
-    id: str
-    tool: str
-    summary: str
-    hash: str
-    always: str  # the rule "always" would add, as TOML, shown to the owner first
+    call: HeldCall  # what the owner is shown, whole (proto.broker says each field)
     answer: str | None = None  # yes | no | always | empty | closed | timeout
     done: threading.Event = field(default_factory=threading.Event)
 
-    def view(self) -> dict[str, str]:
-        return {
-            "id": self.id,
-            "tool": self.tool,
-            "summary": self.summary,
-            "hash": self.hash,
-            "always": self.always,
-        }
+    @property
+    def id(self) -> str:
+        return self.call.id
+
+    @property
+    def hash(self) -> str:
+        return self.call.hash
+
+    def view(self) -> dict[str, Any]:
+        return self.call.to_json()
 
 
 class Approvals:
@@ -40,8 +39,8 @@ class Approvals:
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
 
-    def hold(self, call_id: str, tool: str, summary: str, call_hash: str, always: str) -> Held:
-        held = Held(call_id, tool, summary, call_hash, always)
+    def hold(self, call: HeldCall) -> Held:
+        held = Held(call)
         with self._lock:
             self._held[held.id] = held
         return held

@@ -2,11 +2,14 @@
 
 Every step is appended to the decision log before brokerd acts on it. Errors are data: whatever
 goes wrong, the caller gets a ToolResponse whose content says what, and the turn goes on.
+Everything brokerd knows of a tool is its row in the table of tools (tools/table.py): this
+module never looks at a tool's name.
 
 Taint: the session's taint is read from the Ledger (fed by the log) under the log's lock, and the
 request is appended under the same lock, so the taint a decision saw is the one the records
 before its line give: what `replay` recomputes. The result's line carries `untrusted` (and the
-host a fetch reached) before the result leaves, so a taint is on disk before its content is.
+host a call reached) before the result leaves, so a taint is on disk before its content is.
+A row that says `untrusted` makes every answer of its tool untrusted, errors included.
 """
 
 from __future__ import annotations
@@ -16,39 +19,79 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
-from functools import partial
-from typing import Any
 
+import orjson
+
+from boxmaker.brokerd import amend
 from boxmaker.brokerd.approvals import Approvals, Held
 from boxmaker.brokerd.config import BrokerConfig
-from boxmaker.brokerd.grants import (
-    Mode,
-    Rule,
-    allowed_addresses,
-    always_rule,
+from boxmaker.brokerd.grants import Mode, Rule, parse_grants
+from boxmaker.brokerd.ledger import Ledger
+from boxmaker.brokerd.log import DecisionLog, LogError
+from boxmaker.brokerd.paths import PathRefused, Workspace, read_grants
+from boxmaker.brokerd.policy import (
+    APPROVING,
+    Decided,
+    Decision,
+    decide,
     listed,
-    parse_grants,
-    redirect_refusal,
+    request_fields,
+    verdict,
 )
-from boxmaker.brokerd.log import DecisionLog, now
-from boxmaker.brokerd.paths import PathRefused, Workspace
-from boxmaker.brokerd.policy import APPROVING, Decided, Ledger, decide, request_fields, rule_json
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
-from boxmaker.brokerd.tools import fetch, shell
+from boxmaker.brokerd.tools import fetch
 from boxmaker.brokerd.tools.files import FileTools, error, response
-from boxmaker.brokerd.tools.note import append_note, note_summary
-from boxmaker.brokerd.tools.spec import CLOCK, SCHEMAS
+from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of
+from boxmaker.brokerd.tools.table import TABLE, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto.broker import HeldCall
+from boxmaker.proto.frame import MAX_FRAME_BYTES
 
-Notify = Callable[[Held], None]
+# The owner's prompt goes in one owner.sock frame; a call it cannot show whole is not asked.
+MAX_PROMPT_BYTES = MAX_FRAME_BYTES - 4096
+
+Notify = Callable[[Held, str], None]  # the held call, and the brief line loopd may see
+Cancelled = Callable[[], bool]  # true once loopd gave up on the call
+
+
+def _never() -> bool:
+    return False
+
+
+class CallContext:
+    """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
+    force, and `reached`, the host the call reached (set by the tool)."""
+
+    def __init__(self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0) -> None:
+        self._broker = broker
+        self.cancelled = cancelled
+        self.epoch = epoch
+        self.config = broker.config
+        self.rules = broker.rules
+        self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
+        self.fetch_limits = broker.fetch_limits
+        self.reached: str | None = None
+
+    def verdict(self, name: str, target: Target) -> Decision:
+        tool = self._broker.table.get(name)
+        assert tool is not None
+        return verdict(self.rules, tool, target)
+
+    def capped(self, resp: ToolResponse) -> ToolResponse:
+        """The loop's cap ([broker] result_cap_bytes) over a tool's own caps."""
+        cut = response(resp.content, self.config.result_cap_bytes, untrusted=resp.untrusted)
+        truncated = resp.truncated or cut.truncated
+        return ToolResponse(cut.content, resp.class_, untrusted=resp.untrusted, truncated=truncated)
 
 
 class Broker:
-    def __init__(self, config: BrokerConfig, *, use_openat2: bool | None = None) -> None:
+    def __init__(
+        self, config: BrokerConfig, *, use_openat2: bool | None = None, table: Table = TABLE
+    ) -> None:
         self.config = config
-        with open(config.grants, "rb") as f:
-            self.grants_text = f.read()
-        self.rules: tuple[Rule, ...] = parse_grants(self.grants_text)
+        self.table = table
+        self.grants_text = read_grants(config.grants)  # no final link, regular, bounded
+        self.rules: tuple[Rule, ...] = parse_grants(self.grants_text, table)
         if use_openat2 is None and os.environ.get("BOXMAKER_BROKERD_NO_OPENAT2"):
             use_openat2 = False  # the tests run the escape table on the fallback walk too
         self.ws = Workspace(config.workspace, use_openat2=use_openat2)
@@ -58,7 +101,7 @@ class Broker:
         self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
         self.fetch_limits = fetch.FetchLimits(**config.fetch)
         self.ledger = Ledger()
-        self.log = DecisionLog(config.log, self.ledger.feed)
+        self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
@@ -68,121 +111,133 @@ class Broker:
         self.ws.close()
 
     def tools(self) -> list[ToolSchema]:
-        """clock, and the tools granted something other than deny somewhere (find_tool lists
-        only these)."""
-        return [s for name, s in SCHEMAS.items() if name == CLOCK or listed(self.rules, name)]
+        """The tools granted something other than deny somewhere, and those that need no grant
+        (find_tool lists only these)."""
+        return [t.schema for t in self.table.tools() if listed(self.rules, t)]
 
     def call(
-        self, tool: str, arguments: str, notify: Notify, session: str = "", epoch: int = 0
+        self,
+        name: str,
+        arguments: str,
+        notify: Notify,
+        session: str = "",
+        epoch: int = 0,
+        cancelled: Cancelled = _never,
     ) -> ToolResponse:
-        """One call of `session` (loopd names it; the taint is brokerd's own, from its log)."""
+        """One call of `session` (loopd names it; the taint is brokerd's own, from its log).
+        A line of it that cannot be logged refuses the call (log.py: nothing runs unlogged, and
+        no result leaves before its line). `cancelled` true (loopd gave up on the call) keeps a
+        tool from starting and stops a running command (serve.py)."""
+        try:
+            return self._call(name, arguments, notify, session, epoch, cancelled)
+        except LogError as exc:
+            return error(f"refused: brokerd's decision log: {exc}")
+
+    def _call(
+        self,
+        name: str,
+        arguments: str,
+        notify: Notify,
+        session: str,
+        epoch: int,
+        cancelled: Cancelled,
+    ) -> ToolResponse:
         call_id = secrets.token_hex(8)
         with self.log.lock:
             taint = self.ledger.taint(session, epoch)
-            decided = decide(self.rules, tool, arguments, self.config.workspace, taint)
-            fields = request_fields(call_id, tool, arguments, decided, session, epoch)
+            decided = decide(self.table, self.rules, name, arguments, self.config.workspace, taint)
+            fields = request_fields(call_id, name, arguments, decided, session, epoch)
             self.log.append("request", **fields)
         d = decided.decision
         self.log.append("decision", id=call_id, mode=str(d.mode), reason=d.reason)
         if d.mode is Mode.DENY:
             return error(f"denied: {d.reason}")
-        args, target = decided.args, decided.target
-        assert args is not None  # a decision other than deny has both
+        tool, args, target = decided.tool, decided.args, decided.target
+        assert tool is not None  # a decision other than deny has all three
+        assert args is not None
         assert target is not None
         if d.mode is Mode.ASK:
-            answer = self._ask(call_id, tool, decided, notify)
+            answer = self._ask(call_id, decided, notify)
             if answer not in APPROVING:
                 why = f"; it asked because {decided.tainted}" if decided.tainted else ""
                 return error(f"denied: the owner did not approve ({answer}){why}")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_))
+        if cancelled():
+            return error("cancelled: loopd gave up on the call before it ran; nothing was done")
+        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch)
 
-    def _summary(self, tool: str, target: tuple[str, ...] | str, args: dict[str, Any]) -> str:
-        if tool == "note":
-            return note_summary(args)
-        if tool == "shell":
-            return shell.summary(args)
-        if tool == "fetch":
-            return fetch.summary(args)
-        assert isinstance(target, tuple)
-        return self.files.summary(tool, target, args)
-
-    def _ask(self, call_id: str, tool: str, decided: Decided, notify: Notify) -> str:
-        args, target, call_hash = decided.args, decided.target, decided.hash
+    def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
+        tool, args, target = decided.tool, decided.args, decided.target
+        assert tool is not None
         assert args is not None
         assert target is not None
         try:
-            summary = self._summary(tool, target, args)
+            summary = tool.summary(CallContext(self), target, args)
         except (PathRefused, OSError) as exc:
-            summary = f"{tool} (cannot say what it would do: {exc})"
-        if decided.tainted:  # the owner sees why a call its grant allows is asked about
-            summary += f"\n{decided.tainted}"
-        rule = always_rule(tool, target)
-        what = "command" if tool == "shell" else "file"
-        shown = rule.to_toml() if rule else f"(nothing: this {what} is asked about every time)"
-        held = self.approvals.hold(call_id, tool, summary, call_hash, shown)
+            summary = f"{tool.name} (cannot say what it would do: {exc})"
+        rule = amend.always_rule(self.table, tool, target)
+        prompt = HeldCall(
+            id=call_id,
+            tool=tool.name,
+            summary=summary,
+            reason=decided.tainted or "",
+            always=rule.to_toml() if isinstance(rule, Rule) else "",
+            no_always=rule if isinstance(rule, str) else "",
+            hash=decided.hash,
+        )
+        if len(orjson.dumps(prompt.to_json())) > MAX_PROMPT_BYTES:
+            answer = f"too large to show whole ({len(summary)} characters): it cannot be approved"
+            self.log.append("approval", id=call_id, hash=decided.hash, answer=answer, mode="deny")
+            return answer
+        held = self.approvals.hold(prompt)
         with contextlib.suppress(OSError):
-            notify(held)
+            brief = brief_of(tool, target)  # what loopd may see: nothing read from a file
+            notify(held, f"{brief}\n{decided.tainted}" if decided.tainted else brief)
         answer = self.approvals.wait(held, self.config.approval_timeout_ms / 1000)
         approved = answer in APPROVING
         self.log.append(
             "approval",
             id=call_id,
-            hash=call_hash,
+            hash=decided.hash,
             answer=answer,
             mode="allow" if approved else "deny",
         )
-        if answer == "always" and rule is not None:
-            self._add_grant(rule)
+        if answer == "always" and isinstance(rule, Rule):
+            self._add_grant(call_id, rule)
         return answer
 
-    def _add_grant(self, rule: Rule) -> None:
-        with self._grants_lock, self.log.lock:  # no decision between the line and the rules
-            self.log.append("grant", rule=rule_json(rule))
-            self.rules = (*self.rules, rule)
-            text = self.grants_text + b"\n# added by brokerd: the owner answered always\n"
-            text += rule.to_toml().encode()
-            tmp = f"{self.config.grants}.{secrets.token_hex(4)}.tmp"
-            mode = os.stat(self.config.grants).st_mode & 0o777  # the owner's, kept
-            with open(os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode), "wb") as f:
-                f.write(text)
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, self.config.grants)
-            self.grants_text = text
+    def _add_grant(self, call_id: str, rule: Rule) -> None:
+        """Merges `rule` into the grants file as it is on disk, then into the rules in force;
+        when it cannot, the log says why (`grant_refused`) and the answer was a yes."""
+        with self._grants_lock:
+            refused = amend.merge(self.config.grants, rule, self.table)
+            if refused is not None:
+                self.log.append("grant_refused", id=call_id, reason=refused)
+                return
+            with self.log.lock:  # no decision between the line and the rules
+                self.log.append("grant", rule=rule.to_json())
+                self.rules = (*self.rules, rule)
 
     def _run(
         self,
         call_id: str,
-        tool: str,
-        args: dict[str, Any],
-        target: tuple[str, ...] | str,
+        tool: Tool,
+        args: Args,
+        target: Target,
         class_: ResultClass,
+        cancelled: Cancelled = _never,
+        epoch: int = 0,
     ) -> ToolResponse:
-        host = None
+        ctx = CallContext(self, cancelled, epoch)
         try:
-            if tool == CLOCK:
-                resp = ToolResponse(now(), ResultClass.PUBLIC, untrusted=False, truncated=False)
-            elif tool == "note":
-                size = len(args["text"].encode("utf-8", "surrogatepass"))
-                if size > self.config.max_write_bytes:
-                    raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")
-                resp = append_note(self.config.home, args)
-            elif tool == "shell":
-                resp = self._capped(shell.call(self.sandbox, args, class_))
-            elif tool == "fetch":
-                allow = allowed_addresses(self.rules)
-                hop_ok = partial(redirect_refusal, self.rules, target)
-                resp, got = fetch.call(args, self.fetch_limits, allow, class_, hop_ok)
-                resp = self._capped(resp)
-                host = got.hosts[0] if got is not None and got.hosts else None
-            else:
-                resp = getattr(self.files, tool)(target, args)
+            resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:
             resp = error(str(exc))
         except OSError as exc:
-            resp = error(f"{tool}: {exc.strerror or exc}")
+            resp = error(f"{tool.name}: {exc.strerror or exc}")
         except Exception as exc:  # a bug here must not end the turn: errors are data
-            resp = error(f"{tool}: brokerd failed: {type(exc).__name__}: {exc}")
+            resp = error(f"{tool.name}: brokerd failed: {type(exc).__name__}: {exc}")
+        if tool.untrusted and not resp.untrusted:  # what it reveals, errors too (issue 27)
+            resp = ToolResponse(resp.content, resp.class_, untrusted=True, truncated=resp.truncated)
         self.log.append(
             "result",
             id=call_id,
@@ -190,13 +245,7 @@ class Broker:
             truncated=resp.truncated,
             chars=len(resp.content),
             untrusted=resp.untrusted,
-            host=host,
+            host=ctx.reached,
             **{"class": str(resp.class_)},
         )
         return resp
-
-    def _capped(self, resp: ToolResponse) -> ToolResponse:
-        """The loop's cap ([broker] result_cap_bytes) over a shell's or a fetch's own caps."""
-        cut = response(resp.content, self.config.result_cap_bytes, untrusted=resp.untrusted)
-        truncated = resp.truncated or cut.truncated
-        return ToolResponse(cut.content, resp.class_, untrusted=resp.untrusted, truncated=truncated)

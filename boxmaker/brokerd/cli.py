@@ -8,8 +8,14 @@ from collections.abc import Sequence
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
-from boxmaker.brokerd.config import ConfigError, parse_config
-from boxmaker.brokerd.policy import LogError, replay
+from boxmaker.brokerd.config import BrokerConfig, ConfigError, parse_config
+from boxmaker.brokerd.ledger import replay
+from boxmaker.brokerd.mcp.config import parse_mcp
+from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.tools.table import TABLE
+from boxmaker.session.chain_files import read_chain
+
+OWN_FILES = ("socket", "owner_socket", "grants", "log", "home")  # never inside the workspace
 
 
 def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> ExitStatus:
@@ -18,7 +24,9 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     sub = parser.add_subparsers(dest="command", required=True)
     serve = sub.add_parser("serve", help="serve broker.sock and owner.sock")
     serve.add_argument("--config", required=True)
-    verify = sub.add_parser("verify", help="check the decision log's chain and replay it")
+    verify = sub.add_parser(
+        "verify", help="check the decision log's chain (its rotated files too) and replay it"
+    )
     verify.add_argument("--log", required=True)
     try:
         args = parser.parse_args(argv)
@@ -27,8 +35,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     log = DaemonLog("brokerd", env.stdout, env.stderr)
     if args.command == "verify":
         try:
-            with open(args.log, "rb") as f:
-                count = replay(f.read())
+            count = replay(read_chain(args.log), TABLE)  # every file of it, oldest first
         except (OSError, LogError) as exc:
             log.warn(f"verify: FAILED: {exc}")
             return ExitStatus.ERROR
@@ -37,9 +44,27 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     try:
         with open(args.config, "rb") as f:
             config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
+        refuse_paths_in_workspace(config)
+        servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
     except (OSError, ConfigError) as exc:
         log.warn(f"serve: {args.config}: {exc}")
         return ExitStatus.USAGE
     from boxmaker.brokerd.serve import run
 
-    return run(config, log)
+    return run(config, log, servers)
+
+
+def refuse_paths_in_workspace(config: BrokerConfig) -> None:
+    """ConfigError when one of brokerd's own files is inside the workspace, after resolving
+    links: there the sandbox and the file tools could write it (an owner.sock in the workspace
+    let a command answer an approval)."""
+    workspace = os.path.realpath(config.workspace)
+    for key in OWN_FILES:
+        path = getattr(config, key)
+        resolved = os.path.realpath(path)
+        if resolved == workspace or resolved.startswith(workspace.rstrip("/") + "/"):
+            shown = path if resolved == path else f"{path} (that is {resolved})"
+            raise ConfigError(
+                f"[broker] {key}: {shown} is inside the workspace {workspace}, where the agent "
+                "writes; put brokerd's own files outside it"
+            )

@@ -38,8 +38,13 @@ class BrokerConfig:
     result_cap_bytes: int = 16_384
     max_file_bytes: int = 64 * 1024 * 1024
     max_write_bytes: int = 1_000_000  # at most what one frame carries
+    max_connections: int = 32  # open at once on each socket, from its one peer uid
+    max_held: int = 16  # calls waiting for the owner at once; past it a call is refused
+    log_rotate_bytes: int = 16 << 20  # the decision log's file is rotated past it (log.py)
     shell: dict[str, int] = field(default_factory=dict)  # SandboxLimits' fields that were set
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
+    # the [mcp] table as read: mcp.config.parse_mcp checks it (cli.py), which imports this module
+    mcp: dict[str, Any] = field(default_factory=dict)
 
 
 # [broker.shell]: key -> (minimum, maximum). The defaults are SandboxLimits'.
@@ -52,6 +57,8 @@ SHELL_BOUNDS: dict[str, tuple[int, int]] = {
     "open_files": (16, 65536),
     "output_bytes": (1 << 10, 64 << 20),  # then the command is stopped (the result is capped too)
     "tmp_bytes": (1 << 20, 16 << 30),  # the sandbox's /tmp, a tmpfs
+    "shm_bytes": (1 << 20, 16 << 30),  # the sandbox's /dev/shm, a tmpfs (the rest of /dev is ro)
+    "write_bytes": (1 << 20, 1 << 40),  # what one call may add to the workspace; then killed
 }
 # [broker.fetch]: key -> (minimum, maximum). The defaults are FetchLimits'.
 FETCH_BOUNDS: dict[str, tuple[int, int]] = {
@@ -70,6 +77,9 @@ _INTS: dict[str, tuple[int, int]] = {
     "result_cap_bytes": (256, 1_000_000),  # a result must fit a 1 MiB frame with its escapes
     "max_file_bytes": (1, MAX_BYTES),
     "max_write_bytes": (1, 1_000_000),  # content arrives in one frame
+    "max_connections": (1, 4096),  # each holds a thread in brokerd
+    "max_held": (1, 1024),  # each holds a second thread, watching loopd's end
+    "log_rotate_bytes": (64 << 10, 1 << 30),  # brokerd reads one file of it at start
 }
 
 
@@ -96,8 +106,12 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"not a TOML file: {exc}") from None
-    if extra := sorted(doc.keys() - {"broker"}):
-        raise ConfigError(f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker]")
+    if extra := sorted(doc.keys() - {"broker", "mcp"}):
+        raise ConfigError(
+            f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker] and [mcp.<name>]"
+        )
+    if not isinstance(doc.get("mcp", {}), dict):
+        raise ConfigError("[mcp]: expected a table of [mcp.<name>] tables")
     table = doc.get("broker")
     if not isinstance(table, dict):
         raise ConfigError("missing [broker] table")
@@ -120,7 +134,7 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         values[name] = _limits(name, table.get(name, {}), bounds)
     if values["socket"] == values["owner_socket"]:
         raise ConfigError("[broker] socket and owner_socket must be two different paths")
-    return BrokerConfig(**values)
+    return BrokerConfig(**values, mcp=doc.get("mcp", {}))
 
 
 def _limits(name: str, sub: Any, bounds: dict[str, tuple[int, int]]) -> dict[str, int]:

@@ -1,72 +1,219 @@
 """brokerd's decision log: one line per request, decision, approval, added grant and result,
-each written with one write() and fsync'd before brokerd acts on it. The chain is
-session.chain's, the replay policy.py's. The file is opened once, flock'd (one brokerd per
-log), checked whole, and continued. `listener` (the broker's taint Ledger) is fed every
+each written whole and fsync'd before brokerd acts on it. An append that fails (a short write
+under a file-size limit, ENOSPC, EFBIG, EIO) is cut back to the last whole line, fsync'd, and
+raises LogError naming the file: the broker refuses the call, and the log stays one a restart
+opens without a hand edit (a torn last line, left by a kill mid-write, is cut at open).
+
+The chain is session.chain's, the replay policy.py's. The file is opened once, flock'd (one
+brokerd per log), checked, and continued. `ledger` (the broker's taint Ledger) is fed every
 record, the past ones at open and each new one under the same lock as its write, so what it
 holds is always the log's order.
+
+Rotation: once the file passes `rotate_bytes`, it becomes `<log>.<n>` (n = 1, 2, ...) and a new
+`<log>` goes on with the same chain (seq and prev continue across files, as one log cut in
+pieces: `read_chain` gives the whole of it to the verifiers). The new file's first line is a
+`carry` record holding the ledger's snapshot, so at open brokerd reads only the current file, a
+bounded read, and still knows every session's taint. The steps are ordered so that a crash
+between any two leaves a state the next open completes: the new file is written whole as
+`<log>.next` first, then `<log>` is renamed to its number, then `.next` to `<log>`.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import fcntl
 import os
 import threading
-from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Protocol
+
+import orjson
 
 from boxmaker.brokerd.policy import LogError
 from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import ChainError, encode_line, verify_chain
+from boxmaker.session.chain import GENESIS_PREV, ChainError, encode_line, verify_chain
+from boxmaker.session.chain_files import archives, read_chain
+
+DEFAULT_ROTATE_BYTES = 16 << 20
+MAX_LINE_BYTES = 4 << 20  # a request carries at most a 1 MiB frame's arguments, twice, escaped
+CARRY = "carry"
 
 
 def now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class Ledger(Protocol):
+    def feed(self, rec: dict[str, Any]) -> None: ...
+    def snapshot(self) -> dict[str, Any]: ...
+    def restore(self, snap: dict[str, Any]) -> None: ...
+
+
 class DecisionLog:
-    def __init__(self, path: str, listener: Callable[[dict[str, Any]], None] | None = None) -> None:
+    def __init__(
+        self, path: str, ledger: Ledger | None = None, rotate_bytes: int = DEFAULT_ROTATE_BYTES
+    ) -> None:
         os.makedirs(os.path.dirname(path) or ".", mode=0o700, exist_ok=True)
-        self.fd = os.open(
-            path, os.O_RDWR | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600
-        )
+        self.path = path
+        self.rotate_bytes = rotate_bytes
+        self._ledger = ledger
+        self.lock = threading.RLock()  # the broker holds it across a decision and its request
+        self._finish_rotation()
+        self.fd = self._open_locked(path, os.O_CREAT)
         try:
-            fcntl.flock(self.fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
+            self._load()
+        except BaseException:
             os.close(self.fd)
+            raise
+
+    @staticmethod
+    def _open_locked(path: str, create: int) -> int:
+        flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | create
+        fd = os.open(path, flags, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
             raise LogError(f"{path}: another brokerd holds this log") from None
+        return fd
+
+    def _finish_rotation(self) -> None:
+        """A `.next` left by a crash: put in place if `<log>` was already renamed, else dropped
+        (the rotation is made again once the file is over its bound)."""
+        nxt = f"{self.path}.next"
+        if not os.path.lexists(nxt):
+            return
+        if os.path.lexists(self.path):
+            os.unlink(nxt)
+        else:
+            os.rename(nxt, self.path)
+        _fsync_folder(self.path)
+
+    def _load(self) -> None:
         size = os.fstat(self.fd).st_size
+        bound = self.rotate_bytes + MAX_LINE_BYTES
+        if size > bound:
+            raise LogError(
+                f"{self.path}: {size} bytes, over the {bound} brokerd reads at start "
+                "([broker] log_rotate_bytes and one line); raise log_rotate_bytes to open it"
+            )
         data = os.pread(self.fd, size, 0)
         tail = data.rfind(b"\n") + 1
         if tail < len(data):  # a torn last line (killed mid-write): never fsync'd, never acted on
             os.ftruncate(self.fd, tail)
             data = data[:tail]
+        seq, prev = self._start_of(data)
         try:
-            records, self.prev = verify_chain(data)
+            records, self.prev = verify_chain(data, seq, prev)
         except ChainError as exc:
-            os.close(self.fd)
-            raise LogError(f"{path}: {exc}") from None
-        self.seq = len(records)
-        self.lock = threading.RLock()  # the broker holds it across a decision and its request
-        self.path = path
-        self._listener = listener
-        if listener is not None:
+            raise LogError(f"{self.path}: {exc}") from None
+        self._torn = False  # a failed append's bytes are still there (its cut-back failed)
+        self.size = tail  # the end of the last whole line: where a failed append is cut back
+        self.seq = seq + len(records)
+        if self._ledger is not None:
             for rec in records:
-                listener(rec)
+                if rec["type"] == CARRY:
+                    self._ledger.restore(rec["ledger"])
+                self._ledger.feed(rec)
+
+    def _start_of(self, data: bytes) -> tuple[int, str]:
+        """Where this file's chain begins: 0 and the genesis for the first file; for a later one
+        its first line's own seq and prev (checked against the file before by `verify`)."""
+        if not data:
+            olds = archives(self.path)
+            return (0, GENESIS_PREV) if not olds else self._end_of(olds[-1])
+        first = orjson.loads(data[: data.index(b"\n") + 1])
+        if first.get("type") != CARRY:
+            return 0, GENESIS_PREV
+        return int(first["seq"]), str(first["prev"])
+
+    def _end_of(self, path: str) -> tuple[int, str]:
+        raise LogError(
+            f"{self.path}: empty, but {path} is there: a rotation was cut short; move "
+            f"{path} back to {self.path}"
+        )
 
     def append(self, kind: str, **fields: Any) -> None:
+        """Writes one record and fsyncs it; LogError (and nothing of it left) when it cannot."""
         with self.lock:
+            if self.size >= self.rotate_bytes:
+                self._rotate()
             rec = {"time": now(), **fields}
-            line = encode_line(kind, self.seq, self.prev, rec)
-            os.write(self.fd, line)
-            os.fsync(self.fd)
-            if self._listener is not None:
-                self._listener({"type": kind, "seq": self.seq, **rec})
+            self._write(encode_line(kind, self.seq, self.prev, rec), kind)
+            if self._ledger is not None:
+                self._ledger.feed({"type": kind, "seq": self.seq, **rec})
             self.seq += 1
-            self.prev = sha256_hex(line)
+
+    def _write(self, line: bytes, kind: str) -> None:
+        try:
+            if self._torn:
+                self._cut_back()
+            written = os.write(self.fd, line)
+            if written != len(line):  # O_APPEND: the rest would not fit (RLIMIT_FSIZE, ENOSPC)
+                raise OSError(errno.ENOSPC, f"short write ({written} of {len(line)} bytes)")
+            os.fsync(self.fd)
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                self._cut_back()
+            raise LogError(
+                f"{self.path}: the {kind} line cannot be written ({exc.strerror or exc}); "
+                "nothing runs until it can (free space, or raise the file-size limit)"
+            ) from None
+        self.size += len(line)
+        self.prev = sha256_hex(line)
+
+    def _rotate(self) -> None:
+        """The current file becomes `<log>.<n>`; a new one goes on from a `carry` record."""
+        olds = archives(self.path)
+        number = 1 + (int(olds[-1].rsplit(".", 1)[1]) if olds else 0)
+        snap = self._ledger.snapshot() if self._ledger is not None else {}
+        carry = {"time": now(), "from": f"{os.path.basename(self.path)}.{number}", "ledger": snap}
+        line = encode_line(CARRY, self.seq, self.prev, carry)
+        nxt = f"{self.path}.next"
+        try:
+            fd = self._open_locked(nxt, os.O_CREAT | os.O_EXCL)
+            try:
+                if os.write(fd, line) != len(line):
+                    raise OSError(errno.ENOSPC, "short write")
+                os.fsync(fd)
+                os.rename(self.path, f"{self.path}.{number}")
+                os.rename(nxt, self.path)
+                _fsync_folder(self.path)
+            except BaseException:
+                os.close(fd)
+                raise
+        except OSError as exc:
+            with contextlib.suppress(OSError):
+                if os.path.lexists(self.path):
+                    os.unlink(nxt)
+            raise LogError(
+                f"{nxt}: cannot rotate the log ({exc.strerror or exc}); nothing runs until it can"
+            ) from None
+        os.close(self.fd)
+        self.fd, self.size = fd, len(line)
+        self.seq += 1
+        self.prev = sha256_hex(line)
+        if self._ledger is not None:
+            self._ledger.feed(orjson.loads(line))
+
+    def _cut_back(self) -> None:
+        # What a failed write left is never a record: cut it so the next line follows a whole one.
+        self._torn = True
+        os.ftruncate(self.fd, self.size)  # raises: the next append (or open) tries again
+        os.fsync(self.fd)
+        self._torn = False
 
     def close(self) -> None:
         os.close(self.fd)
 
 
-__all__ = ["DecisionLog", "LogError"]
+def _fsync_folder(path: str) -> None:
+    fd = os.open(os.path.dirname(path) or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+__all__ = ["DecisionLog", "LogError", "archives", "read_chain"]

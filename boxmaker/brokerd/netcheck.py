@@ -22,7 +22,7 @@ def parse(text: str) -> Address:
     return ipaddress.ip_address(text)
 
 
-def _plain(addr: Address) -> Address:
+def plain(addr: Address) -> Address:
     # ::ffff:127.0.0.1 and friends reach the IPv4 address they carry: judge that one.
     if isinstance(addr, ipaddress.IPv6Address):
         if addr.ipv4_mapped is not None:
@@ -36,20 +36,20 @@ def _plain(addr: Address) -> Address:
 
 def why_refused(addr: Address) -> str | None:
     """None for a public address, else the kind of address it is (for the refusal's message)."""
-    plain = _plain(addr)
-    if addr in METADATA or plain in METADATA:
+    plain_ = plain(addr)
+    if addr in METADATA or plain_ in METADATA:
         return "a cloud metadata address"
     for kind, hit in (
-        ("unspecified", plain.is_unspecified),
-        ("loopback", plain.is_loopback),
-        ("link-local", plain.is_link_local),
-        ("multicast", plain.is_multicast),
-        ("reserved", plain.is_reserved),
-        ("private", plain.is_private),
+        ("unspecified", plain_.is_unspecified),
+        ("loopback", plain_.is_loopback),
+        ("link-local", plain_.is_link_local),
+        ("multicast", plain_.is_multicast),
+        ("reserved", plain_.is_reserved),
+        ("private", plain_.is_private),
     ):
         if hit:
             return f"a {kind} address"
-    if not plain.is_global:
+    if not plain_.is_global:
         return "not a public address"
     return None
 
@@ -68,5 +68,9 @@ def check(addresses: Iterable[Address], allow: frozenset[Address]) -> str | None
             continue
         kind = why_refused(addr)
         if kind is not None:
-            return f"{addr} is {kind}; only a grant naming exactly {addr} allows it"
+            exact = plain(addr)
+            return (
+                f"{addr} is {kind}; only a grant naming exactly {exact} allows it, "
+                f"in a URL that names {exact} itself (no other spelling, no name)"
+            )
     return None

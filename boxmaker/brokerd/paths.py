@@ -26,6 +26,10 @@ import platform
 import secrets
 import stat
 from collections.abc import Iterator
+from pathlib import Path
+
+from boxmaker.session.errors import NotARegularFile
+from boxmaker.session.files import read_regular
 
 SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 RESOLVE_NO_MAGICLINKS = 0x02
@@ -152,10 +156,16 @@ def check_regular(st: os.stat_result, shown: str) -> None:
 
 
 def read_window(
-    ws: Workspace, parts: tuple[str, ...], offset: int, limit: int, max_file: int
+    ws: Workspace,
+    parts: tuple[str, ...],
+    offset: int,
+    limit: int,
+    max_file: int,
+    key: str = "max_file_bytes",
 ) -> tuple[bytes, int]:
-    """Up to `limit` bytes from `offset`, and the file's size. A file over `max_file` is refused
-    before a byte is read, so a 10 GB sparse file costs one fstat."""
+    """Up to `limit` bytes from `offset`, and the file's size. A file over `max_file` (the
+    `[broker] key` it comes from, named in the refusal) is refused before a byte is read, so a
+    10 GB sparse file costs one fstat."""
     shown = "/".join(parts)
     with ws.opened(parts, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY) as fd:
         st = os.fstat(fd)
@@ -163,7 +173,7 @@ def read_window(
         if st.st_size > max_file:
             raise PathRefused(
                 f"{shown}: the file is {st.st_size} bytes, over the limit of {max_file} "
-                "([broker] max_file_bytes); refused"
+                f"([broker] {key}); refused"
             )
         return os.pread(fd, max(0, min(limit, st.st_size - offset)), offset), st.st_size
 
@@ -234,15 +244,32 @@ def make_folders(ws: Workspace, folder: tuple[str, ...]) -> None:
             os.mkdir(folder[at], 0o755, dir_fd=parent)
 
 
+TEMP_NAME_BYTES = 200  # of the file's name in its temp file's: 1 + 200 + 1 + 12 + 4 <= NAME_MAX
+SET_ID_BITS = stat.S_ISUID | stat.S_ISGID
+
+
+def temp_name(name: str) -> str:
+    """The temp file's name for `name`: cut in bytes (NAME_MAX counts bytes), at a character's
+    end, so a 255-byte name of 4-byte characters still has a temp name the kernel takes."""
+    head, size = [], 0
+    for char in name:
+        size += len(os.fsencode(char))
+        if size > TEMP_NAME_BYTES:
+            break
+        head.append(char)
+    return f".{''.join(head)}.{secrets.token_hex(6)}.tmp"
+
+
 def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
     """Replaces (or creates) the file, and its missing folders: a temp file in the same folder,
     fsync, renameat, fsync of the folder. A reader sees the old file or the new one, never a
-    part."""
+    part. The old file's permission bits are kept, never its set-uid or set-gid bit (one planted
+    by the sandbox would become brokerd's, root's when brokerd is root)."""
     folder, name = _split(parts)
     make_folders(ws, folder)
     mode = existing_mode(ws, parts)
     with ws.opened(folder, os.O_RDONLY | os.O_DIRECTORY) as dfd:
-        tmp = f".{name[:200]}.{secrets.token_hex(6)}.tmp"
+        tmp = temp_name(name)
         fd = os.open(
             tmp,
             os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
@@ -254,7 +281,7 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
                 view = memoryview(data)
                 while view:
                     view = view[os.write(fd, view) :]
-                os.fchmod(fd, 0o644 if mode is None else mode)
+                os.fchmod(fd, 0o644 if mode is None else mode & 0o777)
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -264,3 +291,81 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
                 os.unlink(tmp, dir_fd=dfd)
             raise
         os.fsync(dfd)
+
+
+def _tree(top: str) -> Iterator[tuple[int, str, os.stat_result]]:
+    """Every entry beneath the folder `top`, as (its folder's descriptor, name, lstat), no
+    symlink followed: each folder is opened O_NOFOLLOW from its parent's descriptor."""
+    pending = [os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)]
+    while pending:
+        dfd = pending.pop()
+        try:
+            with os.scandir(dfd) as entries:
+                listed = []
+                for entry in entries:
+                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
+                        listed.append((entry.name, entry.stat(follow_symlinks=False)))
+            for name, st in listed:
+                if stat.S_ISDIR(st.st_mode):
+                    with contextlib.suppress(OSError):  # gone or replaced meanwhile
+                        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+                        pending.append(os.open(name, flags, dir_fd=dfd))
+                yield dfd, name, st
+        finally:
+            os.close(dfd)
+
+
+def tree_bytes(top: str) -> int:
+    """The bytes allocated to everything beneath `top` (st_blocks: a sparse file counts what it
+    holds, not its size), for the shell's per-call write quota."""
+    return sum(st.st_blocks * 512 for _, _, st in _tree(top))
+
+
+def clear_set_id(top: str) -> int:
+    """Clears the set-uid and set-gid bits of everything beneath the folder `top` (the
+    workspace, after a shell call): a set-id program made in the sandbox would run as its owner
+    for any uid that reaches it outside. No symlink is followed (one could name a host file),
+    and an entry is changed through its own O_PATH descriptor after checking it is what the
+    listing saw. Returns how many."""
+    cleared = 0
+    for dfd, name, st in _tree(top):
+        if st.st_mode & SET_ID_BITS and not stat.S_ISLNK(st.st_mode):
+            cleared += _clear_one(dfd, name)
+    return cleared
+
+
+def _clear_one(dfd: int, name: str) -> int:
+    try:
+        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+    except OSError:
+        return 0
+    try:
+        st = os.fstat(fd)
+        if stat.S_ISLNK(st.st_mode) or not st.st_mode & SET_ID_BITS:
+            return 0
+        # chmod through the descriptor's magic link: it names this inode, never a path again.
+        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SET_ID_BITS)
+        return 1
+    finally:
+        os.close(fd)
+
+
+MAX_GRANTS_BYTES = 1 << 20
+
+
+class TrustedFileError(OSError):
+    """A file brokerd trusts (the grants) is missing, a link, not regular or over its bound."""
+
+
+def read_grants(path: str) -> bytes:
+    """The grants file, read by the home-file rules: no final symlink, a regular file (a FIFO
+    never blocks), at most MAX_GRANTS_BYTES. The message names the file and what to do."""
+    try:
+        data = read_regular(Path(path), MAX_GRANTS_BYTES)
+    except NotARegularFile as exc:
+        raise TrustedFileError(f"[broker] grants: {exc}") from None
+    if data is None:
+        raise TrustedFileError(
+            f"[broker] grants: {path}: no such file (write one: docs/brokerd.md)"
+        )
+    return data

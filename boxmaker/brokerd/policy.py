@@ -1,187 +1,178 @@
-"""One call's decision from its raw request, and the replay of brokerd's log. [core]
+"""The one verdict: a call's decision from its raw request. [core]
 
-`decide` is the only path from a request to allow/ask/deny: brokerd runs it live, `replay` runs it
-again over the log, so a replay reproduces every decision or names the first line that differs.
+`decide` is the only path from a request to allow/ask/deny: brokerd runs it live, `ledger.replay`
+runs it again over the log, so a replay reproduces every decision or names the first line that
+differs. Everything it knows of a tool is the tool's row in the table (tools/kind.py): its
+argument types, its target, its grant kind, what it reads and whether it writes. Decisions are
+made on the tool's name and its PARSED, normalised target, never on a string: a path is matched
+component by component, so "docs" covers "docs/a.md" but not "docs-old/a.md".
 
-Taint enters the decision the same way both times: `Ledger` reads the log's records in order
-(brokerd feeds it each record as it appends it, and the whole log at start; replay feeds it as
-it goes), and a request is decided with its session's taint as the records before it give it.
-So a restart recomputes the taint from the log, and a replay reproduces every taint-driven ask.
-
-The log (`log.py` writes it) is a file of JSON lines chained like a session log
-(`session.chain`: each line's `prev` is the hex SHA-256 of the line before). The records:
-`start` (the grants file's text), `request` (with the session and the epoch loopd claims, for
-audit: the taint is the session's whatever the epoch), `decision`, `approval`, `grant` (a rule an
-"always" added), `result` (with `untrusted`, and the host a fetch reached).
+The order of rules never matters: a covering `deny` always wins; otherwise the most specific
+covering rule decides (an exact file over any prefix, the longest prefix; on a tie the stricter,
+ask over allow). No rule for the tool: deny ("no grant"), except a HOSTS tool, which asks. A tool
+that reads its target's content as another tool (edit_file reads what read_file reads) needs that
+tool's decision on the same target too, and the stricter of the two stands. A target the row
+lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool
+that writes asks, in a tainted session, whatever its grant.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 
-from boxmaker.brokerd.grants import (
-    BadPath,
-    Decision,
-    Mode,
-    Rule,
-    call_hash,
-    canonical_args,
-    decision,
-    parse_grants,
-    target_of,
-)
-from boxmaker.brokerd.taint import Record, Taint, Tracker, must_ask
-from boxmaker.brokerd.tools.spec import CLOCK, parse_arguments
-from boxmaker.session.chain import ChainError, verify_chain
+import orjson
+
+from boxmaker.brokerd.grants import ANY_HOST, Lookup, Mode, Rule
+from boxmaker.brokerd.taint import Taint, must_ask
+from boxmaker.brokerd.targets import BadTarget
+from boxmaker.brokerd.tools.kind import Args, GrantKind, Target, Tool
+from boxmaker.brokerd.tools.spec import parse_arguments
+from boxmaker.proto.hash import sha256_hex
 
 APPROVING = ("yes", "always")
+_STRICTNESS = {Mode.ALLOW: 0, Mode.ASK: 1, Mode.DENY: 2}
+
+
+class LogError(Exception):
+    """A replayed decision differs from the logged one, or the chain breaks; "line N: ..."
+    (ledger.replay and log.py raise it)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    mode: Mode
+    reason: str
+    class_: str = "public"  # the deciding rule's: the class the result carries
 
 
 @dataclass(frozen=True, slots=True)
 class Decided:
     decision: Decision
-    args: dict[str, Any] | None  # None when the arguments did not parse
-    target: tuple[str, ...] | str | None
+    tool: Tool | None  # brokerd's own row for the call (None: no such tool)
+    args: Args | None  # None when the arguments did not parse
+    target: Target | None
     hash: str
     tainted: str | None = None  # why the taint made this call ask (shown to the owner)
 
 
+def canonical_args(args: Args) -> str:
+    return orjson.dumps(dict(args), option=orjson.OPT_SORT_KEYS).decode()
+
+
+def call_hash(tool: str, args: Args) -> str:
+    """What an approval is bound to: the tool's name and its canonical arguments."""
+    return sha256_hex(f"{tool}\n{canonical_args(args)}".encode())
+
+
+def shown(target: Target) -> str:
+    return "/".join(target) or "." if isinstance(target, tuple) else target or "any command"
+
+
+def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
+    """allow, ask or deny for `tool` on its normalised `target`, with the reason; a tool that
+    reads as another also needs that one's verdict."""
+    d = _rules_say(rules, tool, target)
+    if tool.reads_as is None or d.mode is Mode.DENY:
+        return d
+    read = _rules_say(rules, _ReadAs(tool.reads_as, tool.grant), target)  # that tool's rules
+    if _STRICTNESS[read.mode] <= _STRICTNESS[d.mode]:
+        return d
+    what = f"{tool.name} reads {shown(target)}'s content, which needs {tool.reads_as}"
+    return Decision(read.mode, f"{what}: {read.reason}", d.class_)
+
+
+@dataclass(frozen=True, slots=True)
+class _ReadAs:  # the fields of a row _rules_say reads
+    name: str
+    grant: GrantKind
+    ask_always: Mapping[str, str] = field(default_factory=dict)
+
+
+def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> Decision:
+    name = tool.name
+    depth = {r: r.covers(name, target) for r in rules}
+    covering = [r for r, d in depth.items() if d >= 0]
+    if tool.grant is GrantKind.HOSTS and not covering:
+        return Decision(Mode.ASK, f"no grant for {name} covers {target}: {name} asks by default")
+    if not any(r.tool == name for r in rules):
+        if getattr(tool, "asks_by_default", False):
+            return Decision(Mode.ASK, f"no grant for {name}: {name} asks by default")
+        return Decision(Mode.DENY, f"no grant for {name}: the owner has not granted this tool")
+    if not covering:
+        return Decision(Mode.DENY, f"no grant for {name} covers {shown(target)}")
+    if any(r.mode is Mode.DENY for r in covering):
+        mode = Mode.DENY  # a deny is never overridden
+    else:  # the most specific rule decides; on a tie, the stricter
+        deepest = max(depth[r] for r in covering)
+        modes = (r.mode for r in covering if depth[r] == deepest)
+        mode = max(modes, key=_STRICTNESS.__getitem__)
+    pinned = tool.ask_always.get(target) if isinstance(target, str) else None
+    if pinned is not None and mode is Mode.ALLOW:
+        return Decision(Mode.ASK, pinned)
+    deciding = [r for r in covering if r.mode is mode]
+    class_ = deciding[0].class_ if deciding else "public"
+    return Decision(mode, f"grant: {name} {mode} on {shown(target)}", class_)
+
+
 def decide(
-    rules: tuple[Rule, ...], tool: str, arguments: str, workspace: str, taint: Taint | None = None
+    table: Lookup,
+    rules: tuple[Rule, ...],
+    name: str,
+    arguments: str,
+    workspace: str,
+    taint: Taint | None = None,
 ) -> Decided:
     """The decision on one request as it arrived (the tool's name, the arguments' JSON text),
     in a session whose taint is `taint`: a call the taint stops asks, whatever its grant."""
-    args = parse_arguments(tool, arguments)
-    if isinstance(args, str):
-        return Decided(
-            Decision(Mode.DENY, f"bad request: {args}"),
-            None,
-            None,
-            call_hash(tool, {"unparsed": arguments}),
-        )
-    if tool == CLOCK:
-        why = "clock reads nothing: no grant needed"
-        return Decided(Decision(Mode.ALLOW, why), args, "", call_hash(tool, args))
+    tool = table.get(name)
+    args = parse_arguments(tool, name, arguments, table.names())
+    if tool is None or isinstance(args, str):
+        why = args if isinstance(args, str) else f"no tool {name!r}"
+        unparsed = call_hash(name, {"unparsed": arguments})
+        return Decided(Decision(Mode.DENY, f"bad request: {why}"), tool, None, None, unparsed)
+    hashed = call_hash(name, args)
+    if tool.target is None:
+        why = f"{name} reads nothing: no grant needed"
+        return Decided(Decision(Mode.ALLOW, why), tool, args, "", hashed)
     try:
-        target = target_of(tool, args, workspace)
-    except BadPath as exc:
-        what = "bad URL" if tool == "fetch" else "bad path"
-        return Decided(Decision(Mode.DENY, f"{what}: {exc}"), args, None, call_hash(tool, args))
-    d = decision(rules, tool, target)
-    host = target if tool == "fetch" and isinstance(target, str) else None
-    tainted = must_ask(taint, tool, host) if d.mode is not Mode.DENY else None
+        target = tool.target(args, workspace)
+    except BadTarget as exc:
+        what = "bad URL" if tool.grant is GrantKind.HOSTS else "bad path"
+        return Decided(Decision(Mode.DENY, f"{what}: {exc}"), tool, args, None, hashed)
+    d = verdict(rules, tool, target)
+    host = target if tool.grant is GrantKind.HOSTS and isinstance(target, str) else None
+    tainted = None
+    if d.mode is not Mode.DENY:
+        tainted = must_ask(taint, name, tool.writes, host)
     if tainted is not None:
         d = Decision(Mode.ASK, tainted, d.class_)
-    return Decided(d, args, target, call_hash(tool, args), tainted)
+    return Decided(d, tool, args, target, hashed, tainted)
 
 
-class Ledger:
-    """Each session's taint, fed the log's records in order. The taint is the session's, over
-    all its epochs: a call that claims another epoch (higher or lower) sees it all the same, so
-    loopd cannot shed it by naming a new epoch. Calls are numbered per session, from 1."""
-
-    def __init__(self) -> None:
-        self._sessions: dict[str, Tracker] = {}
-        self._calls: dict[str, int] = {}
-        self._open: dict[str, tuple[str, int, int, str]] = {}  # id -> session, epoch, call, tool
-
-    def feed(self, rec: dict[str, Any]) -> None:
-        kind = rec["type"]
-        if kind == "request":
-            session = rec.get("session", "")
-            self._calls[session] = n = self._calls.get(session, 0) + 1
-            self._open[rec["id"]] = (session, rec.get("epoch", 0), n, rec["tool"])
-        elif kind in ("decision", "approval") and rec["mode"] == "deny":
-            self._open.pop(rec["id"], None)  # nothing will be returned but the refusal
-        elif kind == "result" and (call := self._open.pop(rec["id"], None)) is not None:
-            session, epoch, n, tool = call
-            record = Record(n, tool, bool(rec.get("untrusted")), rec.get("host"))
-            self._sessions.setdefault(session, Tracker()).add(record, epoch)
-
-    def taint(self, session: str, epoch: int = 0) -> Taint | None:
-        tracker = self._sessions.get(session)
-        return None if tracker is None else tracker.seen_from(epoch)
-
-
-def rule_json(rule: Rule) -> dict[str, Any]:
-    return {
-        "tool": rule.tool,
-        "mode": str(rule.mode),
-        "paths": ["/".join(p) for p in rule.paths],
-        "files": list(rule.files),
-        "hosts": list(rule.hosts),
-        "class": rule.class_,
-    }
-
-
-def rule_from_json(obj: dict[str, Any]) -> Rule:
-    paths = tuple(tuple(p for p in s.split("/") if p) for s in obj["paths"])
-    hosts, class_ = tuple(obj.get("hosts", ())), obj.get("class", "public")
-    return Rule(obj["tool"], Mode(obj["mode"]), paths, tuple(obj["files"]), hosts, class_)
-
-
-class LogError(Exception):
-    """A replayed decision differs from the logged one, or the chain breaks; "line N: ..."."""
-
-
-def replay(data: bytes) -> int:
-    """Checks the chain, then decides every request again and compares. Returns the number of
-    decisions reproduced. Raises LogError at the first line that differs."""
-    try:
-        records, _ = verify_chain(data)
-    except ChainError as exc:
-        raise LogError(str(exc)) from None
-    rules: tuple[Rule, ...] = ()
-    workspace = ""
-    hashes: dict[str, str] = {}  # request id -> its hash
-    asked: dict[str, str] = {}  # the requests that asked -> their hash, for the approvals
-    pending: dict[str, Decided] = {}
-    ledger = Ledger()
-    count = 0
-    for n, rec in enumerate(records, 1):
-        kind = rec["type"]
-        session = (rec.get("session", ""), rec.get("epoch", 0))
-        taint = ledger.taint(*session) if kind == "request" else None  # before this record
-        ledger.feed(rec)
-        if kind == "start":
-            rules, workspace = parse_grants(rec["grants"].encode()), rec["workspace"]
-        elif kind == "request":
-            pending[rec["id"]] = decide(rules, rec["tool"], rec["arguments"], workspace, taint)
-            if pending[rec["id"]].hash != rec["hash"]:
-                raise LogError(f"line {n}: the call's hash differs from the one logged")
-            hashes[rec["id"]] = rec["hash"]
-        elif kind == "decision":
-            again = pending.pop(rec["id"]).decision
-            if (str(again.mode), again.reason) != (rec["mode"], rec["reason"]):
-                raise LogError(
-                    f"line {n}: replay decides {again.mode} ({again.reason}), "
-                    f"the log says {rec['mode']} ({rec['reason']})"
-                )
-            if again.mode is Mode.ASK:
-                asked[rec["id"]] = hashes[rec["id"]]
-            count += 1
-        elif kind == "approval":
-            bound = asked.pop(rec["id"], None)
-            ok = rec["answer"] in APPROVING and rec["hash"] == bound
-            if rec["mode"] != ("allow" if ok else "deny"):
-                raise LogError(f"line {n}: approval {rec['answer']!r} cannot give {rec['mode']}")
-            count += 1
-        elif kind == "grant":
-            rules = (*rules, rule_from_json(rec["rule"]))
-    return count
+def listed(rules: Sequence[Rule], tool: Tool) -> bool:
+    """Whether brokerd lists `tool` (find_tool's list): it needs no grant, or some rule grants it
+    something other than deny (a HOSTS tool asks by default: unless a deny covers every host)."""
+    if not tool.needs_grant:
+        return True
+    mine = [r for r in rules if r.tool == tool.name]
+    if tool.grant is GrantKind.HOSTS:
+        return not any(r.mode is Mode.DENY and ANY_HOST in r.hosts for r in mine)
+    if tool.asks_by_default and not mine:
+        return True
+    return any(r.mode is not Mode.DENY for r in mine)
 
 
 def request_fields(
-    call_id: str, tool: str, arguments: str, decided: Decided, session: str, epoch: int
-) -> dict[str, Any]:
-    shown = arguments if decided.args is None else canonical_args(decided.args)
+    call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
+) -> dict[str, object]:
+    canonical = arguments if decided.args is None else canonical_args(decided.args)
     return {
         "id": call_id,
         "session": session,
         "epoch": epoch,
-        "tool": tool,
+        "tool": name,
         "arguments": arguments,
-        "canonical": shown,
+        "canonical": canonical,
         "hash": decided.hash,
     }

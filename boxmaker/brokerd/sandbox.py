@@ -3,17 +3,22 @@
 What the command sees (docs/decisions/sandbox.md says why each line is there):
 - its own user, pid, network, ipc, uts and cgroup namespaces: no network device but `lo`, no
   other process, killed with its init;
-- the workspace read-write at /workspace; /usr read-only (with /bin, /lib... as the host has
-  them); a few files of /etc read-only, never /etc/shadow; its own /proc, a minimal /dev, a size
-  capped tmpfs at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
+- the workspace read-write at /workspace, nosuid and nodev (bwrap's binds are), and every
+  set-uid/set-gid bit under it cleared after each call (`Sandbox.after_call`); /usr read-only
+  (with /bin, /lib... as the host has them); a few files of /etc read-only, never /etc/shadow;
+  its own /proc; a minimal /dev, read-only but for a size-capped /dev/shm; a size-capped tmpfs
+  at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
 - limits on CPU time, address space, processes, file size and open files (set by util-linux's
   prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
   and an output cap.
 
-RLIMIT_NPROC counts the tasks of a uid, and the kernel never applies it to uid 0. So when brokerd
-runs as root the sandbox drops to `run_as` (default: nobody) before bwrap starts; otherwise it
-runs as brokerd's own uid, whose other tasks count toward the same limit.
+RLIMIT_NPROC counts the tasks of a uid in a user namespace, and the kernel never applies it to
+uid 0. So when brokerd runs as root the sandbox drops to `run_as` (default: nobody) before bwrap
+starts; otherwise it runs as brokerd's own uid. The limit is set by a second prlimit inside the
+sandbox's user namespace, where only the sandbox's tasks count: brokerd's threads (one per held
+call) and the owner's other processes cannot use it up (test_nproc). On a kernel before 5.14 the
+count was per uid only.
 
 When bwrap is missing or the kernel refuses its namespaces, `run` refuses with that reason: a
 command never runs outside the sandbox.
@@ -22,6 +27,7 @@ command never runs outside the sandbox.
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import pwd
 import selectors
@@ -29,10 +35,12 @@ import shutil
 import signal
 import subprocess
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
+from boxmaker.brokerd.paths import clear_set_id, tree_bytes
 
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {
@@ -56,6 +64,21 @@ ETC_FILES = (
     "/etc/group",
 )
 READ_CHUNK = 65536
+QUOTA_CHECK_S = 0.1  # how often a running command's workspace writes are counted, at least
+CANCEL_POLL_S = 0.05  # how often a running command looks whether loopd gave up on it
+PR_CAP_AMBIENT = 47
+PR_CAP_AMBIENT_CLEAR_ALL = 4
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+def clear_ambient_capabilities() -> None:
+    """Empties this thread's ambient capability set (a thread's credentials are its own, and the
+    child of a spawn inherits the spawning thread's). The documented two-user start gives brokerd
+    CAP_CHOWN as an ambient capability; left there it passes to prlimit and bwrap through exec,
+    and bwrap, not set-uid, refuses to run with capabilities ("Unexpected capabilities")."""
+    if _libc.prctl(PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL, 0, 0, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,6 +93,8 @@ class SandboxLimits:
     open_files: int = 256
     output_bytes: int = 64 << 10  # stdout and stderr together; then the command is killed
     tmp_bytes: int = 64 << 20  # the size of /tmp (tmpfs lives in memory)
+    shm_bytes: int = 16 << 20  # the size of /dev/shm; the rest of /dev is read-only
+    write_bytes: int = 256 << 20  # what one call may add to the workspace (allocated bytes)
 
     def __post_init__(self) -> None:
         for name, (low, high) in SHELL_BOUNDS.items():
@@ -89,6 +114,14 @@ class ShellResult:
     timed_out: bool = False
     refused: str | None = None
     elapsed_ms: int = 0
+    cancelled: bool = False  # killed because loopd gave up on the call
+    wrote: int = 0  # what the call added to the workspace (bytes allocated), when over quota
+    quota: int = 0  # the quota it passed; 0: not passed
+
+    @property
+    def stopped(self) -> bool:
+        """Killed by brokerd (the output cap, the clock or the write quota): no exit status."""
+        return self.exit_code is None
 
     @property
     def text(self) -> str:
@@ -100,7 +133,15 @@ class ShellResult:
             notes.append("output cut at the cap; the command was stopped")
         if self.timed_out:
             notes.append(f"killed after the timeout ({self.elapsed_ms} ms)")
-        if self.exit_code is not None and not (self.cut or self.timed_out):
+        if self.cancelled:
+            notes.append("killed: loopd gave up on the call (its tool timeout)")
+        if self.quota:
+            stop = "; the command was stopped" if self.stopped else ""
+            notes.append(
+                f"it added {self.wrote} bytes to the workspace, over the quota of {self.quota} "
+                f"([broker.shell] write_bytes){stop}"
+            )
+        if self.exit_code is not None:
             notes.append(f"exit status {self.exit_code}")
         tail = "[" + "; ".join(notes) + "]"
         sep = "\n" if self.output and not self.output.endswith("\n") else ""
@@ -145,8 +186,7 @@ class Sandbox:
         # is unsafe in a threaded brokerd.
         lim = self.limits
         args = [self.prlimit, f"--cpu={lim.cpu_seconds}", f"--as={lim.memory_bytes}"]
-        args += [f"--nproc={lim.processes}", f"--fsize={lim.file_bytes}"]
-        args += [f"--nofile={lim.open_files}", "--core=0", "--"]
+        args += [f"--fsize={lim.file_bytes}", f"--nofile={lim.open_files}", "--core=0", "--"]
         args += [self.bwrap, "--unshare-all", "--unshare-user", "--die-with-parent"]
         args += ["--new-session", "--hostname", "sandbox", "--disable-userns"]
         args += ["--ro-bind", "/usr", "/usr"]
@@ -157,14 +197,21 @@ class Sandbox:
                 args += ["--ro-bind", path, path]
         for path in ETC_FILES:
             args += ["--ro-bind-try", path, path]
-        args += ["--proc", "/proc", "--dev", "/dev"]
+        # bwrap's /dev is a tmpfs with no size: read-only, but for a capped /dev/shm.
+        args += ["--proc", "/proc", "--dev", "/dev", "--remount-ro", "/dev"]
+        args += ["--size", str(lim.shm_bytes), "--tmpfs", "/dev/shm"]
         args += ["--size", str(self.limits.tmp_bytes), "--tmpfs", "/tmp"]
         args += ["--bind", str(self.workspace), MOUNT_POINT, "--chdir", MOUNT_POINT]
         args += ["--remount-ro", "/"]  # the root bwrap builds is a tmpfs; nothing may land there
         args += ["--clearenv"]
         for key, value in ENVIRONMENT.items():
             args += ["--setenv", key, value]
-        return [*args, "--", "/bin/sh", "-c", command]
+        # RLIMIT_NPROC is set inside, once bwrap made the user namespace: the kernel counts it
+        # per user namespace (Linux 5.14+), so there it counts the sandbox's own tasks, never
+        # brokerd's threads or the uid's other processes (set before, it would be checked against
+        # all of them: 150 held calls switched shell off).
+        inner = [self.prlimit, f"--nproc={lim.processes}", "--"]
+        return [*args, "--", *inner, "/bin/sh", "-c", command]
 
     def probe(self) -> str | None:
         """None when a sandbox can be built here, else why not (remembered for later calls)."""
@@ -194,6 +241,11 @@ class Sandbox:
         if result.exit_code != 0:
             detail = result.output.strip().splitlines()
             cause = detail[-1] if detail else f"exit status {result.exit_code}"
+            if "capabilities" in cause:  # bwrap's "Unexpected capabilities but not setuid"
+                return (
+                    f"bwrap cannot build the sandbox ({cause}); brokerd passed it capabilities: "
+                    "start brokerd as docs/operations.md says"
+                )
             return (
                 f"bwrap cannot build the sandbox ({cause}); the kernel must allow user "
                 "namespaces (sysctl kernel.unprivileged_userns_clone=1, "
@@ -201,20 +253,46 @@ class Sandbox:
             )
         return None
 
-    def run(self, command: str, timeout_ms: int | None = None) -> ShellResult:
-        """Runs `/bin/sh -c command` in the sandbox. Never raises for the command's sake."""
+    def run(
+        self,
+        command: str,
+        timeout_ms: int | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ShellResult:
+        """Runs `/bin/sh -c command` in the sandbox. Never raises for the command's sake.
+        `cancelled` is asked every CANCEL_POLL_S while the command runs: True kills it (loopd
+        gave up on the call)."""
         reason = self.probe()
         if reason is not None:
             return ShellResult(refused=reason)
         cap = self.limits.timeout_ms
         wanted = cap if timeout_ms is None else max(1, min(timeout_ms, cap))
-        return self._spawn_and_collect(command, wanted)
+        quota = WriteQuota(str(self.workspace), self.limits.write_bytes)
+        result = self._spawn_and_collect(command, wanted, quota, cancelled)
+        return replace(result, output=result.output + self.after_call())
 
-    def _spawn_and_collect(self, command: str, timeout_ms: int) -> ShellResult:
+    def after_call(self) -> str:
+        """What is done to the workspace once a command ended: its set-id bits cleared (the mount
+        is nosuid inside, but not outside, where loopd's uid may run what the command made).
+        "" or a line for the result saying what could not be done."""
+        try:
+            clear_set_id(str(self.workspace))
+        except OSError as exc:
+            return f"\n[brokerd could not clear set-id bits under {self.workspace}: {exc}]"
+        return ""
+
+    def _spawn_and_collect(
+        self,
+        command: str,
+        timeout_ms: int,
+        quota: WriteQuota | None = None,
+        cancelled: Callable[[], bool] | None = None,
+    ) -> ShellResult:
         started = time.monotonic()
         deadline = started + timeout_ms / 1000
         user, group = self.run_as if self.run_as is not None else (None, None)
         try:
+            clear_ambient_capabilities()
             proc = subprocess.Popen(
                 self.argv(command),
                 stdin=subprocess.DEVNULL,
@@ -233,15 +311,26 @@ class Sandbox:
         assert proc.stdout is not None
         chunks: list[bytes] = []
         size = 0
-        cut = timed_out = False
+        cut = timed_out = over = cancel = False
         with selectors.DefaultSelector() as sel:
             sel.register(proc.stdout, selectors.EVENT_READ)
             while True:
-                left = deadline - time.monotonic()
-                if left <= 0:
+                now = time.monotonic()
+                wait = deadline - now
+                if wait <= 0:
                     timed_out = True
                     break
-                if not sel.select(left):
+                if quota is not None:
+                    if now >= quota.next_check and quota.over():
+                        over = True
+                        break
+                    wait = min(wait, max(0.0, quota.next_check - now))
+                if cancelled is not None:
+                    if cancelled():
+                        cancel = True
+                        break
+                    wait = min(wait, CANCEL_POLL_S)
+                if not sel.select(wait):
                     continue
                 chunk = os.read(proc.stdout.fileno(), READ_CHUNK)
                 if not chunk:
@@ -253,23 +342,55 @@ class Sandbox:
                     cut = True
                     break
         proc.stdout.close()
-        if not (cut or timed_out):
+        stopped = cut or timed_out or over or cancel
+        if not stopped:
             # bwrap holds the pipe too, so the end of output means it exited; should that ever
             # change, a command that closed its output still meets the clock.
             try:
                 proc.wait(max(0.0, deadline - time.monotonic()))
             except subprocess.TimeoutExpired:
-                timed_out = True
-        if cut or timed_out:
+                timed_out = stopped = True
+        if stopped:
             _kill_group(proc)
         code = proc.wait()
+        if quota is not None and not over:
+            over = quota.over()  # what it wrote since the last check, or before it ended
         return ShellResult(
             output=b"".join(chunks).decode("utf-8", "replace"),
-            exit_code=None if (cut or timed_out) else code,
+            exit_code=None if stopped else code,
             cut=cut,
             timed_out=timed_out,
+            cancelled=cancel,
             elapsed_ms=int((time.monotonic() - started) * 1000),
+            wrote=quota.used if quota is not None else 0,
+            quota=quota.limit if over and quota is not None else 0,
         )
+
+
+class WriteQuota:
+    """What one call adds to the workspace (allocated bytes: tree_bytes now less before), checked
+    every QUOTA_CHECK_S as the command runs, or less often on a workspace whose walk takes long
+    (at most a fifth of the time is spent walking). A command can pass the quota by what it
+    writes between two checks; then it is killed."""
+
+    def __init__(self, top: str, limit: int) -> None:
+        self.top, self.limit = top, limit
+        self.base = self._walk()
+        self.used = 0
+        self.next_check = time.monotonic() + QUOTA_CHECK_S
+
+    def _walk(self) -> int:
+        try:
+            return tree_bytes(self.top)
+        except OSError:  # the workspace itself is gone: nothing to count in it
+            return 0
+
+    def over(self) -> bool:
+        began = time.monotonic()
+        self.used = max(0, self._walk() - self.base)
+        spent = time.monotonic() - began
+        self.next_check = time.monotonic() + max(QUOTA_CHECK_S, 4 * spent)
+        return self.used > self.limit
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

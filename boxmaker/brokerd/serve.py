@@ -5,6 +5,11 @@ accepted connection is checked with SO_PEERCRED against the ONE uid that socket 
 gets no exception): broker.sock only `loopd_uid`, owner.sock only `owner_uid`. When that uid is
 not brokerd's own, the socket file is chowned to it (mode stays 0600), which needs CAP_CHOWN
 (docs/operations.md). Every connection gets a thread; SIGTERM or SIGINT stops the accept loop.
+
+Bounds, so that loopd cannot exhaust brokerd: at most `[broker] max_connections` connections
+open at once on each socket (one more gets an error frame that names the key, and is closed),
+and at most `[broker] max_held` calls waiting for the owner (one more is denied at once, with a
+result that says why).
 """
 
 from __future__ import annotations
@@ -15,6 +20,7 @@ import select
 import selectors
 import socket
 import threading
+from typing import Any, TypeVar
 
 from boxmaker._cli import ExitStatus
 from boxmaker._daemon import SetupError
@@ -27,12 +33,26 @@ from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
+from boxmaker.brokerd.mcp.config import McpServerConfig
+from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import LogError
-from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
-from boxmaker.proto.errors import FrameError
+from boxmaker.brokerd.tools.table import BUILTIN, Table
+from boxmaker.proto import ToolResponse
+from boxmaker.proto.broker import (
+    BROKER_KINDS,
+    OWNER_KINDS,
+    Answer,
+    Answered,
+    ApprovalNeeded,
+    CallBody,
+    Claim,
+)
+from boxmaker.proto.errors import BodyError, FrameError
 
 PROG = "brokerd"
-WATCH_S = 0.25  # how often a held call looks at whether loopd is still there
+WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
+CANCELLED = "cancelled: loopd closed the call"
 
 
 def _bind(path: str, uid: int, setting: str) -> UnixListener:
@@ -60,6 +80,31 @@ class Server:
     def __init__(self, broker: Broker, log: DaemonLog) -> None:
         self.broker = broker
         self.log = log
+        self._open: dict[str, int] = {}  # socket name -> connections open on it
+        self._open_lock = threading.Lock()
+        self._held_lock = threading.Lock()
+
+    def admit(self, name: str) -> bool:
+        """Counts one more connection on `name`, or False when it is at max_connections."""
+        with self._open_lock:
+            if self._open.get(name, 0) >= self.broker.config.max_connections:
+                return False
+            self._open[name] = self._open.get(name, 0) + 1
+            return True
+
+    def release(self, name: str) -> None:
+        with self._open_lock:
+            self._open[name] -= 1
+
+    def over_held(self, held: Held) -> bool:
+        """True (and the call denied) when `held` is one more than max_held waiting calls."""
+        limit = self.broker.config.max_held
+        with self._held_lock:
+            if len(self.broker.approvals.pending()) <= limit:
+                return False
+        why = f"refused: {limit} calls already wait for the owner ([broker] max_held)"
+        self.broker.approvals.deny(held.id, why)
+        return True
 
     def serve_loopd(self, sock: socket.socket) -> None:
         conn = Conn(sock, BROKER_KINDS)
@@ -69,21 +114,8 @@ class Server:
                     if frame.kind == "list":
                         tools = [s.to_json() for s in self.broker.tools()]
                         conn.send("tools", {"tools": tools}, True)
-                    elif frame.kind == "call" and _call_body(frame.body):
-
-                        def notify(held: Held) -> None:
-                            threading.Thread(
-                                target=self._watch, args=(sock, held), daemon=True
-                            ).start()
-                            conn.send(
-                                "approval_needed",
-                                {"id": held.id, "tool": held.tool, "summary": held.summary},
-                                False,
-                            )
-
-                        b = frame.body
-                        session, epoch = b.get("session", ""), b.get("epoch", 0)
-                        resp = self.broker.call(b["tool"], b["arguments"], notify, session, epoch)
+                    elif frame.kind == "call" and (b := _call_body(frame.body)) is not None:
+                        resp = self._call(conn, sock, b)
                         conn.send("result", resp.to_json(), True)
                     else:
                         conn.error(
@@ -95,14 +127,45 @@ class Server:
                 with contextlib.suppress(OSError):
                     conn.error(str(exc))
 
-    def _watch(self, sock: socket.socket, held: Held) -> None:
-        """While a call waits for the owner: loopd closing its end (it gave up, or died) denies
-        the call, so nothing runs for a caller that is gone."""
-        while not held.done.is_set():
+    def _call(self, conn: Conn, sock: socket.socket, body: CallBody) -> ToolResponse:
+        """One call, watched: loopd closing its end (its tool_timeout_ms passed: it shuts its
+        writing side and waits for this answer; or it died) cancels it. A held ask is denied, a
+        running command is killed, a tool not yet started never starts, and the result says
+        which; a tool already done answers as it ran. So loopd and brokerd agree on the fate."""
+        gone, over = threading.Event(), threading.Event()
+        held_now: list[Held] = []
+
+        def notify(held: Held, brief: str) -> None:
+            if self.over_held(held):
+                return
+            held_now.append(held)
+            if gone.is_set():
+                self.broker.approvals.deny(held.id, CANCELLED)
+                return
+            needed = ApprovalNeeded(held.id, held.call.tool, brief)
+            conn.send("approval_needed", needed.to_json(), False)
+
+        watch = threading.Thread(target=self._watch, args=(sock, gone, over, held_now))
+        watch.daemon = True
+        watch.start()
+        try:
+            return self.broker.call(
+                body.tool, body.arguments, notify, body.session, body.epoch, cancelled=gone.is_set
+            )
+        finally:
+            over.set()
+
+    def _watch(
+        self, sock: socket.socket, gone: threading.Event, over: threading.Event, held: list[Held]
+    ) -> None:
+        """Until the call is over: loopd's end closing sets `gone` and denies a held ask."""
+        while not over.is_set():
             try:
                 readable, _, _ = select.select([sock], [], [], WATCH_S)
                 if readable and sock.recv(1, socket.MSG_PEEK) == b"":
-                    self.broker.approvals.deny(held.id, "cancelled: loopd closed the call")
+                    gone.set()
+                    for h in held:
+                        self.broker.approvals.deny(h.id, CANCELLED)
                     return
             except (OSError, ValueError):  # closed meanwhile: the call is over
                 return
@@ -121,20 +184,20 @@ class Server:
                         conn.send(
                             "pending", {"calls": [h.view() for h in approvals.pending()]}, True
                         )
-                    elif frame.kind == "claim" and _strings(body, "id"):
-                        held = approvals.get(body["id"])
+                    elif frame.kind == "claim" and (c := _typed(Claim, body)) is not None:
+                        held = approvals.get(c.id)
                         if held is None:
-                            conn.error(f"no call {body['id']!r} is waiting for an answer")
+                            conn.error(f"no call {c.id!r} is waiting for an answer")
                             continue
                         claimed.add(held.id)
                         conn.send("call", held.view(), True)
-                    elif frame.kind == "answer" and _strings(body, "id", "hash", "answer"):
-                        why = approvals.answer(body["id"], body["hash"], body["answer"].strip())
+                    elif frame.kind == "answer" and (a := _typed(Answer, body)) is not None:
+                        why = approvals.answer(a.id, a.hash, a.answer.strip())
                         if why is not None:
                             conn.error(why)
                             continue
-                        claimed.discard(body["id"])
-                        conn.send("answered", {"id": body["id"], "answer": body["answer"]}, True)
+                        claimed.discard(a.id)
+                        conn.send("answered", Answered(a.id, a.answer).to_json(), True)
                     else:
                         conn.error(
                             "owner.sock takes pending, claim {id} or answer {id, hash, answer}"
@@ -147,27 +210,35 @@ class Server:
                     approvals.deny(call_id, "closed")
 
 
-def _call_body(body: dict[str, object]) -> bool:
+def _call_body(body: dict[str, object]) -> CallBody | None:
     """{tool, arguments} strings, with the session's id (a string) and its epoch (0 or more)."""
-    extra = {k: body[k] for k in body.keys() - {"tool", "arguments"}}
-    if not _strings({k: body[k] for k in body.keys() - extra.keys()}, "tool", "arguments"):
-        return False
-    epoch = extra.pop("epoch", 0)
-    ok_epoch = type(epoch) is int and 0 <= epoch < 1 << 32
-    return ok_epoch and isinstance(extra.pop("session", ""), str) and not extra
+    return _typed(CallBody, body)
 
 
-def _strings(body: dict[str, object], *keys: str) -> bool:
-    return set(body) == set(keys) and all(isinstance(body[k], str) for k in keys)
+Body = TypeVar("Body", CallBody, Claim, Answer)
 
 
-def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
+def _typed(cls: type[Body], body: dict[str, object]) -> Body | None:
+    """The frame's body as `cls` (proto.broker), or None when it is not one."""
+    try:
+        return cls.from_json(body)
+    except BodyError:
+        return None
+
+
+def run(
+    config: BrokerConfig, log: DaemonLog, servers: dict[str, McpServerConfig] | None = None
+) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
+    # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
+    manager = McpManager(servers or {}, config.workspace, log.warn)
+    table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
     try:
-        broker = Broker(config)
+        broker = Broker(config, table=table)
     except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1
         log.warn(f"serve: cannot start: {exc}")
+        manager.close()
         return ExitStatus.ERROR
     server = Server(broker, log)
     with stop_signals() as stop:
@@ -181,6 +252,7 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
         except SetupError as exc:
             log.warn(f"serve: {exc}")
             broker.close()
+            manager.close()
             return ExitStatus.ERROR
         routes = {
             tools.sock: (loopd_uid, server.serve_loopd, "broker.sock"),
@@ -205,16 +277,17 @@ def run(config: BrokerConfig, log: DaemonLog) -> ExitStatus:
                         if key.fileobj == stop.read_fd:
                             stop.drain()
                             continue
-                        _accept(key.fileobj, routes, log)  # type: ignore[arg-type]
+                        _accept(key.fileobj, routes, server, log)  # type: ignore[arg-type]
         finally:
             tools.close()
             owner.close()
+            manager.close()  # every server's process group killed: no sandbox process left
             broker.close()
             log.say("stopped")
     return ExitStatus.OK
 
 
-def _accept(listener: socket.socket, routes: dict, log: DaemonLog) -> None:  # type: ignore[type-arg]
+def _accept(listener: socket.socket, routes: dict, server: Server, log: DaemonLog) -> None:  # type: ignore[type-arg]
     uid, handler, name = routes[listener]
     while True:
         try:
@@ -227,4 +300,25 @@ def _accept(listener: socket.socket, routes: dict, log: DaemonLog) -> None:  # t
             client.close()
             log.say(f"refused a connection on {name}: peer uid {peer} is not uid {uid}")
             continue
-        threading.Thread(target=handler, args=(client,), daemon=True).start()
+        if not server.admit(name):
+            _refuse(client, name, server.broker.config.max_connections)
+            log.say(f"refused a connection on {name}: {name} has max_connections open")
+            continue
+        threading.Thread(target=_counted, args=(server, name, handler, client), daemon=True).start()
+
+
+def _counted(server: Server, name: str, handler: Any, client: socket.socket) -> None:
+    try:
+        handler(client)
+    finally:
+        server.release(name)
+
+
+def _refuse(client: socket.socket, name: str, limit: int) -> None:
+    with client, contextlib.suppress(OSError):
+        client.settimeout(1.0)  # a fresh socket's buffer takes the frame at once
+        kinds = BROKER_KINDS if name == "broker.sock" else OWNER_KINDS
+        Conn(client, kinds).error(
+            f"{name} has {limit} connections open, its bound ([broker] max_connections); "
+            "close one or raise the bound"
+        )

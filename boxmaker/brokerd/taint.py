@@ -4,10 +4,10 @@ A session is tainted from the first result brokerd returned to it with `untruste
 stays tainted in every later epoch: a compaction writes the next epoch's summary from the
 tainted conversation, so the summary carries the taint. The epoch a call claims (loopd's word)
 never lifts it, whether higher or lower: it only changes how the reason reads. While tainted, every
-call that can write or send asks the owner, whatever its grant: a call is let through on its
-grant alone only if it is known to read and nothing else, or it is a `fetch` of a host the
-session had fetched before the taint began (no host is ever learned from the untrusted content).
-Unknown tools count as writers: a tool added later asks until it is listed here.
+call of a tool that can write or send (its row in the table of tools says `writes`) asks the
+owner, whatever its grant: a call is let through on its grant alone only if its tool only reads,
+or it reaches a host the session had reached before the taint began (no host is ever learned
+from the untrusted content). A tool's row says `writes = True` unless it is known to only read.
 
 The records are brokerd's, never loopd's word; the same records always give the same answer.
 """
@@ -17,16 +17,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-# Tools that only read: their results may taint, but calling them cannot carry data out.
-READ_ONLY = frozenset({"read_file", "list_dir", "find_tool", "clock", "echo"})
-FETCH = "fetch"
-
 
 @dataclass(frozen=True, slots=True)
 class Record:
     """What taint needs of one decision record: the call's sequence number in the log, the tool,
-    whether the result brokerd returned was untrusted, and for a fetch that connected, the host
-    (lower case, as in the URL) it fetched."""
+    whether the result brokerd returned was untrusted, and for a call that reached a host (a
+    fetch that connected), that host, normalised."""
 
     seq: int
     tool: str
@@ -64,9 +60,9 @@ class Tracker:
         if self.taint is not None:
             return  # the first untrusted result is where it began; nothing lifts it
         if rec.untrusted:
-            source = f"fetch of {rec.fetched_host}" if rec.fetched_host else rec.tool
+            source = f"{rec.tool} of {rec.fetched_host}" if rec.fetched_host else rec.tool
             self.taint = Taint(rec.seq, source, frozenset(self.hosts), epoch=epoch)
-        elif rec.tool == FETCH and rec.fetched_host:
+        elif rec.fetched_host:
             self.hosts.add(rec.fetched_host.lower())
 
     def seen_from(self, epoch: int) -> Taint | None:
@@ -88,16 +84,19 @@ def taint_of(records: Iterable[Record], carried: Taint | None = None) -> Taint |
     return tracker.taint
 
 
-def must_ask(taint: Taint | None, tool: str, host: str | None = None) -> str | None:
+def must_ask(
+    taint: Taint | None, tool: str, writes: bool = True, host: str | None = None
+) -> str | None:
     """None when the taint does not stop the call; else the reason the owner is asked.
 
-    `host` is the host a proposed fetch names (None for other tools, or a URL with no host).
+    `writes` is the tool's row's; `host` the normalised host a call of a hosts tool names (None
+    for other tools).
     """
-    if taint is None or tool in READ_ONLY:
+    if taint is None or not writes:
         return None
-    if tool == FETCH:
-        if host is not None and host.lower() in taint.trusted_hosts:
+    if host is not None:
+        if host in taint.trusted_hosts:
             return None
-        what = f"fetch of {host}" if host else "fetch"
+        what = f"{tool} of {host}"
         return f"{what} asks because {taint.reason}; {what} could carry it out"
     return f"{tool} asks because {taint.reason}; {tool} can write or send"

@@ -1,30 +1,31 @@
 """The owner's side of an approval in `bxctl chat --owner-socket <owner.sock>` (issue 22).
 
 When loopd relays brokerd's `approval_needed`, the chat claims the call on owner.sock (brokerd's
-answer holds the call's hash and the grant "always" would add, shown before the question), asks
-on stderr, reads one line of stdin and answers brokerd directly: loopd never sees the answer.
+answer, proto.broker.HeldCall, holds the tool as brokerd parsed it, the whole call, why it asks,
+the grant "always" would add and the call's hash), asks on stderr, reads one line of stdin and
+answers brokerd directly: loopd never sees the answer. The tool named is brokerd's, never loopd's
+event's.
 There is no default: an empty line is a denial, and EOF (or a chat that closes) leaves the claim
 unanswered, which brokerd takes as a denial too.
 
 What the owner sees (issue 27 class 4) is brokerd's own account of the call, never loopd's: the
 tool as brokerd names it, the whole summary (wrapped by the terminal, never cut) with every
-control and format character escaped visibly (escape.py), then the grant "always" would add,
-each part on its own lines, then the question. A call brokerd says it cannot show whole
-(`"whole": false` in its `call`) can only be denied: the question offers no yes.
+control and format character escaped visibly (escape.py), why it asks, then the grant
+"always" would add, each part on its own lines, then the question. brokerd never sends part of a
+call: one it cannot send whole is denied there.
 """
 
 from __future__ import annotations
 
-import socket
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 from boxmaker._cli import Environment
+from boxmaker._framed import FramedClient
 from boxmaker.proto import ApprovalNeededEvent, ChannelBody
-from boxmaker.proto.broker import OWNER_KINDS
+from boxmaker.proto.broker import OWNER_KINDS, Answer, Claim, HeldCall
 from boxmaker.proto.errors import ProtocolError
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.frame import Frame
 
 from .escape import one_line, visible
 
@@ -34,41 +35,17 @@ WORDS = {"y": "yes", "yes": "yes", "a": "always", "always": "always", "n": "no",
 Show = Callable[[Frame, ChannelBody], None]
 
 
-def _recv(sock: socket.socket, decoder: FrameDecoder) -> Frame:
-    while True:
-        got = decoder.next_frame()
-        if got is CLOSED:
-            raise ConnectionResetError("brokerd closed owner.sock")
-        if got is NEED_DATA:
-            decoder.receive_data(sock.recv(65536))
-            continue
-        assert isinstance(got, Frame)
-        return got
-
-
-def _send(sock: socket.socket, kind: str, body: dict[str, Any]) -> None:
-    sock.sendall(encode_frame(kind, body, True, OWNER_KINDS))
-
-
 def ask_owner(path: Path, event: ApprovalNeededEvent, env: Environment) -> str:
     """Claims the call, asks, answers brokerd. Returns what was answered ("" for nothing)."""
     err = env.stderr
     try:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(OWNER_TIMEOUT_S)
-            sock.connect(str(path))
-            decoder = FrameDecoder(OWNER_KINDS)
-            _send(sock, "claim", {"id": event.id})
-            claimed = _recv(sock, decoder)
+        with FramedClient(str(path), OWNER_KINDS, OWNER_TIMEOUT_S) as owner:
+            (claimed,) = owner.exchange("claim", Claim(event.id).to_json())
             if claimed.kind != "call":
                 err.write(f"[approval: brokerd says {claimed.body.get('message')}]\n")
                 return ""
-            body = claimed.body
-            whole = body.get("whole", True) is True and isinstance(body.get("summary"), str)
-            tool = one_line(str(body.get("tool", event.tool)))
-            err.write(
-                layout(tool, str(body.get("summary", "")), str(body.get("always", "")), whole)
-            )
+            held = HeldCall.from_json(claimed.body)
+            err.write(layout(held))
             err.flush()
             line = env.stdin.readline()
             if not line:  # EOF: no answer; brokerd denies when this connection closes
@@ -76,11 +53,7 @@ def ask_owner(path: Path, event: ApprovalNeededEvent, env: Environment) -> str:
                 return ""
             typed = line.strip().lower()
             answer = WORDS.get(typed, "" if not typed else "no")
-            if not whole and answer != "no":
-                err.write("[approval: the call was not shown whole, so it cannot be approved]\n")
-                answer = "no"
-            _send(sock, "answer", {"id": event.id, "hash": body["hash"], "answer": answer})
-            reply = _recv(sock, decoder)
+            (reply,) = owner.exchange("answer", Answer(event.id, held.hash, answer).to_json())
     except (OSError, ProtocolError) as exc:
         err.write(f"[approval: cannot reach brokerd's owner.sock at {path}: {exc}; denied]\n")
         return ""
@@ -97,25 +70,27 @@ def indented(text: str) -> str:
     return "".join(f"    {line}\n" for line in lines)
 
 
-def layout(tool: str, summary: str, always: str, whole: bool) -> str:
-    """The approval as the owner reads it: each part on lines of its own, the summary once."""
-    shown = visible(summary)
-    note = f"{len(summary)} characters"
+def layout(held: HeldCall) -> str:
+    """The approval as the owner reads it: each part on lines of its own, the summary once.
+    brokerd sends the whole call or none of it (a prompt over one frame is denied there), so
+    what is shown here is all there is to approve."""
+    tool = one_line(held.tool)
+    shown = visible(held.summary)
+    note = f"{len(held.summary)} characters"
     if shown.escaped:
         note += (
             f"; {shown.escaped} control or format characters shown as \\xNN / \\uNNNN, "
             "and each backslash as \\\\"
         )
-    parts = [f"[approval] brokerd holds a call of {tool}:\n"]
-    if whole:
-        parts.append(f"  the whole call ({note}):\n")
+    parts = [f"[approval] brokerd holds a call of {tool}:\n", f"  the whole call ({note}):\n"]
+    parts.append(indented(held.summary))
+    if held.reason:
+        parts += ["  it asks because:\n", indented(held.reason)]
+    if held.always:
+        parts += ['  "always" would add this grant:\n', indented(held.always.rstrip("\n"))]
     else:
-        parts.append(f"  PART of the call ({note}; brokerd could not show all of it):\n")
-    parts.append(indented(summary))
-    parts.append('  "always" would add this grant:\n')
-    parts.append(indented(always.rstrip("\n")))
-    question = "[y]es / [n]o / [a]lways" if whole else "only [n]o (it was not shown whole)"
-    parts.append(f"approve {tool}? {question}: ")
+        parts += ['  "always" adds no grant:\n', indented(held.no_always)]
+    parts.append(f"approve {tool}? [y]es / [n]o / [a]lways: ")
     return "".join(parts)
 
 

@@ -1,7 +1,8 @@
 """`bxctl verify-broker <log>`: checks brokerd's decision log's chain from disk (issue 22).
 
 Read-only and lock-free, like `bxctl verify`: every line whole, in sequence, each linked to the
-one before by its hash. It does not replay the decisions (that needs brokerd's grants code:
+one before by its hash, across the files the log was rotated into (`<log>.1`, ... then `<log>`).
+It does not replay the decisions (that needs brokerd's grants code:
 `python -m boxmaker.brokerd verify --log <log>` does both).
 """
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.session.chain import ChainError, verify_chain
+from boxmaker.session.chain_files import read_chain
 
 HELP = "check brokerd's decision log's hash chain from disk"
 
@@ -23,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     try:
-        records, _ = verify_chain(args.log.read_bytes())
+        records, _ = verify_chain(read_chain(str(args.log)))  # its rotated files, oldest first
     except OSError as exc:
         env.stderr.write(f"bxctl verify-broker: {args.log}: {exc.strerror or exc}\n")
         return ExitStatus.ERROR

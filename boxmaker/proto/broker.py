@@ -1,16 +1,98 @@
-"""The frame kinds on brokerd's two sockets (M3). Frames as on loop.sock (proto.frame).
+"""brokerd's two sockets: their frame kinds and the typed body of each (M3). Frames as on
+loop.sock (proto.frame); bodies decoded strictly (`decode`), like the channel's.
 
-broker.sock (loopd's uid): loopd sends `list` (answered `tools`, final) or `call`
-`{tool, arguments, session?, epoch?}` (arguments: JSON text; session: the session's id, epoch
-its epoch, 0 when left out: brokerd keeps each session's taint from its own log); brokerd may
-send `approval_needed {id, tool, summary}` (not final) while the owner is asked, then `result`
-(a ToolResponse, final).
+broker.sock (loopd's uid): loopd sends `list` (answered `tools {tools}`, final) or `call`
+(`CallBody`: the arguments as JSON text, the session's id and epoch; brokerd keeps each
+session's taint from its own log). While the owner is asked brokerd sends `approval_needed`
+(`ApprovalNeeded`, not final): the tool as brokerd parsed it and a `brief` line made from the
+arguments alone (nothing read from a file: loopd is not the owner). Then `result` (a
+ToolResponse, final). Anything wrong: `error` (final).
 
-owner.sock (the owner's uid): the owner sends `pending` (answered `pending {calls}`), `claim
-{id}` (answered `call {id, tool, summary, hash, always}`: a claimed call left unanswered when the
-connection closes is denied), and `answer {id, hash, answer}` with answer yes, no or always
-(answered `answered {id, answer}`). Anything wrong: `error` (final).
+owner.sock (the owner's uid): the owner sends `pending` (answered `pending {calls}`, a list of
+`HeldCall`), `claim {id}` (answered `call`, a `HeldCall`: a claimed call left unanswered when
+the connection closes is denied) and `answer {id, hash, answer}` (`Answer`; answered
+`answered {id, answer}`).
+
+`HeldCall` is what the owner's prompt shows, whole, and what a terminal must render (bxctl
+chat): `tool` is brokerd's own name for the call (its parse, never loopd's word); `summary` is
+the WHOLE call (the whole command, note, diff: never cut; it may hold any character, control and
+format characters included, which a terminal must show escaped); `reason` says why it asks when
+a taint made it ask ("" otherwise); `always` is the exact rule an "always" answer adds, as TOML,
+or "" when it adds none, and then `no_always` says why. `hash` binds the answer to this call.
 """
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Self
+
+from ._codec import STR, UINT, from_obj, to_obj, wire
 
 BROKER_KINDS = frozenset({"list", "call", "tools", "approval_needed", "result", "error"})
 OWNER_KINDS = frozenset({"pending", "claim", "answer", "call", "answered", "error"})
+ANSWERS = ("yes", "no", "always")
+
+
+class _Body:
+    def to_json(self) -> dict[str, Any]:
+        return to_obj(self, type(self).__name__)
+
+    @classmethod
+    def from_json(cls, obj: object, path: str | None = None) -> Self:
+        """Raises BodyError (proto.errors) naming the key that is wrong."""
+        return from_obj(cls, obj, path or cls.__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class CallBody(_Body):
+    """broker.sock `call`."""
+
+    tool: str = field(metadata=wire(STR))
+    arguments: str = field(metadata=wire(STR))  # JSON text, as the model wrote it
+    session: str = field(default="", metadata=wire(STR))
+    epoch: int = field(default=0, metadata=wire(UINT))
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalNeeded(_Body):
+    """broker.sock `approval_needed`: what loopd may know while the owner is asked. `summary`
+    is the brief line (the channel's ApprovalNeededEvent carries it on)."""
+
+    id: str = field(metadata=wire(STR))
+    tool: str = field(metadata=wire(STR))
+    summary: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class Claim(_Body):
+    """owner.sock `claim`."""
+
+    id: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class HeldCall(_Body):
+    """owner.sock `call` (and each of `pending`'s calls): the owner's prompt, whole."""
+
+    id: str = field(metadata=wire(STR))
+    tool: str = field(metadata=wire(STR))
+    summary: str = field(metadata=wire(STR))
+    reason: str = field(metadata=wire(STR))
+    always: str = field(metadata=wire(STR))
+    no_always: str = field(metadata=wire(STR))
+    hash: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class Answer(_Body):
+    """owner.sock `answer`: yes, no or always; anything else is a denial ("empty")."""
+
+    id: str = field(metadata=wire(STR))
+    hash: str = field(metadata=wire(STR))
+    answer: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class Answered(_Body):
+    id: str = field(metadata=wire(STR))
+    answer: str = field(metadata=wire(STR))

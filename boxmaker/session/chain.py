@@ -29,15 +29,18 @@ def encode_line(kind: str, seq: int, prev: str, fields: dict[str, Any]) -> bytes
                         option=orjson.OPT_APPEND_NEWLINE)  # fmt: skip
 
 
-def verify_chain(data: bytes) -> tuple[list[dict[str, Any]], str]:
-    """The records (each line's object), and the `prev` of the line after the last.
+def verify_chain(
+    data: bytes, seq: int = 0, prev: str = GENESIS_PREV
+) -> tuple[list[dict[str, Any]], str]:
+    """The records (each line's object), and the `prev` of the line after the last. `seq` and
+    `prev` are the first line's (a later file of a log rotated into several, whose chain goes
+    on from the file before).
 
     Raises:
         ChainError: at the first line that is torn, not JSON, out of sequence, linked to another
             line, or not written the way `encode_line` writes it.
     """
     records: list[dict[str, Any]] = []
-    prev = GENESIS_PREV
     for n, line in enumerate(data.splitlines(keepends=True), 1):
         if not line.endswith(b"\n"):
             raise ChainError(f"line {n}: incomplete (a torn write?)")
@@ -45,10 +48,10 @@ def verify_chain(data: bytes) -> tuple[list[dict[str, Any]], str]:
             obj = orjson.loads(line)
         except orjson.JSONDecodeError:
             raise ChainError(f"line {n}: not JSON") from None
-        if not isinstance(obj, dict) or obj.get("seq") != n - 1 or obj.get("prev") != prev:
+        if not isinstance(obj, dict) or obj.get("seq") != seq + n - 1 or obj.get("prev") != prev:
             raise ChainError(f"line {n}: seq or prev breaks the chain (edited, cut or reordered)")
         fields = {k: v for k, v in obj.items() if k not in _HEAD}
-        if encode_line(str(obj.get("type")), n - 1, prev, fields) != line:
+        if encode_line(str(obj.get("type")), seq + n - 1, prev, fields) != line:
             raise ChainError(f"line {n}: not written the way the log's writer writes lines")
         records.append(obj)
         prev = sha256_hex(line)

@@ -9,7 +9,6 @@ import os
 import pwd
 import secrets
 import shutil
-import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -19,8 +18,8 @@ from typing import Any
 
 import orjson
 
+from boxmaker._framed import FramedClient
 from boxmaker._toml import toml_dumps
-from boxmaker.brokerd.conn import Conn
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.frame import Frame
 from tests.support.procs import Daemon, python_module
@@ -107,17 +106,11 @@ class Rig:
         self.daemon.wait_for_line("listening on")
         return self.daemon
 
-    def connect(self, path: str, kinds: frozenset[str]) -> Conn:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(BOUND_S)
-        sock.connect(path)
-        return Conn(sock, kinds)
+    def loopd(self) -> FramedClient:
+        return FramedClient(self.socket, BROKER_KINDS, BOUND_S)
 
-    def loopd(self) -> Conn:
-        return self.connect(self.socket, BROKER_KINDS)
-
-    def owner(self) -> Conn:
-        return self.connect(self.owner_socket, OWNER_KINDS)
+    def owner(self) -> FramedClient:
+        return FramedClient(self.owner_socket, OWNER_KINDS, BOUND_S)
 
     def call(
         self, tool: str, args: dict[str, Any] | str, session: str | None = None
@@ -134,7 +127,7 @@ class Rig:
         assert frame.kind == "result", frame
         return frame.body
 
-    def frames(self, conn: Conn) -> Iterator[Frame]:
+    def frames(self, conn: FramedClient) -> Iterator[Frame]:
         while (frame := conn.recv()) is not None:
             yield frame
             if frame.final:

@@ -271,14 +271,24 @@ def test_ipv6_loopback_allowed_exactly() -> None:
         srv.close()
 
 
-def test_the_tool_call_checks_its_arguments(server: Server) -> None:
-    response, result = fetch_mod.call({"url": 3})
-    assert result is None
-    assert "{url: string}" in response.content
-    response, result = fetch_mod.call({"url": url(server)}, allow=frozenset({LOCAL}))
-    assert result is not None
-    assert response.untrusted
-    assert fetch_mod.host_of("HTTP://Example.ORG:8/x") == "example.org"
+def test_the_tool_call_checks_its_arguments() -> None:
+    from tests.brokerd.core import decide
+
+    for bad in ('{"url": 3}', '{"url": "http://a.org/", "x": 1}', "{}", '"http://a.org/"'):
+        d = decide((), "fetch", bad, "/ws").decision
+        assert d.reason.startswith("bad request: fetch: "), d
+    assert fetch_mod.host_of("HTTP://Example.ORG.:8/x") == "example.org"
+
+
+PUBLIC = "93.184.215.14"  # what the stand-in resolver answers for the test names
+connected: list[tuple[str, int]] = []
+
+
+def to_local(address: tuple[str, int], timeout: float) -> socket.socket:
+    """fetch's connect, for names the stand-in resolver gives a public address: records the
+    checked address fetch connects to, and connects to the local server instead."""
+    connected.append(address)
+    return socket.create_connection(("127.0.0.1", address[1]), timeout=timeout)
 
 
 def test_the_checked_address_is_the_one_connected_to(
@@ -286,8 +296,10 @@ def test_the_checked_address_is_the_one_connected_to(
 ) -> None:
     """DNS rebinding: a name that answers a checked address first and another one later. The
     resolver is the one stand-in here (no DNS server runs in the tests): it answers 127.0.0.1
-    once, then 10.0.0.1; fetch asks it once, connects to 127.0.0.1 and sends the name as Host."""
-    answers = iter(["127.0.0.1", "10.0.0.1", "10.0.0.1"])
+    once, then 10.0.0.1; fetch asks it once, connects to the checked address and sends the name as
+    Host. (A name never reaches loopback: the public address answered first stands for the
+    server, which the connect function maps to the local one.)"""
+    answers = iter([PUBLIC, "10.0.0.1", "10.0.0.1"])
     asked: list[str] = []
     real = socket.getaddrinfo
 
@@ -298,9 +310,10 @@ def test_the_checked_address_is_the_one_connected_to(
         return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (next(answers), port))]
 
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
-    result = fetch(f"http://rebind.test:{server.port}/page", allow=frozenset({LOCAL}))
+    result = fetch(f"http://rebind.test:{server.port}/page", connect=to_local)
     assert result.error is None, result.error
     assert asked == ["rebind.test"]
+    assert connected == [(PUBLIC, server.port)]
     assert server.hits == [("/page", f"rebind.test:{server.port}")]
 
 
@@ -326,19 +339,17 @@ def test_https_goes_to_the_checked_address_with_the_name_verified(
 
     def resolver(host: str, port: int, *args: Any, **kw: Any) -> list[Any]:
         if host.endswith(".test"):
-            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", ("127.0.0.1", port))]
+            return [(socket.AF_INET, socket.SOCK_STREAM, 6, "", (PUBLIC, port))]
         return list(real(host, port, *args, **kw))
 
     monkeypatch.setattr(socket, "getaddrinfo", resolver)
     client_tls = ssl.create_default_context(cafile=str(cert))
     try:
-        ok = fetch(f"https://pinned.test:{srv.port}/page", allow=frozenset({LOCAL}), tls=client_tls)
+        ok = fetch(f"https://pinned.test:{srv.port}/page", connect=to_local, tls=client_tls)
         assert ok.error is None, ok.error
         assert ok.text == "over tls"
         assert srv.hits == [("/page", f"pinned.test:{srv.port}")]
-        wrong = fetch(
-            f"https://other.test:{srv.port}/page", allow=frozenset({LOCAL}), tls=client_tls
-        )
+        wrong = fetch(f"https://other.test:{srv.port}/page", connect=to_local, tls=client_tls)
         assert wrong.error is not None
         assert "certificate" in wrong.error.lower()
         assert len(srv.hits) == 1
@@ -350,3 +361,105 @@ def test_the_approval_summary_names_the_host_and_the_whole_url() -> None:
     text = fetch_mod.summary({"url": "https://Evil.example/c?d=secret"})
     assert text == "GET from evil.example: https://Evil.example/c?d=secret"
     assert "{url: string}" in fetch_mod.summary({"url": 1})
+
+
+# ---- class 2 (issue 27): grants compare the things they name, not their spellings -------------
+
+
+def _brokerd_fetch(grants: str, urls: list[str], server: Server) -> list[dict[str, Any]]:
+    """Each URL fetched through a real brokerd with `grants`; the results' bodies."""
+    from tests.brokerd.rig import Rig, remove, short_base
+
+    base = short_base()
+    rig = Rig(base, grants_text=grants)
+    try:
+        rig.start()
+        return [rig.call("fetch", {"url": u}) for u in urls]
+    finally:
+        rig.stop()
+        remove(base)
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    [
+        "2130706433",  # decimal
+        "0x7f000001",  # hex
+        "0177.0.0.1",  # octal
+        "127.1",  # short
+        "127.0.1",
+        "0x7f.0.0.1",
+        "[::ffff:127.0.0.1]",  # IPv4-mapped IPv6
+        "[::ffff:7f00:1]",
+        "127.0.0.1.",  # trailing dot
+    ],
+)
+def test_a_deny_on_an_address_holds_for_every_spelling_of_it(server: Server, spelling: str) -> None:
+    """`deny 127.0.0.1` with every other host allowed: no spelling of the address reaches it."""
+    grants = (
+        '[[grant]]\ntool = "fetch"\nmode = "allow"\nhosts = ["*"]\n\n'
+        '[[grant]]\ntool = "fetch"\nmode = "deny"\nhosts = ["127.0.0.1"]\n'
+    )
+    (got,) = _brokerd_fetch(grants, [url(server, host=spelling)], server)
+    assert got["content"].startswith("error: denied"), got
+    assert server.hits == []
+
+
+@pytest.mark.parametrize(
+    "spelling",
+    ["localhost", "localhost.", "LOCALHOST", "127.1", "2130706433", "0x7f000001",
+     "[::ffff:127.0.0.1]", "127.0.0.1.", "localtest.me"],
+)  # fmt: skip
+def test_only_the_exact_granted_address_reaches_loopback(server: Server, spelling: str) -> None:
+    """With 127.0.0.1 granted, only `http://127.0.0.1:P/` reaches it: a name that resolves to it,
+    and any other spelling of it, is refused before any connect."""
+    grants = (
+        '[[grant]]\ntool = "fetch"\nmode = "allow"\nhosts = ["127.0.0.1"]\n\n'
+        '[[grant]]\ntool = "fetch"\nmode = "allow"\nhosts = ["*"]\n'
+    )
+    exact, other = _brokerd_fetch(grants, [url(server), url(server, host=spelling)], server)
+    assert "Heading" in exact["content"], exact
+    assert server.hits == [("/page", f"127.0.0.1:{server.port}")]
+    assert "Heading" not in other["content"], other
+    assert len(server.hits) == 1
+
+
+@pytest.mark.parametrize(
+    ("denied", "spelling"),
+    [
+        ("localhost", "localhost."),
+        ("localhost", "LocalHost"),
+        ("evil.example", "EVIL.example."),
+        ("xn--bcher-kva.example", "bücher.example"),  # IDNA
+        ("bücher.example", "xn--bcher-kva.example"),
+        ("93.184.213.14", "93.184.54542"),
+        ("93.184.213.14", "1572394254"),
+    ],
+)
+def test_a_deny_on_a_name_holds_for_its_other_spellings(denied: str, spelling: str) -> None:
+    """The grants parser and the URL's host normalise the same way, once."""
+    from tests.brokerd.core import decide, parse_grants
+
+    rules = parse_grants(
+        (
+            '[[grant]]\ntool = "fetch"\nmode = "allow"\nhosts = ["*"]\n\n'
+            f'[[grant]]\ntool = "fetch"\nmode = "deny"\nhosts = ["{denied}"]\n'
+        ).encode()
+    )
+    d = decide(rules, "fetch", f'{{"url": "http://{spelling}/x"}}', "/ws")
+    assert str(d.decision.mode) == "deny", d
+
+
+@pytest.mark.parametrize(
+    "spelling", ["127.1", "2130706433", "0x7f.0.0.1", "localhost", "[::ffff:127.0.0.1]"]
+)
+def test_a_redirect_to_another_spelling_of_a_granted_address_is_refused(
+    server: Server, spelling: str
+) -> None:
+    """The exact-spelling rule holds at every hop: a redirect from the granted address to
+    another spelling of it (or a name for it) is refused before any connect."""
+    server.routes["/hop"] = redirect(url(server, host=spelling))
+    result = fetch(url(server, "/hop"), allow=frozenset({LOCAL}))
+    assert result.error is not None
+    assert "is a loopback address; only a grant naming exactly 127.0.0.1" in result.error
+    assert server.hits == [("/hop", f"127.0.0.1:{server.port}")]

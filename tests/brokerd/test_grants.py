@@ -4,18 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from boxmaker.brokerd.grants import (
-    BadPath,
-    GrantsError,
-    Mode,
-    Rule,
-    always_rule,
-    call_hash,
-    decision,
-    parse_grants,
-    split_path,
-)
-from boxmaker.brokerd.policy import decide
+from boxmaker.brokerd import grants, policy
+from boxmaker.brokerd.grants import GrantsError, Mode, Rule
+from boxmaker.brokerd.policy import call_hash
+from boxmaker.brokerd.targets import BadTarget, split_path
+from boxmaker.brokerd.tools.kind import GrantKind, Tool
+from boxmaker.brokerd.tools.table import Family, Table
+from boxmaker.proto import ToolResponse, ToolSchema
+from tests.brokerd.core import always_rule, decide, decision, parse_grants
 
 WS = "/srv/ws"
 
@@ -111,7 +107,7 @@ def test_note_files_constraint() -> None:
     ],
 )
 def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
-    with pytest.raises(BadPath):
+    with pytest.raises(BadTarget):
         split_path(path, WS)
 
 
@@ -180,3 +176,59 @@ def test_decide_refuses_bad_arguments_as_data() -> None:
     assert "offset must be 0 to" in d.reason
     d = decide(rules(), "read_file", '{"path": "a", "offset": 4611686018427387905}', WS).decision
     assert "offset must be 0 to" in d.reason
+
+
+# ---- the table of tools (issue 27): a new tool is one row, a family gives rows at run time -----
+
+
+def _echo_row(name: str) -> Tool:
+    """A tool whose rules name the tool only, that only reads, like an MCP server's might."""
+    return Tool(
+        ToolSchema(name, "echoes", {"type": "object", "properties": {"text": {"type": "string"}}}),
+        {"text": str},
+        run=lambda _ctx, _target, args, class_: ToolResponse(args["text"], class_, True, False),
+        summary=lambda _ctx, _target, args: f"echo {args['text']}",
+        grant=GrantKind.NONE,
+        target=lambda _args, _ws: "",
+        writes=False,
+        untrusted=True,
+    )
+
+
+def test_a_tool_added_as_a_row_is_granted_decided_and_tainted_by_its_row_alone() -> None:
+    table = Table()
+    table.add(_echo_row("echo"))
+    servers = {"files.read": _echo_row("files.read"), "files.send": _echo_row("files.send")}
+    table.add_family(Family("files.", servers.get, lambda: list(servers)))
+    text = b'[[grant]]\ntool="echo"\nmode="allow"\n[[grant]]\ntool="files.read"\nmode="ask"\n'
+    rules = grants.parse_grants(text, table)
+    assert [r.tool for r in rules] == ["echo", "files.read"]
+    d = policy.decide(table, rules, "echo", '{"text": "hi"}', WS).decision
+    assert (d.mode, d.reason) == (Mode.ALLOW, "grant: echo allow on any command")
+    assert policy.decide(table, rules, "files.read", "{}", WS).decision.mode is Mode.ASK
+    send = policy.decide(table, rules, "files.send", "{}", WS).decision
+    assert (send.mode, send.reason) == (
+        Mode.DENY,
+        "no grant for files.send: the owner has not granted this tool",
+    )
+    gone = policy.decide(table, rules, "files.gone", "{}", WS).decision
+    assert "no tool named 'files.gone'" in gone.reason
+    with pytest.raises(GrantsError, match="tool must be one of"):
+        grants.parse_grants(b'[[grant]]\ntool="files.gone"\nmode="allow"\n', table)
+    with pytest.raises(ValueError, match="overlaps"):
+        table.add(_echo_row("files.other"))
+    assert "files.send" in table.names()
+
+
+@pytest.mark.parametrize(
+    "path",
+    ["secret/k", "./secret/k", "secret//k", "secret/./k", WS + "/secret/k", "secret/k/",
+     "//secret/k"],
+)  # fmt: skip
+def test_a_path_deny_holds_for_every_spelling_of_the_path(path: str) -> None:
+    """Paths are compared in the workspace-relative form brokerd opens (issue 27, class 2)."""
+    d = decide(rules(), "read_file", f'{{"path": "{path}"}}', WS)
+    if path.startswith("//"):  # absolute, and not under the workspace: refused as such
+        assert d.decision.reason.startswith("bad path: "), d
+    else:
+        assert (d.decision.mode, d.target) == (Mode.DENY, ("secret", "k")), d

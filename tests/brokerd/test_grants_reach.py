@@ -8,28 +8,23 @@ from __future__ import annotations
 import ipaddress
 import re
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import orjson
 import pytest
 
+from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.config import FETCH_BOUNDS, SHELL_BOUNDS, ConfigError, parse_config
-from boxmaker.brokerd.grants import (
-    GrantsError,
-    Mode,
-    Rule,
-    allowed_addresses,
-    always_rule,
-    decision,
-    listed,
-    parse_grants,
-)
-from boxmaker.brokerd.policy import LogError, decide, replay
+from boxmaker.brokerd.grants import GrantsError, Mode, Rule
+from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.sandbox import SandboxLimits
 from boxmaker.brokerd.taint import Record, taint_of
+from boxmaker.brokerd.tools import fetch as fetch_tool
 from boxmaker.brokerd.tools.fetch import FetchLimits
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line
+from tests.brokerd.core import always_rule, decide, decision, listed, parse_grants, replay
 
 WS = "/srv/ws"
 GRANTS = b"""
@@ -81,6 +76,24 @@ def test_exact_addresses_feed_fetchs_allow_set_and_a_deny_gives_none() -> None:
     rs = parse_grants(text + b'[[grant]]\ntool="fetch"\nmode="deny"\nhosts=["10.0.0.1"]\n')
     assert allowed_addresses(rs) == {ipaddress.ip_address("127.0.0.1"), ipaddress.ip_address("::1")}
     assert allowed_addresses(parse_grants(b'[[grant]]\ntool="fetch"\nmode="allow"\n')) == set()
+    denied = fetch_tool._addresses(Rules(rs), True)  # type: ignore[arg-type]
+    assert denied == {ipaddress.ip_address("10.0.0.1")}
+
+
+@dataclass
+class Rules:  # the part of a call's context fetch reads its addresses from
+    rules: tuple[Rule, ...]
+
+
+def allowed_addresses(rs: tuple[Rule, ...]) -> frozenset[netcheck.Address]:
+    return fetch_tool._addresses(Rules(rs), False)  # type: ignore[arg-type]
+
+
+def test_grants_hosts_are_normalised_like_the_urls() -> None:
+    hosts = b'hosts=["Example.ORG.", "0x7f.1", "[::ffff:a00:1]"]\n'
+    text = b'[[grant]]\ntool="fetch"\nmode="deny"\n' + hosts
+    (rule,) = parse_grants(text)
+    assert rule.hosts == ("example.org", "127.0.0.1", "10.0.0.1")
 
 
 def test_shell_has_no_argument_constraint_and_always_adds_nothing() -> None:
@@ -112,7 +125,9 @@ def test_class_comes_from_the_deciding_rule() -> None:
     [
         (b"[[grant]]\ntool='shell'\nmode='allow'\npaths=['a']\n", "unknown key(s) paths"),
         (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=[]\n", "non-empty"),
-        (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=['Example.org']\n", "lower-case"),
+        (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=['under_score.test']\n", "not a host"),
+        (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=['*.example.org']\n", "no wildcard"),
+        (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=['300.1.1.1']\n", "not an IPv4"),
         (b"[[grant]]\ntool='fetch'\nmode='allow'\nhosts=['http://a.org/']\n", "not a host name"),
         (b"[[grant]]\ntool='fetch'\nmode='allow'\nclass='secret'\n", "class must be one of"),
         (b"[[grant]]\ntool='read_file'\nmode='allow'\nclass='public'\n", "unknown key(s) class"),

@@ -10,10 +10,11 @@ import orjson
 import pytest
 
 from boxmaker.brokerd.cli import main
-from boxmaker.brokerd.policy import LogError, replay
+from boxmaker.brokerd.policy import LogError
 from boxmaker.bxctl.cli import main as bxctl
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
+from tests.brokerd.core import replay
 from tests.brokerd.rig import Rig
 from tests.brokerd.test_approvals import ASK_WRITES, Call, owner_says
 from tests.support.cli import run_cli

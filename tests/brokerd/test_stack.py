@@ -104,7 +104,8 @@ def test_find_write_with_approval_read_then_brokerd_down(stack: tuple[ServeEnv, 
         BOUND_S,
     )
     assert needed.tool == "write_file"
-    assert needed.summary == "write a.txt: 5 bytes (a new file)"
+    # loopd is told the tool and the path only; the whole call goes to owner.sock (issue 27)
+    assert needed.summary == "write_file a.txt: waiting for the owner's answer"
     approve(rig, needed.id)
     wait_for(lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the turn's end")
     found, wrote, read = tool_results(env, "s1")
@@ -161,7 +162,7 @@ def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
     )
     assert out.status == 0, out.stderr
     assert "write a.txt: 5 bytes (a new file)" in out.stderr
-    assert 'paths = ["a.txt"]' in out.stderr  # what "always" would add, shown first
+    assert 'files = ["a.txt"]' in out.stderr  # what "always" would add, shown first
     assert said in out.stderr
     assert (rig.workspace / "a.txt").exists() is written
     found, wrote, got = tool_results(env, "s2")
@@ -259,7 +260,8 @@ def test_shell_fetch_then_a_write_that_the_taint_makes_ask(
         f"GET from 127.0.0.1: {url}",
         "write out.txt: 4 bytes (a new file)",
     ]
-    assert all(reason in p.split("\n")[1] for p in prompts), out.stderr
+    assert all(p.split("\n")[1] == "  it asks because:" for p in prompts), out.stderr
+    assert all(reason in p.split("\n")[2] for p in prompts), out.stderr
     assert "write_file asks because" in prompts[-1]
     assert (rig.workspace / "out.txt").read_text() == "done"
     # loopd named the session on every call; the taint is brokerd's, from these lines

@@ -12,9 +12,9 @@ import sys
 import threading
 from pathlib import Path
 
-from boxmaker.brokerd.policy import replay
 from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.proto import ToolRequest, ToolResponse
+from tests.brokerd.core import replay
 from tests.brokerd.rig import Rig
 from tests.brokerd.test_approvals import ASK_WRITES, Call
 from tests.support.procs import Daemon, wait_for, wait_for_socket

@@ -7,10 +7,26 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from boxmaker.brokerd.policy import Ledger
-from boxmaker.brokerd.taint import READ_ONLY, Record, Taint, must_ask, taint_of
+from boxmaker.brokerd import taint as taint_mod
+from boxmaker.brokerd.ledger import Ledger
+from boxmaker.brokerd.taint import Record, Taint, taint_of
+from boxmaker.brokerd.tools.kind import GrantKind
+from boxmaker.brokerd.tools.table import TABLE
 
 WRITERS = ("write_file", "edit_file", "note", "shell", "some_new_tool")
+READ_ONLY = tuple(t.name for t in TABLE.tools() if not t.writes)
+
+
+def must_ask(taint: Taint | None, name: str, host: str | None = None) -> str | None:
+    """taint.must_ask with the tool's row (a name the table lacks counts as a writer)."""
+    row = TABLE.get(name)
+    writes = True if row is None else row.writes
+    hosts = row is not None and row.grant is GrantKind.HOSTS
+    return taint_mod.must_ask(taint, name, writes, host if hosts else None)
+
+
+def test_the_table_says_which_tools_only_read() -> None:
+    assert set(READ_ONLY) == {"clock", "read_file", "list_dir"}
 
 
 def test_a_clean_history_is_not_tainted_and_asks_nothing() -> None:
@@ -40,7 +56,6 @@ def test_the_first_untrusted_result_taints_and_every_writer_asks_naming_it() -> 
 def test_a_fetch_asks_unless_its_host_was_fetched_before_the_taint() -> None:
     taint = taint_of([Record(1, "fetch", False, "Docs.Example"), Record(2, "shell", True)])
     assert must_ask(taint, "fetch", "docs.example") is None
-    assert must_ask(taint, "fetch", "DOCS.EXAMPLE") is None
     reason = must_ask(taint, "fetch", "evil.example")
     assert reason is not None
     assert reason.startswith("fetch of evil.example asks because the session read untrusted")

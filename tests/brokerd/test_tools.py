@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 
+import pytest
+
 from tests.brokerd.rig import Rig
 
 
@@ -137,12 +139,13 @@ def test_odd_names_and_bytes_come_back_as_valid_text(rig: Rig) -> None:
         conn.send("call", {"tool": "edit_file", "arguments": args}, True)
         needed = conn.recv()
         assert needed is not None
-        assert "-caf\ufffd old" in needed.body["summary"]  # the diff is shown, bytes replaced
+        assert needed.body["summary"] == "edit_file latin1.txt: waiting for the owner's answer"
         owner = rig.owner()
         with owner.sock:
             owner.send("claim", {"id": needed.body["id"]}, True)
             claimed = owner.recv()
             assert claimed is not None
+            assert "-caf\ufffd old" in claimed.body["summary"]  # the owner sees the diff
             answer = {"id": needed.body["id"], "hash": claimed.body["hash"], "answer": "yes"}
             owner.send("answer", answer, True)
             assert owner.recv() is not None
@@ -150,3 +153,116 @@ def test_odd_names_and_bytes_come_back_as_valid_text(rig: Rig) -> None:
     assert result is not None
     assert result.body["content"] == "edited latin1.txt: now 9 bytes"
     assert (rig.workspace / "latin1.txt").read_bytes() == b"caf\xe9 new\n"  # other bytes kept
+
+
+# ---- class 1 (issue 27): a tool's answer may not reveal what a read denies ---------------------
+
+READ_DENIED = """
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "read_file"
+mode = "deny"
+paths = ["secrets"]
+
+[[grant]]
+tool = "edit_file"
+mode = "allow"
+
+[[grant]]
+tool = "write_file"
+mode = "allow"
+
+[[grant]]
+tool = "list_dir"
+mode = "allow"
+"""
+
+CANARY = "canary-7f3a9c2e51"
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("edit_file", {"path": "secrets/key", "old": "c", "new": "c"}),  # the match count
+        ("edit_file", {"path": "secrets/key", "old": CANARY[:6], "new": CANARY[:6]}),
+        ("edit_file", {"path": "./secrets//key", "old": "x", "new": "y"}),  # another spelling
+        ("edit_file", {"path": "secrets/key", "old": CANARY, "new": "x" * 500_000}),  # size
+        ("edit_file", {"path": "secrets/missing", "old": "a", "new": "b"}),  # existence
+        ("edit_file", {"path": "secrets/key", "old": "", "new": "b"}),
+    ],
+)
+def test_a_read_denied_file_reveals_nothing_through_another_tool(
+    rig: Rig, tool: str, args: dict[str, str]
+) -> None:
+    """An edit needs the read decision of what it reads: with read_file denied on secrets/,
+    edit_file there is denied before it reads, whatever the guess (issue 27, class 1)."""
+    rig.grants_text = READ_DENIED
+    rig.workspace.mkdir()
+    (rig.workspace / "secrets").mkdir()
+    (rig.workspace / "secrets" / "key").write_text(CANARY)
+    rig.start()
+    body = rig.call(tool, args)
+    assert body["content"].startswith("error: denied: "), body
+    assert "read_file" in body["content"], body  # the refusal says which read it needs
+    assert (rig.workspace / "secrets" / "key").read_text() == CANARY
+
+
+@pytest.mark.parametrize(
+    ("args", "reveals"),
+    [
+        ({"path": "f.txt", "old": "a", "new": "b"}, "found 2 times"),
+        ({"path": "f.txt", "old": "zz", "new": "b"}, "found 0 times"),
+        ({"path": "nope.txt", "old": "a", "new": "b"}, "no such file"),
+        ({"path": "f.txt", "old": "b", "new": "B"}, "edited"),
+        ({"path": "f.txt", "old": "b", "new": "x" * 70_000}, "bytes, over"),
+    ],
+)
+def test_what_an_edit_reveals_is_untrusted_errors_too(
+    rig: Rig, args: dict[str, str], reveals: str
+) -> None:
+    """Every answer of a tool that reads content counts as untrusted: an error quoting a count,
+    a size or a missing file taints the session like the content would."""
+    rig.broker = {"max_write_bytes": 65536}
+    rig.workspace.mkdir()
+    (rig.workspace / "f.txt").write_text("a b a")
+    rig.start()
+    body = rig.call("edit_file", args)
+    assert reveals in body["content"], body
+    assert body["untrusted"] is True, body
+
+
+# ---- the issue's notes (27): a long name in bytes, and the edit's limit named right ------------
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "\U0001f600" * 63,  # 252 bytes of emoji: 63 characters
+        "\u4e2d" * 85,  # 255 bytes of CJK
+        "a" * 255,
+        "é" * 127,  # 254 bytes
+        "x" + "\U0001f600" * 63 + "yz",  # 255 bytes, mixed
+    ],
+    ids=["emoji-252", "cjk-255", "ascii-255", "latin-254", "mixed-255"],
+)
+def test_a_name_of_255_bytes_in_any_script_is_written(rig: Rig, name: str) -> None:
+    assert len(name.encode()) <= 255
+    rig.start()
+    body = rig.call("write_file", {"path": name, "content": "x"})
+    assert body["content"] == f"wrote {name}: 1 bytes", body
+    assert (rig.workspace / name).read_text() == "x"
+
+
+@pytest.mark.parametrize("size", [4097, 10_000, 65_536])
+def test_an_edit_of_a_file_over_max_write_bytes_names_that_key(rig: Rig, size: int) -> None:
+    rig.broker = {"max_write_bytes": 4096}
+    rig.workspace.mkdir()
+    (rig.workspace / "big.txt").write_text("a" * (size - 4) + "tail")
+    rig.start()
+    body = rig.call("edit_file", {"path": "big.txt", "old": "tail", "new": "TAIL"})
+    assert "max_write_bytes" in body["content"], body
+    assert "max_file_bytes" not in body["content"], body
+    assert (rig.workspace / "big.txt").read_text().endswith("tail")  # nothing cut

@@ -141,6 +141,7 @@ def test_bxctl_imports_no_daemon_code() -> None:
         "boxmaker.proto",
         "boxmaker._cli",
         "boxmaker._defaults",
+        "boxmaker._framed",  # the owner.sock client
         "boxmaker.session",
         "boxmaker.bxctl",
     )

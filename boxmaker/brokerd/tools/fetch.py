@@ -6,6 +6,12 @@ check: a DNS answer that changes between the check and the connect (rebinding) c
 Redirects are followed here, each one checked the same way, up to a count. The body is read up to
 a size cap within one deadline for the whole fetch (a watchdog shuts the socket when it passes,
 so a server that drips bytes cannot stretch it), and turned into text. The result is untrusted.
+
+Addresses: a loopback, private or link-local address is reached only when the URL names that
+exact address in its plain form AND a grant that is not deny names it (`http://127.0.0.1:P/`
+with `hosts = ["127.0.0.1"]`): never through a name (localhost, or any name that resolves to
+it) nor another spelling (127.1, 2130706433). Every resolved address a deny names is refused,
+whatever name led there. The row at the end is fetch's in the table of tools.
 """
 
 from __future__ import annotations
@@ -23,8 +29,10 @@ from urllib.parse import urljoin, urlsplit
 
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.config import FETCH_BOUNDS
+from boxmaker.brokerd.targets import BadTarget, names_address_exactly, normal_host, url_host
 from boxmaker.brokerd.tools.htmltext import html_to_text
-from boxmaker.proto.tool import ResultClass, ToolResponse
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
+from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
@@ -75,10 +83,10 @@ class Refused(Exception):
 
 
 def host_of(url: str) -> str | None:
-    """The host a URL names, lower case, or None: what taint compares with earlier fetches."""
+    """The host a URL names, normalised, or None: what taint compares with earlier fetches."""
     try:
-        return urlsplit(url).hostname
-    except ValueError:
+        return url_host(url)
+    except BadTarget:
         return None
 
 
@@ -150,9 +158,12 @@ def fetch(
     connect: Connect = _connect,
     tls: ssl.SSLContext | None = None,
     hop_ok: HopCheck | None = None,
+    denied: frozenset[netcheck.Address] = frozenset(),
 ) -> FetchResult:
     """GETs `url`; every failure is a FetchResult with `error`, never an exception. `hop_ok`
-    judges each redirect's URL before it is followed (brokerd: the grants of its host)."""
+    judges each redirect's URL before it is followed (brokerd: the grants of its host); `allow`
+    are the addresses a URL naming them exactly may reach though netcheck refuses them;
+    `denied` the addresses never connected to (a deny names them)."""
     limits = limits or FetchLimits()
     deadline = time.monotonic() + limits.timeout_ms / 1000
     hosts: list[str] = []
@@ -160,7 +171,7 @@ def fetch(
     try:
         for _ in range(limits.max_redirects + 1):
             status, location, body, cut, ctype = _one(
-                current, deadline, limits.max_bytes, allow, connect, tls, hosts
+                current, deadline, limits.max_bytes, (allow, denied), connect, tls, hosts
             )
             if status in REDIRECTS and location:
                 current = urljoin(current, location)
@@ -177,14 +188,19 @@ def _one(
     url: str,
     deadline: float,
     max_bytes: int,
-    allow: frozenset[netcheck.Address],
+    grants: tuple[frozenset[netcheck.Address], frozenset[netcheck.Address]],
     connect: Connect,
     tls: ssl.SSLContext | None,
     hosts: list[str],
 ) -> tuple[int, str | None, bytes, bool, str]:
     scheme, host, port, target = _target(url)
+    allow, denied = grants
     addresses = _resolve(host, port)
-    refusal = netcheck.check(addresses, allow)
+    for addr in addresses:
+        if addr in denied or netcheck.plain(addr) in denied:
+            raise Refused(f"{host} resolves to {addr}, which a grant denies")
+    exact = frozenset(a for a in allow if names_address_exactly(host, str(a)))
+    refusal = netcheck.check(addresses, exact)
     if refusal is not None:
         raise Refused(refusal)
     left = deadline - time.monotonic()
@@ -194,7 +210,10 @@ def _one(
         sock = connect((str(addresses[0]), port), left)
     except OSError as err:
         raise Refused(f"cannot connect to {addresses[0]} port {port}: {err}") from None
-    hosts.append(host)
+    try:
+        hosts.append(normal_host(host))
+    except BadTarget:
+        hosts.append(host)
     watchdog = threading.Timer(max(0.0, deadline - time.monotonic()), _shut, (sock,))
     watchdog.start()
     try:
@@ -261,17 +280,57 @@ def _as_text(body: bytes, ctype: str) -> str:
     return html_to_text(text) if kind.startswith(HTML_TYPES) else text
 
 
-def call(
-    args: Any,
-    limits: FetchLimits | None = None,
-    allow: frozenset[netcheck.Address] = frozenset(),
-    class_: ResultClass = ResultClass.PUBLIC,
-    hop_ok: HopCheck | None = None,
-) -> tuple[ToolResponse, FetchResult | None]:
-    """One `fetch` call, for brokerd: the response and (when one was tried) the fetch."""
-    try:
-        url = parse_arguments(args)
-    except Refused as err:
-        return ToolResponse(f"fetch: {err}", ResultClass.PUBLIC, False, False), None
-    result = fetch(url, limits, allow, hop_ok=hop_ok)
-    return result.to_response(class_), result
+def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
+    """The addresses fetch's rules name: those of deny rules, or of the others."""
+    found: set[netcheck.Address] = set()
+    for r in ctx.rules:
+        if r.tool == NAME and (str(r.mode) == "deny") == denying:
+            for h in r.hosts:
+                with contextlib.suppress(ValueError):  # a name: judged on what it resolves to
+                    found.add(netcheck.parse(h))
+    return frozenset(found)
+
+
+def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
+    def hop_ok(url: str) -> str | None:
+        """A redirect goes to the same host, or one the grants allow: nobody can be asked
+        mid-fetch, so a host that would ask (or is denied) ends the fetch, and the model can
+        fetch that URL itself (then the owner is asked)."""
+        try:
+            to = url_host(url)
+        except BadTarget as exc:
+            return f"a redirect to {url}: {exc}"
+        if to == target or str(ctx.verdict(NAME, to).mode) == "allow":
+            return None
+        return f"a redirect to {url}: no grant allows {to}; fetch that URL to be asked about it"
+
+    limits = ctx.fetch_limits
+    allow, denied = _addresses(ctx, False), _addresses(ctx, True)
+    result = fetch(parse_arguments(args), limits, allow, hop_ok=hop_ok, denied=denied)
+    ctx.reached = result.hosts[0] if result.hosts else None
+    resp: ToolResponse = ctx.capped(result.to_response(class_))
+    return resp
+
+
+NAME = "fetch"
+FETCH = Tool(
+    ToolSchema(
+        NAME,
+        "Fetches a web page (http or https) and returns its readable text.",
+        {
+            "type": "object",
+            "properties": {"url": {"type": "string", "description": "an http:// or https:// URL"}},
+            "required": ["url"],
+            "additionalProperties": False,
+        },
+    ),
+    {"url": str},
+    _run,
+    lambda _ctx, _target, args: summary(args),
+    GrantKind.HOSTS,
+    lambda args, _ws: url_host(args["url"]),
+    writes=True,  # a URL carries data out
+    untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
+    always=lambda target: ("hosts", str(target)),
+    classes=True,
+)

@@ -1,8 +1,11 @@
-"""The file tools: read_file, list_dir, write_file, edit_file, beneath the workspace only.
+"""The file tools: read_file, list_dir, write_file, edit_file, beneath the workspace only, and
+their rows of the table of tools.
 
-Each takes the parsed arguments and the path's components (grants.split_path made them) and
-returns a ToolResponse; a refused path, a missing file, an oversize file are results too. File
-contents are `untrusted`: they may hold text written to steer the model.
+Each takes the parsed arguments and the path's components (targets.split_path made them) and
+returns a ToolResponse; a refused path, a missing file, an oversize file are results too. What
+read_file, list_dir and edit_file answer is `untrusted`, errors included: a file may hold text
+written to steer the model, and an edit's "found 2 times" says what the file holds. edit_file
+reads as read_file: it needs read_file's decision on the same file too.
 """
 
 from __future__ import annotations
@@ -19,9 +22,11 @@ from boxmaker.brokerd.paths import (
     read_window,
     write_atomic,
 )
-from boxmaker.proto import ResultClass, ToolResponse
+from boxmaker.brokerd.targets import split_path
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, exact_path
+from boxmaker.brokerd.tools.spec import PATH
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
-MAX_DIFF_LINES = 80
 WINDOW_NOTE_BYTES = 96  # room for the "[cut: bytes a..b of n shown; ...]" line
 
 
@@ -63,12 +68,20 @@ class FileTools:
         return response("\n".join(names) if names else "(empty folder)", self.cap, untrusted=True)
 
     def _old(self, parts: tuple[str, ...]) -> bytes | None:
+        """The whole file an edit rewrites (None: there is none). Over max_write_bytes it is
+        refused by that key's name: an edit writes the file back whole."""
         try:
-            return read_window(self.ws, parts, 0, self.max_write, self.max_write)[0]
+            data, size = read_window(self.ws, parts, 0, self.max_write + 1, self.max_file)
         except PathRefused as exc:
             if str(exc).endswith("no such file or folder"):
                 return None
             raise
+        if size > self.max_write:
+            raise PathRefused(
+                f"{'/'.join(parts)}: the file is {size} bytes, over [broker] max_write_bytes "
+                f"({self.max_write}): an edit writes the file back whole; refused"
+            )
+        return data
 
     def write_file(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
         data = args["content"].encode("utf-8", "surrogatepass")
@@ -105,33 +118,137 @@ class FileTools:
         write_atomic(self.ws, parts, data)
         return response(f"edited {'/'.join(parts)}: now {len(data)} bytes", self.cap)
 
-    def summary(self, tool: str, parts: tuple[str, ...], args: dict[str, Any]) -> str:
-        """What the call would do, for the owner's approval."""
-        shown = "/".join(parts) or "."
-        if tool == "write_file":
-            size = len(args["content"].encode("utf-8", "surrogatepass"))
-            old = self._old(parts)
-            was = "a new file" if old is None else f"replaces {len(old)} bytes"
-            if new_folders := missing_folders(self.ws, parts[:-1]):
-                was += f", and {new_folders} new folder(s)"
-            return f"write {shown}: {size} bytes ({was})"
-        if tool == "edit_file":
-            try:
-                before, after = self._edited(parts, args)
-            except PathRefused as exc:
-                return f"edit {shown} (will fail: {exc})"
-            before, after = _readable(before), _readable(after)  # for the owner's eyes only
-            diff = list(
-                difflib.unified_diff(
-                    before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
-                )
-            )
-            if len(diff) > MAX_DIFF_LINES:
-                diff = [*diff[:MAX_DIFF_LINES], f"... ({len(diff) - MAX_DIFF_LINES} more lines)"]
-            return f"edit {shown}:\n" + "\n".join(diff)
-        return f"{tool} {shown}"
+    def write_file_summary(self, parts: tuple[str, ...], args: dict[str, Any]) -> str:
+        """What the write would do, for the owner's approval (the owner's eyes only)."""
+        size = len(args["content"].encode("utf-8", "surrogatepass"))
+        try:
+            was = f"replaces {read_window(self.ws, parts, 0, 0, 1 << 62)[1]} bytes"
+        except PathRefused as exc:
+            if not str(exc).endswith("no such file or folder"):
+                raise
+            was = "a new file"
+        if new_folders := missing_folders(self.ws, parts[:-1]):
+            was += f", and {new_folders} new folder(s)"
+        return f"write {'/'.join(parts)}: {size} bytes ({was})"
+
+    def edit_file_summary(self, parts: tuple[str, ...], args: dict[str, Any]) -> str:
+        """The edit's whole diff (never cut: the owner approves what they read)."""
+        shown = "/".join(parts)
+        try:
+            before, after = self._edited(parts, args)
+        except PathRefused as exc:
+            return f"edit {shown} (will fail: {exc})"
+        before, after = _readable(before), _readable(after)  # for the owner's eyes only
+        diff = difflib.unified_diff(
+            before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+        )
+        return f"edit {shown}:\n" + "\n".join(diff)
 
 
 def _readable(text: str) -> str:
     """Text read with surrogateescape (to write its bytes back unchanged), made valid UTF-8."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _path_target(args: Args, workspace: str) -> Target:
+    return split_path(args["path"], workspace)
+
+
+def _parts(target: Target) -> tuple[str, ...]:
+    assert isinstance(target, tuple)
+    return target
+
+
+def _file_tool(
+    schema: ToolSchema,
+    types: dict[str, type],
+    *,
+    writes: bool,
+    untrusted: bool,
+    reads_as: str | None = None,
+) -> Tool:
+    name = schema.name
+
+    def run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
+        resp: ToolResponse = getattr(ctx.files, name)(_parts(target), args)
+        return resp
+
+    def summary(ctx: Context, target: Target, args: Args) -> str:
+        own = getattr(ctx.files, f"{name}_summary", None)
+        if own is None:
+            return f"{name} {'/'.join(_parts(target)) or '.'}"
+        text: str = own(_parts(target), args)
+        return text
+
+    return Tool(
+        schema,
+        types,
+        run,
+        summary,
+        GrantKind.PATHS,
+        _path_target,
+        reads_as=reads_as,
+        writes=writes,
+        untrusted=untrusted,
+        always=exact_path,
+    )
+
+
+READ_FILE = _file_tool(
+    ToolSchema(
+        "read_file",
+        "Reads a text file in the workspace. offset and limit (bytes) read a part of a long file.",
+        {
+            "type": "object",
+            "properties": {
+                "path": PATH,
+                "offset": {"type": "integer", "description": "The first byte to read."},
+                "limit": {"type": "integer", "description": "How many bytes at most."},
+            },
+            "required": ["path"],
+        },
+    ),
+    {"path": str, "offset": int, "limit": int},
+    writes=False,
+    untrusted=True,
+)
+LIST_DIR = _file_tool(
+    ToolSchema(
+        "list_dir",
+        "Lists a folder in the workspace: one entry a line, folders ending in /.",
+        {"type": "object", "properties": {"path": PATH}, "required": ["path"]},
+    ),
+    {"path": str},
+    writes=False,
+    untrusted=True,
+)
+WRITE_FILE = _file_tool(
+    ToolSchema(
+        "write_file",
+        "Writes a file in the workspace (replaces it whole, atomically).",
+        {
+            "type": "object",
+            "properties": {"path": PATH, "content": {"type": "string"}},
+            "required": ["path", "content"],
+        },
+    ),
+    {"path": str, "content": str},
+    writes=True,
+    untrusted=False,  # it answers what it wrote, nothing it read
+)
+EDIT_FILE = _file_tool(
+    ToolSchema(
+        "edit_file",
+        "Edits a file in the workspace: replaces the text old, which must occur exactly once, "
+        "by new.",
+        {
+            "type": "object",
+            "properties": {"path": PATH, "old": {"type": "string"}, "new": {"type": "string"}},
+            "required": ["path", "old", "new"],
+        },
+    ),
+    {"path": str, "old": str, "new": str},
+    writes=True,
+    untrusted=True,
+    reads_as="read_file",
+)

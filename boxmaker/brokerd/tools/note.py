@@ -11,7 +11,8 @@ import stat
 from typing import Any
 
 from boxmaker.brokerd.paths import PathRefused, check_regular
-from boxmaker.proto import ResultClass, ToolResponse
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 FILES = {"notes": "notes.md", "core": "core.md"}
 
@@ -45,8 +46,53 @@ def append_note(home: str, args: dict[str, Any]) -> ToolResponse:
     )
 
 
-def note_summary(args: dict[str, Any]) -> str:
+def note_summary(ctx: Context, target: Target, args: Args) -> str:
+    """The whole note, never cut: the owner approves what they read."""
     file = FILES[args.get("file", "notes")]
     text = args["text"]
-    shown = text if len(text) <= 400 else text[:400] + f"... ({len(text)} characters)"
-    return f"append {len(text.encode('utf-8', 'surrogatepass'))} bytes to memory/{file}:\n{shown}"
+    return f"append {len(text.encode('utf-8', 'surrogatepass'))} bytes to memory/{file}:\n{text}"
+
+
+def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
+    size = len(args["text"].encode("utf-8", "surrogatepass"))
+    if size > ctx.config.max_write_bytes:
+        raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")
+    return append_note(ctx.config.home, args)
+
+
+def _check(args: Args) -> str | None:
+    return None if args.get("file", "notes") in FILES else 'file must be "notes" or "core"'
+
+
+def _always(target: Target) -> tuple[str, str] | str:
+    if target == "core":
+        return "nothing: memory/core.md goes into every baseline, so it is asked every time"
+    return ("files", str(target))
+
+
+NOTE = Tool(
+    ToolSchema(
+        "note",
+        "Keeps a note for later: appends text to memory/notes.md (file notes), or to "
+        "memory/core.md (file core, read at every session's start; the owner approves).",
+        {
+            "type": "object",
+            "properties": {
+                "text": {"type": "string"},
+                "file": {"type": "string", "enum": ["notes", "core"]},
+            },
+            "required": ["text"],
+        },
+    ),
+    {"text": str, "file": str},
+    _run,
+    note_summary,
+    GrantKind.NAMES,
+    lambda args, _ws: str(args.get("file", "notes")),
+    names=tuple(FILES),
+    writes=True,
+    untrusted=False,  # it answers where it noted, nothing it read
+    always=_always,
+    check=_check,
+    ask_always={"core": "memory/core.md goes into every baseline: the owner approves"},
+)

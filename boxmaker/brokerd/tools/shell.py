@@ -1,12 +1,15 @@
-"""The `shell` tool (its schema is in spec.py): its arguments checked, one sandboxed run, the
-result as data."""
+"""The `shell` tool and its row: its arguments checked, one sandboxed run, the result as data.
+Everything it answers is untrusted (a command reads any file of the workspace), and an "always"
+adds nothing: it would allow every command."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.sandbox import Sandbox, ShellResult
-from boxmaker.proto.tool import ResultClass, ToolResponse
+from boxmaker.brokerd.tools.kind import Args, GrantKind, Tool, no_always
+from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
 
 MAX_COMMAND_BYTES = 64 << 10
 
@@ -33,14 +36,14 @@ def parse_arguments(args: Any) -> tuple[str, int | None]:
     return command, timeout
 
 
-def summary(args: Any, limit: int = 400) -> str:
-    """What an approval prompt shows for a `shell` call: the whole command (cut past `limit`
-    characters, and said so), where it runs and for how long at most."""
+def summary(args: Any) -> str:
+    """What an approval prompt shows for a `shell` call: the whole command, never cut, where it
+    runs and for how long at most."""
     try:
         command, timeout_ms = parse_arguments(args)
     except ArgumentError as err:
         return str(err)
-    shown = command if len(command) <= limit else f"{command[:limit]}... ({len(command)} chars)"
+    shown = command
     wait = f", at most {timeout_ms} ms" if timeout_ms is not None else ""
     return f"run in the sandbox (workspace read-write, no network{wait}): {shown}"
 
@@ -56,10 +59,54 @@ def to_response(result: ShellResult, class_: ResultClass = ResultClass.PUBLIC) -
     )
 
 
-def call(sandbox: Sandbox, args: Any, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
-    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions."""
+def call(
+    sandbox: Sandbox,
+    args: Any,
+    class_: ResultClass = ResultClass.PUBLIC,
+    cancelled: Callable[[], bool] | None = None,
+) -> ToolResponse:
+    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions.
+    `cancelled` true kills the command (loopd gave up on the call)."""
     try:
         command, timeout_ms = parse_arguments(args)
     except ArgumentError as err:
         return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
-    return to_response(sandbox.run(command, timeout_ms), class_)
+    return to_response(sandbox.run(command, timeout_ms, cancelled), class_)
+
+
+def _check(args: Args) -> str | None:
+    try:
+        parse_arguments(args)
+    except ArgumentError as err:
+        return str(err).removeprefix("shell: ")
+    return None
+
+
+SHELL = Tool(
+    ToolSchema(
+        "shell",
+        "Runs a command with /bin/sh in a sandbox: the workspace is the current folder "
+        "(read-write), the system is read-only, there is no network. Output is capped.",
+        {
+            "type": "object",
+            "properties": {
+                "command": {"type": "string", "description": "the shell command line"},
+                "timeout_ms": {"type": "integer", "minimum": 1, "description": "wall-clock limit"},
+            },
+            "required": ["command"],
+            "additionalProperties": False,
+        },
+    ),
+    {"command": str, "timeout_ms": int},
+    lambda ctx, _target, args, class_: ctx.capped(call(ctx.sandbox, args, class_, ctx.cancelled)),
+    lambda _ctx, _target, args: summary(args),
+    GrantKind.NONE,
+    lambda _args, _ws: "",
+    writes=True,
+    untrusted=True,
+    always=no_always(
+        'nothing: this command is asked about every time (an "always" would allow every command)'
+    ),
+    check=_check,
+    classes=True,
+)

@@ -16,18 +16,20 @@ parameter, so logs made in tests are repeatable.
 from __future__ import annotations
 
 import socket
+import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
+from boxmaker._framed import FramedClient
 from boxmaker.loopd.config import ToolsConfig
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RECALL_SCHEMA, RegisteredTool, Registry
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.errors import ProtocolError
-from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
+from boxmaker.proto.frame import Frame
 
 
 class ToolPort(Protocol):
@@ -74,7 +76,10 @@ class FakeTools:
 # ---- M3: the port over broker.sock -------------------------------------------------------------
 
 OnApproval = Callable[[str, str, str], None]  # (id, tool, summary): brokerd holds the call
-BROKER_RECV_BYTES = 65536
+CANCEL_GRACE_S = 2.0  # brokerd's time to answer a cancel (at most a quarter of the timeout)
+UNANSWERED_CANCEL = (
+    "did not answer loopd's cancel at the tool timeout; whether the call ran is in brokerd's log"
+)
 
 
 def unavailable(why: str) -> ToolResponse:
@@ -104,10 +109,15 @@ class BrokerPort:
         on_approval: OnApproval,
         session: str = "",
         epoch: Callable[[], int] = _epoch_0,
+        call_timeout_s: float | None = None,
     ) -> None:
         """Args:
         socket_path: brokerd's broker.sock.
         timeout_s: the longest wait for one frame (above brokerd's approval_timeout_ms).
+        call_timeout_s: `[loop] tool_timeout_ms`. CANCEL_GRACE before it passes, the port shuts
+            its writing side (brokerd cancels the call: a held ask denied, a command killed, a
+            tool not started) and waits out the grace for brokerd's answer, which says what
+            happened; so the loop's timeout never leaves a call running behind its result.
         on_approval: called from the calling thread for each `approval_needed`.
         session: the session's id, sent with each call: brokerd keeps each session's taint
             from its own log.
@@ -119,24 +129,40 @@ class BrokerPort:
         self._path = socket_path
         self._timeout_s = timeout_s
         self._on_approval = on_approval
+        self._call_timeout_s = call_timeout_s
 
-    def _exchange(self, kind: str, body: dict[str, Any]) -> Iterator[Frame]:
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(self._timeout_s)
-            sock.connect(self._path)
-            sock.sendall(encode_frame(kind, body, True, BROKER_KINDS))
-            decoder = FrameDecoder(BROKER_KINDS)
+    def _exchange(
+        self, kind: str, body: dict[str, Any], cancel_at: float | None = None
+    ) -> Iterator[Frame]:
+        with FramedClient(self._path, BROKER_KINDS, self._timeout_s) as client:
+            client.send(kind, body, True)
+            cancelled = False
             while True:
-                got = decoder.next_frame()
-                if got is CLOSED:
-                    raise ConnectionResetError("brokerd closed the connection mid-call")
-                if got is NEED_DATA:
-                    decoder.receive_data(sock.recv(BROKER_RECV_BYTES))
+                if cancel_at is not None:  # until then, at most one frame's wait
+                    left = cancel_at - time.monotonic()
+                    if left <= 0:
+                        client.sock.shutdown(socket.SHUT_WR)  # brokerd cancels the call
+                        client.sock.settimeout(self._grace())  # and answers within the grace
+                        cancel_at, cancelled = None, True
+                    else:
+                        client.sock.settimeout(min(self._timeout_s, left))
+                try:
+                    got = client.recv()  # a frame cut by a timeout stays in its decoder
+                except TimeoutError:
+                    if cancelled:
+                        raise TimeoutError(UNANSWERED_CANCEL) from None
+                    if cancel_at is None or time.monotonic() < cancel_at:
+                        raise
                     continue
-                assert isinstance(got, Frame)
+                if got is None:
+                    raise ConnectionResetError("brokerd closed the connection mid-call")
                 yield got
                 if got.final:
                     return
+
+    def _grace(self) -> float:
+        assert self._call_timeout_s is not None
+        return min(CANCEL_GRACE_S, self._call_timeout_s / 4)
 
     def tools(self) -> tuple[ToolSchema, ...] | None:
         """The tools brokerd grants (find_tool's list); None when brokerd cannot be reached."""
@@ -155,8 +181,11 @@ class BrokerPort:
             "session": self._session,
             "epoch": self._epoch(),
         }
+        cancel_at = None
+        if self._call_timeout_s is not None:
+            cancel_at = time.monotonic() + self._call_timeout_s - self._grace()
         try:
-            for frame in self._exchange("call", body):
+            for frame in self._exchange("call", body, cancel_at):
                 if frame.kind == "approval_needed":
                     b = frame.body
                     self._on_approval(str(b["id"]), str(b["tool"]), str(b["summary"]))
@@ -164,7 +193,9 @@ class BrokerPort:
                     return ToolResponse.from_json(frame.body)
                 elif frame.kind == "error":
                     return unavailable(f"refused the call ({frame.body.get('message')})")
-        except TimeoutError:
+        except TimeoutError as exc:
+            if str(exc) == UNANSWERED_CANCEL:
+                return unavailable(UNANSWERED_CANCEL)
             return unavailable(f"did not answer within {self._timeout_s:g} s")
         except FileNotFoundError:
             return unavailable(f"is not running ({self._path} does not exist)")
@@ -197,6 +228,7 @@ def tool_port(
     on_approval: OnApproval,
     session: str = "",
     epoch: Callable[[], int] = _epoch_0,
+    call_timeout_ms: int | None = None,
 ) -> dict[str, Any]:
     """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
     when [tools] broker_socket is set, else FakeTools and M2b's registry. `epoch` gives the
@@ -204,7 +236,8 @@ def tool_port(
     if config.broker_socket is None:
         return {"port": FakeTools(), "registry": None}
     path = str(config.broker_socket)
-    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session, epoch)
+    timeout = None if call_timeout_ms is None else call_timeout_ms / 1000
+    port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session, epoch, timeout)
     tools = port.tools()
     if tools is None:
         tools = _last_tools.get(path, (CLOCK_SCHEMA,))

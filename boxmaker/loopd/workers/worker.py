@@ -176,7 +176,13 @@ class Worker:
                     log,
                     turn.content,
                     client=self.client,
-                    **tool_port(self.config.tools, self.on_approval, turn.session, epoch),
+                    **tool_port(
+                        self.config.tools,
+                        self.on_approval,
+                        turn.session,
+                        epoch,
+                        self.config.loop.tool_timeout_ms,  # brokerd cancels the call at it
+                    ),
                     config=self.config.loop,
                     thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                     on_event=self.on_event,

@@ -1,0 +1,162 @@
+"""MCP tools as rows of brokerd's table of tools (tools/table.py): one Family per server, whose
+names are `<server>.<tool>`.
+
+A row's grant kind is NONE: a rule names the tool, and says allow, ask or deny for every call of
+it (argument constraints on named fields are not there yet). Every MCP tool `writes` (a server can
+do anything its sandbox lets it: a tainted session asks first) and is `untrusted` unless its
+server is `trusted`. Its arguments are checked against the schema the server listed (`check`),
+after the table's own parser, which knows only str, int, bool, list and dict arguments: a tool
+with another kind of argument (a number, a union of types, a free-form object) is left out, with
+a warning. The summary the owner sees is the whole call, its arguments as escaped JSON.
+
+`epoch_of` gives a call's epoch from its context (brokerd's CallContext must carry it): the
+manager refuses a tool that is not in that epoch's list. The names a Family gives are the
+server's latest listing (the server is started and listed at the first ask).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+from boxmaker.brokerd.mcp.catalog import TOOL_NAME, argument_problem
+from boxmaker.brokerd.mcp.config import McpServerConfig
+from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
+from boxmaker.brokerd.tools.table import Family
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+
+# What the table's argument parser can check by type (tools/spec.parse_arguments).
+JSON_TYPES: dict[str, type] = {
+    "string": str,
+    "integer": int,
+    "boolean": bool,
+    "array": list,
+    "object": dict,
+}
+NO_ALWAYS = no_always(
+    "nothing: an MCP tool is asked about every time (write a rule in grants.toml to allow it)"
+)
+
+
+def argument_types(schema: dict[str, Any]) -> dict[str, type] | str:
+    """Each argument's Python type, or why the table cannot check this tool's arguments."""
+    properties = schema.get("properties", {})
+    if not isinstance(properties, dict):
+        return "its properties are not an object"
+    types = {}
+    for name, prop in properties.items():
+        kind = prop.get("type") if isinstance(prop, dict) else None
+        if kind not in JSON_TYPES:
+            return (
+                f"its argument {name} is of type {kind!r}; brokerd checks only {list(JSON_TYPES)}"
+            )
+        types[name] = JSON_TYPES[kind]
+    return types
+
+
+def summary(config: McpServerConfig, name: str, args: Args) -> str:
+    """The whole call for the owner: where it runs, what it may reach, every argument escaped."""
+    reach = ", ".join(str(h) for h in config.hosts) if config.hosts else "no network"
+    trust = "trusted" if config.trusted else "untrusted"
+    shown = json.dumps(args, ensure_ascii=True, sort_keys=True)  # no control or bidi character
+    return (
+        f"call {name} (MCP server {config.name}, sandboxed: workspace {config.workspace}, "
+        f"{reach}; its result is {trust}): {shown}"
+    )
+
+
+def row(
+    manager: McpManager,
+    config: McpServerConfig,
+    schema: ToolSchema,
+    epoch_of: Callable[[Context], int],
+) -> Tool | str:
+    """The table's row for one listed tool, or why it has none."""
+    types = argument_types(schema.parameters)
+    if isinstance(types, str):
+        return f"tool {schema.name} left out of the table: {types}"
+
+    def run(ctx: Context, _target: Target, args: Args, _class: ResultClass) -> ToolResponse:
+        return ctx.capped(manager.call(schema.name, args, epoch_of(ctx)))
+
+    def check(args: Args) -> str | None:
+        why = argument_problem(schema, args)
+        return why.removeprefix(f"{schema.name}: ") if why is not None else None
+
+    return Tool(
+        schema,
+        types,
+        run,
+        lambda _ctx, _target, args: summary(config, schema.name, args),
+        GrantKind.NONE,
+        lambda _args, _ws: "",
+        writes=True,
+        untrusted=not config.trusted,
+        always=NO_ALWAYS,
+        check=check,
+        asks_by_default=True,
+    )
+
+
+class ServerRows:
+    """One server's Family: its rows built once per listed schema."""
+
+    def __init__(
+        self, manager: McpManager, server: str, epoch_of: Callable[[Context], int]
+    ) -> None:
+        self.manager = manager
+        self.config = manager.servers[server].config
+        self.epoch_of = epoch_of
+        self._rows: dict[str, tuple[ToolSchema, Tool | str]] = {}  # rebuilt when relisted
+
+    def _listed(self) -> dict[str, Tool]:
+        rows = {}
+        for schema in self.manager.latest(self.config.name):
+            cached = self._rows.get(schema.name)
+            if cached is None or cached[0] is not schema:
+                built = row(self.manager, self.config, schema, self.epoch_of)
+                if isinstance(built, str):
+                    self.manager.log(f"mcp {self.config.name}: {built}")
+                cached = self._rows[schema.name] = (schema, built)
+            if isinstance(cached[1], Tool):
+                rows[schema.name] = cached[1]
+        return rows
+
+    def rows(self, name: str) -> Tool | None:
+        return self._listed().get(name)
+
+    def names(self) -> list[str]:
+        return list(self._listed())
+
+    def grant_row(self, name: str) -> Tool | None:
+        """The row a grant names: the listed one, or before the server was ever listed a row
+        that only says how its grants read (GrantKind.NONE), so that brokerd's start and each
+        re-read of the grants start no server."""
+        if self.config.name in self.manager.tools.latest:
+            return self.rows(name)
+        tool = name.removeprefix(f"{self.config.name}.")
+        if not TOOL_NAME.fullmatch(tool):
+            return None
+        return Tool(
+            ToolSchema(name, "", {"type": "object"}),
+            {},
+            _unlisted,
+            lambda _ctx, _target, _args: name,
+            GrantKind.NONE,
+            lambda _args, _ws: "",
+            asks_by_default=True,
+        )
+
+    def family(self) -> Family:
+        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row)
+
+
+def _unlisted(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
+    raise AssertionError("a grant's row is never run")  # policy.decide looks up with get
+
+
+def families(manager: McpManager, epoch_of: Callable[[Context], int]) -> list[Family]:
+    """One Family per configured server, for `Table(BUILTIN, families(...))`."""
+    return [ServerRows(manager, name, epoch_of).family() for name in manager.servers]

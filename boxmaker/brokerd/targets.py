@@ -1,0 +1,150 @@
+"""Arguments made into the things grants name, once, where the arguments are parsed. [core]
+
+A grant compares targets, never spellings: a path is its workspace-relative components (what
+brokerd opens), a host is lower case without a trailing dot, a name in its IDNA (xn--) form, an
+address in its one plain form whatever the URL wrote (decimal, hex, octal, short `127.1`,
+IPv4-mapped IPv6). The grants parser normalises the hosts it reads with the same function, so a
+rule and a call meet on the same text.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+from urllib.parse import urlsplit
+
+MAX_PATH_BYTES = 4095  # Linux's PATH_MAX less the NUL
+MAX_NAME_BYTES = 255  # NAME_MAX
+MAX_HOST_BYTES = 253
+_NAME_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789-.")
+
+
+class BadTarget(Exception):
+    """An argument that names nothing a grant could name; the message says why."""
+
+
+def split_path(path: str, workspace: str) -> tuple[str, ...]:
+    """A path argument as components relative to the workspace, checked lexically.
+
+    An absolute path is accepted only when it lies under `workspace`. `.` and empty components
+    are dropped; `..` is refused (the kernel refuses it too, beneath the workspace: this is the
+    clear message). Control characters (a newline in a name) are refused so that no name can
+    forge a line in a summary or a log.
+
+    Raises:
+        BadTarget: with the reason.
+    """
+    if "\0" in path:
+        raise BadTarget("the path holds a NUL byte")
+    if any(ord(c) < 0x20 or 0x7F <= ord(c) < 0xA0 for c in path):
+        raise BadTarget(
+            "the path holds a control character (a newline?); names like that are refused"
+        )
+    size = len(path.encode("utf-8", "surrogatepass"))
+    if size > MAX_PATH_BYTES:
+        raise BadTarget(f"the path is {size} bytes; at most {MAX_PATH_BYTES}")
+    if path.startswith("/"):
+        root = workspace.rstrip("/") + "/"
+        if path != workspace.rstrip("/") and not path.startswith(root):
+            raise BadTarget(f"{path} is outside the workspace {workspace}; give a path inside it")
+        path = path[len(root) :] if path.startswith(root) else ""
+    parts = tuple(p for p in path.split("/") if p not in ("", "."))
+    if ".." in parts:
+        raise BadTarget("'..' is not allowed in a path: paths stay inside the workspace")
+    for p in parts:
+        if len(p.encode("utf-8", "surrogatepass")) > MAX_NAME_BYTES:
+            raise BadTarget(f"a name in the path is over {MAX_NAME_BYTES} bytes")
+    return parts
+
+
+def _ipv4_number(part: str) -> int | None:
+    """One part of an inet_aton spelling: decimal, 0x hex or 0-led octal; None if not one."""
+    if not part:
+        return None
+    try:
+        if part[:2] in ("0x", "0X"):
+            return int(part[2:], 16) if part[2:] else 0
+        if len(part) > 1 and part[0] == "0":
+            return int(part[1:], 8)
+        return int(part, 10) if part.isdigit() else None
+    except ValueError:
+        return None
+
+
+def ipv4_any(text: str) -> ipaddress.IPv4Address | None:
+    """The IPv4 address any inet_aton spelling names (what getaddrinfo and curl accept: 1 to 4
+    parts, the last filling the bytes left), or None when `text` is not such a spelling."""
+    parts = text.split(".")
+    if not 1 <= len(parts) <= 4:
+        return None
+    numbers = [_ipv4_number(p) for p in parts]
+    if any(n is None for n in numbers):
+        return None
+    *head, last = [n for n in numbers if n is not None]
+    if any(n > 255 for n in head) or last >= 1 << (8 * (4 - len(head))):
+        return None
+    value = 0
+    for n in head:
+        value = value << 8 | n
+    return ipaddress.IPv4Address(value << (8 * (4 - len(head))) | last)
+
+
+def normal_host(text: str) -> str:
+    """A host as grants compare it: an address in its plain form (an IPv4-mapped IPv6 address
+    as the IPv4 address it carries), a name lower case, without its trailing dot, in IDNA form.
+
+    Raises:
+        BadTarget: not a host name or an address (a wildcard, a port, a space, a `_`...).
+    """
+    host = text.strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    host = host.lower()
+    if host.endswith(".") and not host.endswith(".."):
+        host = host[:-1]
+    if ":" in host:
+        try:
+            v6 = ipaddress.IPv6Address(host)
+        except ValueError:
+            raise BadTarget(f"{text!r} is not a host name or an address") from None
+        return str(v6.ipv4_mapped or v6)
+    if (v4 := ipv4_any(host)) is not None:
+        return str(v4)
+    try:
+        ascii_host = host.encode("idna").decode("ascii") if not host.isascii() else host
+    except UnicodeError:
+        raise BadTarget(f"{text!r} is not a host name (IDNA refuses it)") from None
+    labels = ascii_host.split(".")
+    if (
+        not ascii_host
+        or len(ascii_host) > MAX_HOST_BYTES
+        or any(c not in _NAME_CHARS for c in ascii_host)
+        or any(not label or len(label) > 63 for label in labels)
+        or any(label.startswith("-") or label.endswith("-") for label in labels)
+    ):
+        raise BadTarget(
+            f"{text!r} is not a host name (letters, digits, '-' and '.'; no wildcard, port or path)"
+        )
+    if all(label.isdigit() for label in labels):
+        raise BadTarget(f"{text!r} is not an IPv4 address (a number over 255?)")
+    return ascii_host
+
+
+def url_host(url: str) -> str:
+    """The normalised host a URL names, read by the same parser fetch connects with
+    (`urlsplit(...).hostname`), so the decision and the connection see one host; BadTarget when
+    it names none, or not one a grant can name."""
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a bad port raises ValueError here
+        host = parts.hostname
+    except ValueError as exc:
+        raise BadTarget(f"not a URL ({exc}); give an http:// or https:// URL") from None
+    if not host:
+        raise BadTarget("the URL names no host; give an http:// or https:// URL")
+    return normal_host(host)
+
+
+def names_address_exactly(url_hostname: str, address: str) -> bool:
+    """Whether a URL's host text IS `address` in its plain form: the only spelling that lets a
+    grant open a loopback or private address (never a name, never another spelling of it)."""
+    return url_hostname.strip("[]").lower() == address

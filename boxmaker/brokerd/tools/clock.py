@@ -1,0 +1,30 @@
+"""`clock`: the date and time in UTC. It reads nothing and reaches nothing, so it needs no grant
+(its row has no target); it is a core tool in every session's tools array (loopd's registry)."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto.rfc3339 import format_time
+
+
+def _run(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
+    stamp = format_time(datetime.now(UTC))
+    return ToolResponse(stamp, ResultClass.PUBLIC, untrusted=False, truncated=False)
+
+
+CLOCK = Tool(
+    ToolSchema(
+        "clock",
+        "Returns the current date and time in UTC, as RFC 3339 text.",
+        {"type": "object", "properties": {}},
+    ),
+    {},
+    _run,
+    lambda _ctx, _target, _args: "read the clock",
+    GrantKind.NONE,
+    writes=False,
+    untrusted=False,
+)

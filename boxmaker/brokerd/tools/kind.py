@@ -1,0 +1,128 @@
+"""What brokerd knows about one tool, as one object: the row of the table of tools. [core]
+
+`grants`, `taint`, `policy` and `broker` read these fields and never branch on a tool's name
+(issue 27; Codex's tools registry is the model: a handler per tool with `is_mutating()`). A new
+tool is one file that builds a `Tool`, and one row in `table.py`.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+
+# What a rule is matched against: a path's components, a name (note's file), a host, or ""
+# (a tool whose rules name the tool only).
+Target = tuple[str, ...] | str
+Args = dict[str, Any]
+
+
+class GrantKind(enum.StrEnum):
+    """The key a tool's rules take in the grants file, and how they match the target."""
+
+    NONE = ""  # the rule names the tool only (shell): it covers every call
+    PATHS = "paths"  # path prefixes (`paths`) and exact files (`files`) in the workspace
+    NAMES = "names"  # one of the tool's fixed names (note: `files = ["notes"]`)
+    HOSTS = "hosts"  # exact hosts, or "*" typed by the owner
+
+
+class Context(Protocol):
+    """What a tool's `run` and `summary` get from brokerd, one per call (broker.CallContext).
+    The shells are typed Any here so that this core imports none of them."""
+
+    config: Any  # the BrokerConfig
+    rules: tuple[Any, ...]  # the grants in force (fetch judges redirects and addresses by them)
+    ws: Any  # paths.Workspace
+    files: Any  # files.FileTools
+    sandbox: Any  # sandbox.Sandbox
+    fetch_limits: Any  # fetch.FetchLimits
+    reached: str | None  # the host the call reached, set by the tool (taint records it)
+    cancelled: Callable[[], bool]  # true once loopd gave up on the call (serve.py watches)
+    epoch: int  # the epoch the call claims: an MCP tool list is frozen per epoch
+
+    def verdict(self, name: str, target: Target) -> Any: ...  # policy.Decision of the grants
+
+    def capped(self, resp: ToolResponse) -> ToolResponse: ...  # [broker] result_cap_bytes
+
+
+Run = Callable[[Context, Target, Args, ResultClass], ToolResponse]
+Summary = Callable[[Context, Target, Args], str]
+
+
+@dataclass(frozen=True, slots=True)
+class Tool:
+    """One tool.
+
+    Attributes:
+        schema: what the model sees (name, description, JSON schema).
+        types: each argument's Python type (str or int); `required` comes from the schema.
+        target: the arguments made into what grants name, normalised once (targets.py);
+            raises targets.BadTarget. None: the tool needs no grant (clock).
+        grant: which key its rules take, and how they match.
+        names: for GrantKind.NAMES, the names a rule may list, and the default.
+        reads_as: the tool whose decision on the same target this one needs because it reads
+            that target's content (edit_file reads what read_file may read): the stricter wins.
+        writes: it can write or send: a tainted session asks before it runs (the default: a
+            row says False only for a tool known to read and nothing else).
+        untrusted: everything it answers, errors included, is untrusted (taints the session):
+            it reads content (the default). A tool may also mark one answer untrusted itself
+            (fetch, once a server answered).
+        summary: the whole call, for the owner's prompt (never cut).
+        always: the rule an "always" adds for this target: (grant key, value) or the reason
+            there is none.
+        run: runs the call.
+        check: a further check of the arguments (None when fine, else the message).
+        classes: its rules may say `class`.
+        ask_always: targets never better than ask, whatever the grants, with the reason.
+        asks_by_default: no rule names it: it asks (else it is denied).
+    """
+
+    schema: ToolSchema
+    types: Mapping[str, type]
+    run: Run
+    summary: Summary
+    grant: GrantKind = GrantKind.PATHS
+    target: Callable[[Args, str], Target] | None = None
+    names: tuple[str, ...] = ()
+    reads_as: str | None = None
+    writes: bool = True  # a new tool counts as a writer until its row says it only reads
+    untrusted: bool = True  # and its answers as untrusted until its row says otherwise
+    always: Callable[[Target], tuple[str, str] | str] | None = None
+    check: Callable[[Args], str | None] | None = None
+    classes: bool = False
+    ask_always: Mapping[str, str] = field(default_factory=dict)
+    asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
+
+    @property
+    def needs_grant(self) -> bool:
+        return self.target is not None
+
+    @property
+    def name(self) -> str:
+        return self.schema.name
+
+    def always_for(self, target: Target) -> tuple[str, str] | str:
+        """(key, value) of the exact rule "always" adds, or why it adds none."""
+        if self.always is None:
+            return f"nothing: a {self.name} call is asked about every time"
+        return self.always(target)
+
+
+def brief_of(tool: Tool, target: Target) -> str:
+    """What loopd is told while the owner is asked: the tool and the target, nothing read."""
+    shown = "/".join(target) or "." if isinstance(target, tuple) else target
+    return f"{tool.name} {shown}".rstrip() + ": waiting for the owner's answer"
+
+
+def no_always(reason: str) -> Callable[[Target], str]:
+    return lambda _target: reason
+
+
+def exact_path(target: Target) -> tuple[str, str] | str:
+    """ "always" on a path: that file, exactly (`files`), never a prefix."""
+    if not isinstance(target, tuple) or not target:
+        return "nothing: the workspace itself cannot be one file's grant"
+    return ("files", "/".join(target))

@@ -1,0 +1,179 @@
+"""The MCP tests' rig: servers configured as an owner would, a manager, a page server that
+records its hits. Works as root (the sandbox runs as nobody) and as an ordinary user."""
+
+from __future__ import annotations
+
+import contextlib
+import http.server
+import os
+import pwd
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import mcp
+
+from boxmaker.brokerd.mcp.config import McpServerConfig, parse_mcp
+from boxmaker.brokerd.mcp.manager import McpManager
+
+HOSTILE = Path(__file__).with_name("hostile_server.py")
+SYSTEM_PYTHON = "/usr/bin/python3"
+
+
+def sandbox_python() -> tuple[str, list[str]]:
+    """An interpreter of this Python's version the sandbox can run, and what to bind for it:
+    /usr is in every sandbox; a Python elsewhere (pyenv under /root) is often not readable by
+    the sandbox's uid, so the system's same version is preferred."""
+    exe = os.path.realpath(sys.executable)
+    if exe.startswith("/usr/"):
+        return exe, []
+    same = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
+    if os.path.exists(same):
+        return same, []
+    return exe, [sys.base_prefix]
+
+
+def site_packages() -> str:
+    """Where the SDK and the servers are installed (this venv's site-packages)."""
+    return os.path.dirname(os.path.dirname(mcp.__file__))
+
+
+def python_server(name: str, module: str, *args: str, **keys: Any) -> dict[str, Any]:
+    """The table of a server installed in this venv: its python, its site-packages read-only."""
+    python, binds = sandbox_python()
+    site = site_packages()
+    env = {"PYTHONPATH": site, **keys.pop("env", {})}
+    table = {"command": python, "args": ["-m", module, *args], "env": env}
+    table["ro_paths"] = [site, *binds, *keys.pop("ro_paths", [])]
+    return {name: {**table, **keys}}
+
+
+def hostile_server(name: str = "evil", *args: str, **keys: Any) -> dict[str, Any]:
+    ro = [str(HOSTILE.parent)]
+    return {name: {"command": SYSTEM_PYTHON, "args": [str(HOSTILE), *args], "ro_paths": ro, **keys}}
+
+
+def sandbox_owned(path: Path) -> None:
+    """As root the sandbox runs as nobody, which must own what a server may write."""
+    if os.geteuid() == 0:
+        nobody = pwd.getpwnam("nobody")
+        for root, dirs, files in os.walk(path):
+            for part in [root, *(os.path.join(root, n) for n in dirs + files)]:
+                os.lchown(part, nobody.pw_uid, nobody.pw_gid)
+
+
+@dataclass
+class Rig:
+    base: Path
+    workspace: Path
+    logged: list[str] = field(default_factory=list)
+    managers: list[McpManager] = field(default_factory=list)
+
+    def manager(self, tables: dict[str, Any], own_runtime: bool = False) -> McpManager:
+        servers: dict[str, McpServerConfig] = parse_mcp(tables, str(self.base))
+        lock = threading.Lock()
+
+        def log(line: str) -> None:
+            with lock:
+                self.logged.append(line)
+
+        runtime = None if own_runtime else str(self.base / "run")
+        m = McpManager(servers, str(self.workspace), log, runtime_dir=runtime)
+        self.managers.append(m)
+        return m
+
+    def log_has(self, part: str) -> bool:
+        return any(part in line for line in self.logged)
+
+
+@contextlib.contextmanager
+def mcp_rig() -> Iterator[Rig]:
+    base = Path(tempfile.mkdtemp(prefix="bkm-", dir="/tmp"))
+    os.chmod(base, 0o755)
+    (base / "run").mkdir()
+    workspace = base / "ws"
+    workspace.mkdir()
+    rig = Rig(base, workspace)
+    try:
+        yield rig
+    finally:
+        for m in rig.managers:
+            m.close()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+class Page(http.server.BaseHTTPRequestHandler):
+    body = b"<html><body><p>page-3c1d served to the sandbox</p></body></html>"
+
+    def do_GET(self) -> None:
+        self.server.hits.append(self.path)  # type: ignore[attr-defined]
+        if self.path.startswith("/redirect-to/"):
+            self.send_response(302)
+            self.send_header("Location", "http://" + self.path[len("/redirect-to/") :])
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        self.send_response(200)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(self.body)))
+        self.end_headers()
+        self.wfile.write(self.body)
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@contextlib.contextmanager
+def page_server(address: str) -> Iterator[tuple[int, list[str]]]:
+    """A web page on `address` (a loopback address); yields its port and the paths it served."""
+    httpd = http.server.ThreadingHTTPServer((address, 0), Page)
+    httpd.hits = []  # type: ignore[attr-defined]
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1], httpd.hits  # type: ignore[attr-defined]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+class Listener:
+    """A real listening socket on a thread; `seen` holds what reached it (nothing should)."""
+
+    def __init__(self, family: int, kind: int, address: Any) -> None:
+        self.sock = socket.socket(family, kind)
+        self.sock.bind(address)
+        if family == socket.AF_UNIX and isinstance(address, str) and not address.startswith("\0"):
+            os.chmod(address, 0o777)  # only the sandbox's mounts can keep it out, not a mode
+        if kind == socket.SOCK_STREAM:
+            self.sock.listen(8)
+        self.sock.settimeout(0.05)
+        self.address = self.sock.getsockname()
+        self.seen: list[bytes] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True)
+        self._thread.start()
+
+    def _serve(self) -> None:
+        while not self._stop.is_set():
+            try:
+                if self.sock.type == socket.SOCK_STREAM:
+                    conn, _ = self.sock.accept()
+                    conn.close()
+                    self.seen.append(b"connect")
+                else:
+                    self.seen.append(self.sock.recv(4096))
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(2)
+        self.sock.close()
