@@ -119,7 +119,8 @@ RULES: dict[str, frozenset[str]] = {
         {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.tools.spec"}
     ),
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths"}),
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"}),
+    f"{BROKERD}.quota": frozenset({f"{BROKERD}.paths"}),  # shell's write quota: a workspace walk
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
     # files.py, note.py, shell.py, fetch.py: shells; spec.py and htmltext.py are cores

@@ -128,8 +128,8 @@ def test_the_documented_two_user_start_has_shell_on(name: str) -> None:
         out = as_loopd(base, "id -u; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
         owner_uid = pwd.getpwnam(OWNER).pw_uid
         assert out.splitlines()[0] == str(owner_uid), out
-        caps = dict(re.findall(r"^(Cap\w+):\s+(\w+)$", out, re.M))
-        assert caps == dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapAmb"], "0" * 16), out
+        found = dict(re.findall(r"^(Cap\w+):\s+(\w+)$", out, re.M))
+        assert found == dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapAmb"], "0" * 16), out
         st = os.stat(base / "run" / "broker.sock")
         assert st.st_uid == LOOPD_UID  # the chown the capability is there for still happened
     finally:

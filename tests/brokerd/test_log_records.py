@@ -5,6 +5,7 @@ non-canonical spelling) is refused by `brokerd verify` and `bxctl verify-broker`
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import pytest
@@ -22,7 +23,8 @@ def first(records: list[dict[str, Any]], kind: str) -> dict[str, Any]:
     return next(r for r in records if r["type"] == kind)
 
 
-EDITS = {
+Edit = Callable[[dict[str, Any]], object]
+EDITS: dict[str, tuple[str, Edit, str]] = {
     "epoch as a string": ("request", lambda r: r.update(epoch="0"), "epoch"),
     "chars negative": ("result", lambda r: r.update(chars=-1), "chars"),
     "a missing field": ("decision", lambda r: r.pop("reason"), "reason"),
