@@ -9,9 +9,11 @@ What the command sees (docs/decisions/sandbox.md says why each line is there):
   its own /proc; a minimal /dev, read-only but for a size-capped /dev/shm; a size-capped tmpfs
   at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
-- limits on CPU time, address space, processes, file size and open files (set by util-linux's
-  prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
-  and an output cap.
+- limits on CPU time, address space, file size and open files (set by util-linux's prlimit,
+  which then execs bwrap: all inherit them), processes (a second prlimit inside, below), a
+  wall-clock timeout that kills the lot, an output cap, a write quota on the workspace
+  (quota.py), and a cancel: loopd giving up on the call kills it (`run`'s `cancelled`);
+- no capability: the spawning thread's ambient set is emptied first.
 
 RLIMIT_NPROC counts the tasks of a uid in a user namespace, and the kernel never applies it to
 uid 0. So when brokerd runs as root the sandbox drops to `run_as` (default: nobody) before bwrap
