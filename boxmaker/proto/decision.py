@@ -90,6 +90,16 @@ class Grant:
 
 
 @dataclass(frozen=True, slots=True)
+class GrantRefused:
+    """An "always" that added nothing, and why (the grants file cannot express or take it)."""
+
+    TAG: ClassVar[str] = "grant_refused"
+    time: str = field(metadata=wire(TIME))
+    id: str = field(metadata=wire(STR))
+    reason: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
 class Result:
     """What a call that ran gave back (its size and kind, never its content)."""
 
@@ -115,9 +125,10 @@ class Carry:
     ledger: JsonObj = field(metadata=wire(OBJECT))
 
 
-DecisionRecord = Start | Request | Decision | Approval | Grant | Result | Carry
+DecisionRecord = Start | Request | Decision | Approval | Grant | GrantRefused | Result | Carry
 RECORD_TYPES: dict[str, type[Any]] = {
-    cls.TAG: cls for cls in (Start, Request, Decision, Approval, Grant, Result, Carry)
+    cls.TAG: cls
+    for cls in (Start, Request, Decision, Approval, Grant, GrantRefused, Result, Carry)
 }
 _HEAD = ("type", "seq", "prev")
 
