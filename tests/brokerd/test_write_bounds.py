@@ -80,7 +80,10 @@ def test_a_call_past_the_write_quota_is_stopped(rig: Rig, name: str) -> None:
     assert "write_bytes" in out
     assert "the command was stopped" in out
     added = sum(p.lstat().st_blocks * 512 for p in rig.workspace.rglob("*"))
-    assert QUOTA < added < WOULD_WRITE // 2, f"{name}: {added} bytes"
+    # The quota is checked every 0.1 s while the command runs, so how far past it a command
+    # gets is its write rate times that (139 MB of 200 seen on a loaded machine): stopped before
+    # it wrote all it meant to is what holds whatever the load.
+    assert QUOTA < added < WOULD_WRITE, f"{name}: {added} bytes"
 
 
 UNDER = {
