@@ -1,6 +1,6 @@
 """Runs one turn: the `turn.loop` core against the client, the tool port and the session's log.
 
-    outcome = run_turn(log, "What time is it?", client=client, port=FakeTools(),
+    outcome = run_turn(log, "What time is it?", client=client, port=LoopdClock(),
                        config=config.loop, on_event=print)
 
 `run_turn` carries out each action of the core in order:
@@ -35,7 +35,7 @@ from boxmaker.loopd.config import LoopConfig
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
-from boxmaker.loopd.tools.registry import Registry, default_registry
+from boxmaker.loopd.tools.registry import Registry, local_registry
 from boxmaker.loopd.turn.compact import Compact, Failed
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
@@ -117,7 +117,7 @@ def run_turn(
         config: the [loop] section (limits, parallel_tools, tool_timeout_ms).
         thinking: False asks for no reasoning in this turn.
         on_event: gets every event of the turn, in order, from this thread.
-        registry: the tools the port runs; M2b's by default.
+        registry: the tools the port runs; clock alone by default (`local_registry`).
         clock: the time for each record.
         compactor: folds the session into a new epoch when it fills; None never does.
 
@@ -132,7 +132,7 @@ def run_turn(
         records=log.records,
         content=content,
         thinking=thinking,
-        registry=registry or default_registry(),
+        registry=registry or local_registry(),
         limits=LoopLimits.from_config(config),
         clock=clock,
         compact=None if compactor is None else compactor.settings,
