@@ -87,11 +87,11 @@ def run() -> Iterator[Run]:
         stack.stop()
 
 
-def turn(run: Run, session: str, prompt: str, approve: str = "") -> tuple[Any, list[Any]]:
-    """One turn in a fresh session: (turn_done's body or None, the session's records)."""
-    done, error = run.say(prompt, session, approve)
-    assert done is not None, error
-    return done, run.records(session)
+def turn(run: Run, session: str, prompt: str, approve: str = "") -> tuple[str, list[Any]]:
+    """One turn in a fresh session: (the answer, "" when the turn ended without one, e.g. by
+    the repeat rule after the work was done; the session's records)."""
+    done, _ = run.say(prompt, session, approve)
+    return str((done or {}).get("content") or ""), run.records(session)
 
 
 def results_of(records: list[Any], tool: str) -> list[ToolResult]:
@@ -103,10 +103,11 @@ def results_of(records: list[Any], tool: str) -> list[ToolResult]:
     ]
 
 
-def decisions(run: Run, tool: str) -> list[dict[str, Any]]:
+def approvals(run: Run, tool: str) -> list[str]:
+    """The owner's answers brokerd logged for calls of `tool`."""
     lines = [orjson.loads(x) for x in run.stack.decisions.read_bytes().splitlines()]
     ids = {x["id"] for x in lines if x.get("type") == "request" and x.get("tool") == tool}
-    return [x for x in lines if x.get("type") == "decision" and x["id"] in ids]
+    return [x["answer"] for x in lines if x.get("type") == "approval" and x["id"] in ids]
 
 
 def test_files_read_list_and_an_approved_write(run: Run) -> None:
@@ -116,54 +117,57 @@ def test_files_read_list_and_an_approved_write(run: Run) -> None:
     for check in (run.read_file(), run.list_dir(), run.write_file()):
         assert check.status is Status.PASS, check.line()
     assert (run.stack.workspace / "greeting.txt").read_text().strip() == "hello from verify-device"
-    modes = [d["mode"] for d in decisions(run, "write_file")]
-    assert "allow" in modes, modes  # the approval, answered "yes" on owner.sock
+    assert approvals(run, "write_file") == ["yes"]  # answered on owner.sock by bxctl chat
 
 
 def test_a_refused_write_leaves_no_file_and_the_turn_goes_on(run: Run) -> None:
     path = run.stack.workspace / "refused.txt"
-    done, records = turn(run, "refused-write", 'Write the text "nope" to the file refused.txt.',
-                         approve="no\n")  # fmt: skip
+    answer, records = turn(run, "refused-write", 'Write the text "nope" to the file refused.txt.',
+                           approve="no\n")  # fmt: skip
     written = results_of(records, "write_file")
     assert written, records
     assert all(not r.content.startswith("wrote ") for r in written), written
     assert any("denied" in r.content for r in written), written
     assert not path.exists()
-    assert str(done.get("content") or "").strip(), done  # an answer after the refusal
+    assert "no" in approvals(run, "write_file")
+    assert answer.strip(), records  # an answer after the refusal: the turn went on
 
 
-def test_note_lands_in_the_notes_file(run: Run) -> None:
-    done, records = turn(
+def test_note_lands_in_a_memory_file(run: Run) -> None:
+    """The model picks the file (it chose core.md, which always asks); the approved note is in
+    it. Seen: the same note call again after the result, refused by the repeat rule, so the turn
+    may end without an answer; the note is kept once."""
+    _, records = turn(
         run, "note", "Use the note tool to keep this note: the boiler is serviced in May.", "yes\n"
     )
     noted = results_of(records, "note")
     assert noted, records
-    assert not noted[-1].content.startswith("error"), noted
-    notes = run.stack.home / "memory" / "notes.md"
-    assert "boiler" in notes.read_text().lower()
-    assert str(done.get("content") or "").strip(), done
+    assert noted[0].content.startswith("noted in memory/"), noted
+    name = noted[0].content.removeprefix("noted in ").strip()
+    assert (run.stack.home / name).read_text().lower().count("boiler") == 1
+    assert approvals(run, "note")[:1] == ["yes"]
 
 
 def test_shell_lists_the_workspace(run: Run) -> None:
     (run.stack.workspace / "ledger-2291.csv").write_text("a,b\n")
-    done, records = turn(
+    answer, records = turn(
         run, "shell", "Use the shell tool to run ls and show me its output.", "yes\n"
     )
     ran = results_of(records, "shell")
     assert ran, records
-    assert "ledger-2291.csv" in ran[-1].content, ran
-    assert "ledger-2291" in str(done.get("content")), done
+    assert "ledger-2291.csv" in ran[0].content, ran
+    assert "ledger-2291" in answer, records
 
 
 def test_fetch_reads_a_local_page(run: Run, page: int) -> None:
     url = f"http://127.0.0.1:{page}/"
-    done, records = turn(
+    answer, records = turn(
         run, "fetch", f"Use the fetch tool to fetch {url} and tell me its heading.", "yes\n"
     )
     fetched = results_of(records, "fetch")
     assert fetched, records
-    assert "Harbour tides" in fetched[-1].content, fetched
-    assert "harbour tides" in str(done.get("content")).lower(), done
+    assert "Harbour tides" in fetched[0].content, fetched
+    assert "harbour tides" in answer.lower(), records
 
 
 def test_the_repeat_rule_stops_the_call_tool_loop(
