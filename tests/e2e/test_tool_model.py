@@ -150,13 +150,13 @@ def test_note_lands_in_a_memory_file(run: Run) -> None:
 
 def test_shell_lists_the_workspace(run: Run) -> None:
     (run.stack.workspace / "ledger-2291.csv").write_text("a,b\n")
-    answer, records = turn(
-        run, "shell", "Use the shell tool to run ls and show me its output.", "yes\n"
-    )
+    _, records = turn(run, "shell", "Use the shell tool to run ls and show me its output.", "yes\n")
     ran = results_of(records, "shell")
     assert ran, records
-    assert "ledger-2291.csv" in ran[0].content, ran
-    assert "ledger-2291" in answer, records
+    assert "ledger-2291.csv" in ran[0].content, ran  # run in brokerd's sandbox, in the workspace
+    assert approvals(run, "shell")[:1] == ["yes"]
+    # Not asserted: the answer. Of two runs one quoted the listing and one said only "The shell
+    # command `ls` executed successfully, listing the files in the current directory."
 
 
 def test_fetch_reads_a_local_page(run: Run, page: int) -> None:
