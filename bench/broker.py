@@ -24,9 +24,10 @@ import subprocess
 import time
 from collections.abc import Callable
 
-from boxmaker.loopd.tools.port import BrokerPort, FakeTools
+from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.proto import ToolRequest
 from tests.brokerd.rig import Rig, remove, short_base
+from tests.support.fake_tools import FakeTools
 
 
 def timings(call: Callable[[], object], n: int) -> list[float]:

@@ -34,7 +34,6 @@ from typing import Any
 from boxmaker.loopd.config import load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.loopd.workers.pipes import Relayed, RelayReader
@@ -43,6 +42,7 @@ from boxmaker.proto import ContentEvent, TurnDone, channel_frame
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.store import SessionStore
+from tests.support.fake_tools import FakeTools
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, sse_reply

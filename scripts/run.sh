@@ -3,10 +3,13 @@
 # the checkout's run/ folder), waits until loopd has passed its self-test and listens, then opens
 # `bxctl chat`. `make stop` shuts it all down.
 #
-#   MODEL=path.gguf      serve another model file with the local llama-server (same flags and id)
+#   MODEL=name           a model profile, conf/profiles/<name>.toml (default local: SmolLM2;
+#                        qwen-coder: the tool model): its model file (fetched once), llama-server
+#                        flags, loopd config, brokerd config and starter grants
+#   MODEL=path.gguf      serve another model file with the local profile's flags and id
 #   UPSTREAM=host:port   use a llama-server that is already running instead of the local one;
 #                        needs CONFIG, a loopd config written for that server
-#   CONFIG=path.toml     loopd's config (default conf/loopd.local.toml)
+#   CONFIG=path.toml     loopd's config (default the profile's, conf/loopd.local.toml)
 #   BROKERD_CONFIG=path.toml  brokerd's config (default conf/brokerd.local.toml): its workspace
 #                        is created, and conf/grants.local.toml copied to its grants when missing
 #   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
@@ -18,7 +21,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
 PY=$ROOT/.venv/bin/python
-CACHE=${BOXMAKER_CACHE:-$HOME/.cache/boxmaker}
 
 fail() { echo "run: $*" >&2; exit 1; }
 
@@ -27,6 +29,14 @@ export BOXMAKER_PYTHON=$PY
 export BOXMAKER_LLAMA_PORT=${BOXMAKER_LLAMA_PORT:-18080}
 mkdir -p "$BOXMAKER_RUN/supervisord.d" "$BOXMAKER_RUN/home" "$BOXMAKER_RUN/slots"
 chmod 0700 "$BOXMAKER_RUN" "$BOXMAKER_RUN/home"
+
+# The model profile (issue 28; boxmaker/verify/profile.py): MODEL=<name> picks one, a MODEL that
+# is a path keeps the default profile with that file. Its values are the defaults below.
+PROFILE=local
+case "${MODEL:-}" in "" | */* | *.gguf) ;; *) PROFILE=$MODEL MODEL= ;; esac
+PROFILE_VARS=$("$PY" -m boxmaker.verify.profile "$PROFILE") || exit 1
+eval "$PROFILE_VARS"
+export BOXMAKER_ALIAS BOXMAKER_TEMPLATE BOXMAKER_LLAMA_CTX BOXMAKER_LLAMA_SLOTS BOXMAKER_LLAMA_THREADS
 
 if [ -n "${UPSTREAM:-}" ]; then
   [ -n "${CONFIG:-}" ] || fail "UPSTREAM=$UPSTREAM needs CONFIG=<loopd.toml> written for that" \
@@ -51,14 +61,18 @@ else
   LLAMA_HOME=$(bash scripts/build_llama_server.sh | tail -n 1) \
     || fail "no llama-server that can serve on this machine (the lines above say why)"
   export BOXMAKER_LLAMA_SERVER=$LLAMA_HOME/bin/llama-server
-  export BOXMAKER_MODEL=${MODEL:-$CACHE/models/SmolLM2-135M-Instruct.Q4_1.gguf}
+  # The profile's model, fetched (and smoke-tested) once per machine by the profile's script.
+  if [ -z "${MODEL:-}" ] && [ "$PROFILE_FETCH" != "$ROOT/scripts/build_llama_server.sh" ]; then
+    bash "$PROFILE_FETCH" >/dev/null || fail "the $PROFILE profile's model could not be fetched" \
+      "(the lines above say why)"
+  fi
+  export BOXMAKER_MODEL=${MODEL:-$PROFILE_MODEL}
   [ -f "$BOXMAKER_MODEL" ] || fail "MODEL=$BOXMAKER_MODEL: no such file"
   BOXMAKER_MODEL=$(realpath "$BOXMAKER_MODEL")
-  export BOXMAKER_TEMPLATE=$ROOT/conf/templates/chatml-tools.jinja
   cp conf/programs/llama-server.conf "$BOXMAKER_RUN/supervisord.d/"
   PROGRAMS="llama-server inferproxy loopd"
 fi
-CONFIG=${CONFIG:-conf/loopd.local.toml}
+CONFIG=${CONFIG:-$PROFILE_LOOPD_CONFIG}
 [ -f "$CONFIG" ] || fail "CONFIG=$CONFIG: no such file"
 export BOXMAKER_LOOPD_CONFIG
 BOXMAKER_LOOPD_CONFIG=$(realpath "$CONFIG")
@@ -84,7 +98,7 @@ done >"$BOXMAKER_RUN/run.env"
 # brokerd (issues 22, 23): the tools, under supervisord before loopd; its owner.sock is where
 # `bxctl chat` answers approvals. Its workspace is created and the starter grants copied (never
 # over the owner's own: "always" answers append to that file).
-BROKERD_CONFIG=${BROKERD_CONFIG:-conf/brokerd.local.toml}
+BROKERD_CONFIG=${BROKERD_CONFIG:-$PROFILE_BROKERD_CONFIG}
 [ -f "$BROKERD_CONFIG" ] || fail "BROKERD_CONFIG=$BROKERD_CONFIG: no such file"
 export BOXMAKER_BROKERD_CONFIG
 BOXMAKER_BROKERD_CONFIG=$(realpath "$BROKERD_CONFIG")
@@ -98,7 +112,7 @@ for path in (c.owner_socket, c.workspace, c.grants):
     print(path)' "$BOXMAKER_BROKERD_CONFIG")
 { read -r BOXMAKER_OWNER_SOCKET; read -r WORKSPACE; read -r GRANTS; } <<<"$BROKERD_PATHS"
 mkdir -p "$WORKSPACE"
-[ -e "$GRANTS" ] || install -m 0600 conf/grants.local.toml "$GRANTS"
+[ -e "$GRANTS" ] || install -m 0600 "$PROFILE_GRANTS" "$GRANTS"
 cp conf/programs/brokerd.conf "$BOXMAKER_RUN/supervisord.d/"
 PROGRAMS="brokerd $PROGRAMS"
 printf 'BOXMAKER_BROKERD_CONFIG=%q\nBOXMAKER_OWNER_SOCKET=%q\n' "$BOXMAKER_BROKERD_CONFIG" \

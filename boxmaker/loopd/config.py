@@ -252,13 +252,20 @@ class LoopConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolsConfig:
-    """[tools]: where tool calls go (issue 22). Without broker_socket, the in-process FakeTools
-    (clock, echo: tests only); with it, every call goes to brokerd, which holds the authority."""
+    """[tools]: where tool calls go (issue 22). Without broker_socket, only `clock`, answered by
+    loopd itself; with it, every call goes to brokerd, which holds the authority."""
 
     broker_socket: Annotated[Path | None, SOCKET] = None
     # The longest wait for one frame from brokerd; above brokerd's approval_timeout_ms, since a
     # call waits there for the owner. [loop] tool_timeout_ms bounds the whole call too.
     broker_timeout_ms: Annotated[int, MS] = 180_000
+    # The registry tools offered as core schemas in a new session's baseline, called directly,
+    # in this order, before find_tool and call_tool (docs/decisions/core-tools.md); the default
+    # is the brief's three. One brokerd does not grant (or is down for) is left out.
+    core: Annotated[
+        tuple[str, ...], list_of(_TOOL_NAME, "a list of distinct tool names", unique=True,
+                                 nonempty=False)
+    ] = ("clock",)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

@@ -47,6 +47,7 @@ from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.retry import is_retryable
 from boxmaker.loopd.selftest import run_selftest
+from boxmaker.loopd.tools.port import tools_line
 from boxmaker.loopd.workers.pool import Pool
 from boxmaker.proto import is_session_id
 from boxmaker.proto.errors import EncodeError
@@ -231,6 +232,7 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
                 f"slots {','.join(map(str, config.inference.slots))}",
                 f"home {config.paths.home}",
                 f"one worker per session (idle exit after {config.channel.worker_idle_ms} ms)",
+                tools_line(config.tools),
             )
             accept_until_stopped(listener.sock, stop, server.on_client, log, on_timer=tick)
         finally:

@@ -13,8 +13,7 @@ from typing import Protocol, runtime_checkable
 from boxmaker.loopd.config import Config, InferenceConfig
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.loopd.tools.port import utc_now
-from boxmaker.loopd.tools.registry import CORE_SCHEMAS
+from boxmaker.loopd.tools.port import baseline_tools, utc_now
 from boxmaker.proto import ErrorCode, SessionIdError, WireError
 from boxmaker.session.baseline import assemble_baseline, check_budget
 from boxmaker.session.errors import (
@@ -70,7 +69,8 @@ def open_session(config: Config, client: Client, session: str, new: bool) -> Ses
         return store.open(session)
     if store.exists(session):
         raise SessionExists(f"session {session} already exists; leave out --new to resume it")
-    baseline = assemble_baseline(config.baseline.system, config.paths.home, CORE_SCHEMAS)
+    tools = baseline_tools(config.tools)  # [tools] core, then find_tool and call_tool
+    baseline = assemble_baseline(config.baseline.system, config.paths.home, tools)
     check_budget(baseline, lambda text: len(client.tokenize(text)))
     slot = choose_slot(config.inference, client.gate)
     return store.create(session, baseline, slot=slot, time=utc_now())

@@ -127,8 +127,7 @@ class Carry:
 
 DecisionRecord = Start | Request | Decision | Approval | Grant | GrantRefused | Result | Carry
 RECORD_TYPES: dict[str, type[Any]] = {
-    cls.TAG: cls
-    for cls in (Start, Request, Decision, Approval, Grant, GrantRefused, Result, Carry)
+    cls.TAG: cls for cls in (Start, Request, Decision, Approval, Grant, GrantRefused, Result, Carry)
 }
 _HEAD = ("type", "seq", "prev")
 

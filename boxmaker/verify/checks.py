@@ -6,21 +6,24 @@ statuses, JSON lines, a session's log records, the captured request bodies; and 
 
 SKIP is for what this model cannot show, decided from what it did: a tool turn whose completions
 made no tool call at all (a small model under `tool_choice: auto` may never start one; the turn
-loop never forces a call) is SKIP with that reason. A call that was made is checked fully, and a
-check that saw something wrong is FAIL. Only a FAIL makes the exit status non-zero.
+loop never forces a call) is SKIP with that reason. A call that was made is checked fully: the
+tool asked for, its ToolResult's content (the time, the file's bytes, the listing, the write) and
+the answer that uses it; so a result that says the tools are unavailable is a FAIL, never a PASS.
+Only a FAIL makes the exit status non-zero.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 import orjson
 
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.proto import Assistant, CacheLoss, ToolResult, Usage, User
+from boxmaker.proto import Assistant, CacheLoss, ToolCall, ToolResult, ToolSchema, Usage
 from boxmaker.proto.log import LogRecord
 
 BASELINE_BUDGET = 3000  # tokens, by the server's tokenizer (M2b)
@@ -78,15 +81,6 @@ def judge_budget(tokens: int, limit: int = BASELINE_BUDGET) -> Check:
     return passed("baseline", tokens <= limit, f"{tokens} tokens", f"at most {limit}")
 
 
-def turn_records(records: Sequence[LogRecord], turn: int) -> list[LogRecord]:
-    """The records of the `turn`-th turn (0-based): from its User to the next User."""
-    starts = [i for i, r in enumerate(records) if isinstance(r, User)]
-    if turn >= len(starts):
-        return []
-    end = starts[turn + 1] if turn + 1 < len(starts) else len(records)
-    return list(records[starts[turn] : end])
-
-
 def calls_of(records: Iterable[LogRecord]) -> list[tuple[str, str]]:
     """(tool name, arguments as JSON text) of every call the turn's completions made, in order."""
     out: list[tuple[str, str]] = []
@@ -106,32 +100,117 @@ def judge_plain_turn(name: str, done: Mapping[str, Any] | None, error: str) -> C
     return passed(name, True, f"answered {_short(content)}", "a non-empty answer in content")
 
 
+def judge_brokerd(tools: Sequence[ToolSchema] | None, socket: str) -> Check:
+    """brokerd's answer to `list` (None: it could not be reached): the tools it grants."""
+    expected = f"brokerd on {socket} lists the tools it grants"
+    if tools is None:
+        return passed("brokerd", False, f"no answer on {socket}", expected)
+    names = [t.name for t in tools]
+    return passed("brokerd", bool(names), f"lists {', '.join(names) or 'no tool'}", expected)
+
+
+# A rule for one tool turn: (the wanted tool's result content, the answer) -> None when both are
+# right, else what is wrong.
+Rule = Callable[[str, str], "str | None"]
+
+
 def judge_tool_turn(
     name: str, records: Sequence[LogRecord], done: Mapping[str, Any] | None, error: str,
-    wanted: Sequence[str],
+    tool: str, rule: Rule, expected: str,
 ) -> Check:  # fmt: skip
-    """A turn that should call the tools in `wanted` (in order, others allowed between).
+    """A turn that should call `tool` (directly or through call_tool) and answer with its result.
 
-    SKIP when the turn's completions made no call at all; else PASS only when every wanted tool
-    was called in order, every call has its ToolResult, and the turn ended with turn_done.
+    SKIP when the turn's completions made no call at all; else PASS only when `tool` was called,
+    every call has its ToolResult, the turn ended with turn_done, and `rule` accepts the last
+    call of `tool`'s result and the answer.
     """
-    expected = f"calls of {' then '.join(wanted)}, a ToolResult each, then an answer"
-    calls = calls_of(records)
+    calls = paired_calls(records)
     if not calls:
         if done is None:
             return passed(name, False, f"no tool call and no turn_done: {error}", expected)
         return Check(name, Status.SKIP, NO_CALL, expected)
-    results = [r for r in records if isinstance(r, ToolResult)]
-    names = [called_tool(n, a) for n, a in calls]
-    shown = f"calls {', '.join(names)}; {len(results)} results"
-    if len(results) != len(calls):
+    names = [called_tool(c.name, c.arguments) for c, _ in calls]
+    shown = f"calls {', '.join(names)}"
+    if any(result is None for _, result in calls):
         return passed(name, False, f"{shown}: a call without its ToolResult", expected)
-    it = iter(names)
-    if not all(any(n == w for n in it) for w in wanted):
-        return passed(name, False, f"{shown}: not the tools asked for", expected)
+    mine = [result for (c, result), n in zip(calls, names, strict=True) if target(n) == tool]
+    if not mine:
+        return passed(name, False, f"{shown}: no call of {tool}", expected)
     if done is None:
         return passed(name, False, f"{shown}; no turn_done: {error}", expected)
-    return passed(name, True, shown, expected)
+    content, answer = mine[-1].content if mine[-1] else "", str(done.get("content") or "")
+    found = f"{shown}; result {_short(content, 40)}; answer {_short(answer, 60)}"
+    problem = rule(content, answer)
+    if problem is not None:
+        return passed(name, False, f"{found}: {problem}", expected)
+    return passed(name, True, found, expected)
+
+
+def paired_calls(records: Iterable[LogRecord]) -> list[tuple[ToolCall, ToolResult | None]]:
+    """Every call the completions made, in order, with its ToolResult (by tool_call_id)."""
+    results = {r.tool_call_id: r for r in records if isinstance(r, ToolResult)}
+    return [
+        (c, results.get(c.id)) for r in records if isinstance(r, Assistant) for c in r.tool_calls
+    ]
+
+
+def target(shown: str) -> str:
+    """`echo` for `call_tool(echo)`; the name otherwise."""
+    return shown[len("call_tool(") : -1] if shown.startswith("call_tool(") else shown
+
+
+# --- the rules of the tool checks (device.py plants the files they name) -------------------------
+
+
+def clock_rule(now: datetime, slack_s: float) -> Rule:
+    """The result is an RFC 3339 time within `slack_s` of `now`; the answer quotes its hour and
+    minute (as HH:MM, or on a 12-hour clock)."""
+
+    def rule(content: str, answer: str) -> str | None:
+        try:
+            when = datetime.fromisoformat(content.strip().replace("Z", "+00:00"))
+        except ValueError:
+            return "the result is not an RFC 3339 time"
+        if when.tzinfo is None or abs((when - now).total_seconds()) > slack_s:
+            return f"the result is not the time now ({now:%H:%M} UTC, within {slack_s:g} s)"
+        hour12 = when.hour % 12 or 12
+        quoted = (f"{when:%H:%M}", f"{hour12}:{when:%M}")
+        if not any(q in answer for q in quoted):
+            return f"the answer does not quote the time ({' or '.join(quoted)})"
+        return None
+
+    return rule
+
+
+def contains_rule(result_has: Sequence[str], answer_has: Sequence[str]) -> Rule:
+    """The result holds each of `result_has` (the file's bytes, the listed names); the answer
+    each of `answer_has` (what the owner asked for, taken from the result)."""
+
+    def rule(content: str, answer: str) -> str | None:
+        if missing := [t for t in result_has if t not in content]:
+            return f"the result lacks {', '.join(map(repr, missing))}"
+        if missing := [t for t in answer_has if t not in answer]:
+            return f"the answer lacks {', '.join(map(repr, missing))}"
+        return None
+
+    return rule
+
+
+def written_rule(want: bytes, written: Callable[[], bytes | None]) -> Rule:
+    """write_file answered that it wrote, and the file holds `want` (read by `written`, after the
+    turn); the answer says something."""
+
+    def rule(content: str, answer: str) -> str | None:
+        if not content.startswith("wrote "):
+            return "the result is not brokerd's 'wrote ...' (denied, or an error)"
+        got = written()
+        if got is None:
+            return "the file is not in the workspace"
+        if got.strip() != want.strip():
+            return f"the file holds {got[:60]!r}, not {want!r}"
+        return None if answer.strip() else "no answer after the write"
+
+    return rule
 
 
 def called_tool(name: str, arguments: str) -> str:
@@ -223,9 +302,11 @@ def judge_survives_proxy_kill(
 def judge_requests(bodies: Sequence[Mapping[str, Any]]) -> Check:
     """Every captured chat request extends the one before in its conversation.
 
-    A conversation is the requests with the same first message and tools; within it each request's
-    messages start with the previous request's messages (a retry repeats them), except that a
-    request may start it over from its first request (the self-test, run at every start of loopd).
+    A conversation is the requests with the same first two messages (the system prompt and the
+    session's first user message: each tool check has a session of its own) and tools; within it
+    each request's messages start with the previous request's messages (a retry repeats them),
+    except that a request may start it over from its first request (the self-test, run at every
+    start of loopd).
     """
     expected = "each request's messages start with the previous one's, per conversation"
     if not bodies:
@@ -233,7 +314,7 @@ def judge_requests(bodies: Sequence[Mapping[str, Any]]) -> Check:
     chains: dict[str, tuple[list[Any], list[Any]]] = {}  # key -> (first messages, last messages)
     for i, body in enumerate(bodies):
         messages = list(body.get("messages") or [])
-        key = repr((messages[:1], body.get("tools")))
+        key = repr((messages[:2], body.get("tools")))
         if key not in chains:
             chains[key] = (messages, messages)
             continue

@@ -1,20 +1,30 @@
 """`make verify-device`: the briefs' on-device checks against the upstream of a config.
 
-    python -m boxmaker.verify [--config loopd.toml --upstream host:port] [--model file.gguf]
+    python -m boxmaker.verify [--model NAME|file.gguf] [--config loopd.toml --upstream host:port]
 
-With no config, the local llama-server `make run` uses (the SmolLM2 model, conf/loopd.local.toml);
-with one, the owner's server at `--upstream`, through an inferproxy this starts. Either way in a
-temporary run folder under supervisord (stack.py). One line per check, PASS, FAIL or SKIP (the
-rules are checks.py), then a summary; exit 1 if a check failed, else 0. The run folder is kept
-when a check failed, so its logs can be read.
+With no config, the local llama-server of a model profile (conf/profiles/; `local`, SmolLM2, by
+default; `qwen-coder`, the tool model); with one, the owner's server at `--upstream`, through an
+inferproxy this starts. Either way with brokerd, in a temporary run folder under supervisord
+(stack.py). One line per check, PASS, FAIL or SKIP (the rules are checks.py), then a summary;
+exit 1 if a check failed, else 0. The run folder is kept when a check failed, so its logs can be
+read.
+
+The tool checks run each in a fresh session (a prose answer earlier in the history changes what a
+small model does next) on files planted in brokerd's workspace, and each reads what came back:
+the call, its ToolResult's content and the answer. write_file's approval is given on owner.sock
+by `bxctl chat --owner-socket`, as the owner would.
 """
 
 from __future__ import annotations
 
 import argparse
+import secrets
+import shutil
+import socket
 import sys
 import time
 from collections.abc import Callable, Sequence
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -23,22 +33,29 @@ import orjson
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
-from boxmaker.proto import User
+from boxmaker.proto import ToolSchema
+from boxmaker.proto.broker import BROKER_KINDS
+from boxmaker.proto.errors import ProtocolError
+from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.baseline import Baseline, budget_text
 from boxmaker.session.check import check_session
 from boxmaker.verify import checks
 from boxmaker.verify.checks import Check, Status
+from boxmaker.verify.profile import DEFAULT, ProfileError, load_profile
 from boxmaker.verify.stack import Stack, StackError, wait_for
 
 SESSION = "verify-device"
 TURN_BOUND = 300.0  # seconds for one turn or completion on a loaded 2-core machine
 THINKING_CAP = 16
+CLOCK_SLACK_S = 2 * TURN_BOUND  # the clock's answer is read after the turn, within its bound
+WRITTEN = "hello from verify-device"
 PROMPTS = {
     "plain": "What is the capital of France?",
     "clock": "What time is it? Use the clock tool.",
-    "echo": "Use find_tool to find the echo tool, then use call_tool to run echo with the text "
-    '"hello".',
+    "read_file": "Read the file notes.txt and tell me the locker code written in it.",
+    "list_dir": "List the files in the folder box.",
+    "write_file": f'Write the text "{WRITTEN}" to the file greeting.txt.',
     "resume": "Thanks. Say goodbye.",
     "think": "Think step by step: what is 17 times 23?",
     "long": "Write a long story about a dragon who learns to bake bread.",
@@ -63,6 +80,7 @@ class Run:
     def __init__(self, stack: Stack, out: TextIO) -> None:
         self.stack, self.out = stack, out
         self.results: list[Check] = []
+        self.sessions: list[str] = []  # every session a turn ran in, in order
 
     def add(self, check: Check) -> None:
         self.results.append(check)
@@ -91,9 +109,15 @@ class Run:
         p = self.stack.loopd("selftest", "--config", str(self.stack.config_path))
         return checks.judge_selftest(p.returncode, p.stdout + p.stderr)
 
-    def say(self, text: str) -> tuple[dict[str, Any] | None, str]:
-        """One `bxctl chat --say --json` turn: turn_done's body, or None and what ended it."""
-        p = self.stack.bxctl("--session", SESSION, "--json", "--say", text, timeout=TURN_BOUND)
+    def say(
+        self, text: str, session: str = SESSION, approve: str = ""
+    ) -> tuple[dict[str, Any] | None, str]:
+        """One `bxctl chat --say --json` turn: turn_done's body, or None and what ended it.
+        `approve`: the owner's answers to approvals, a line each (none: each is denied)."""
+        if session not in self.sessions:
+            self.sessions.append(session)
+        p = self.stack.bxctl("--session", session, "--json", "--say", text, timeout=TURN_BOUND,
+                             stdin=approve)  # fmt: skip
         lines = json_lines(p.stdout)
         final = lines[-1] if lines else {}
         if p.returncode == 0 and "usage" in final:
@@ -102,11 +126,11 @@ class Run:
             return None, f"error {final['code']}: {final.get('message')}"
         return None, f"bxctl exited {p.returncode}: {p.stderr.strip()[-200:]}"
 
-    def records(self) -> list[LogRecord]:
+    def records(self, session: str = SESSION) -> list[LogRecord]:
         """The session's records, checked from disk without its lock (its worker holds it)."""
-        folder = self.stack.home / "sessions" / SESSION
+        folder = self.stack.home / "sessions" / session
         log, base = folder / "0.jsonl", folder / "0.baseline.json"
-        found = check_session(SESSION, str(log), log.read_bytes(), str(base), base.read_bytes())
+        found = check_session(session, str(log), log.read_bytes(), str(base), base.read_bytes())
         return list(found.records)
 
     def budget(self) -> Check:
@@ -115,11 +139,54 @@ class Run:
         client = Client(load_config(self.stack.config_path).inference)
         return checks.judge_budget(len(client.tokenize(budget_text(baseline))))
 
-    def tool_turn(self, name: str, prompt: str, wanted: Sequence[str]) -> Check:
-        done, error = self.say(prompt)
-        records = self.records()
-        turn = sum(isinstance(r, User) for r in records) - 1  # this turn is the last one
-        return checks.judge_tool_turn(name, checks.turn_records(records, turn), done, error, wanted)
+    def tool_turn(
+        self, name: str, tool: str, rule: checks.Rule, expected: str, approve: str = ""
+    ) -> Check:
+        """PROMPTS[name] in a fresh session of its own; judged on its records and answer."""
+        session = f"verify-{name.replace('_', '-')}"
+        if session in self.sessions:  # a check run again (the tests) gets a fresh one too
+            session += f"-{len(self.sessions)}"
+        done, error = self.say(PROMPTS[name], session, approve)
+        records = self.records(session)
+        return checks.judge_tool_turn(name, records, done, error, tool, rule, expected)
+
+    def brokerd(self) -> Check:
+        """brokerd answers `list` on the stack's broker.sock, as loopd asks it each turn."""
+        return checks.judge_brokerd(
+            _list_tools(self.stack.broker_sock), str(self.stack.broker_sock)
+        )
+
+    def clock(self) -> Check:
+        rule = checks.clock_rule(datetime.now(UTC), CLOCK_SLACK_S)
+        return self.tool_turn("clock", "clock", rule, "a clock call, the time now, quoted")
+
+    def read_file(self) -> Check:
+        code = f"{secrets.randbelow(9000) + 1000}"
+        text = f"The locker code is {code}.\n"
+        (self.stack.workspace / "notes.txt").write_text(text)
+        rule = checks.contains_rule([text.strip()], [code])
+        return self.tool_turn("read_file", "read_file", rule, f"the file's text, the code {code}")
+
+    def list_dir(self) -> Check:
+        box = self.stack.workspace / "box"
+        shutil.rmtree(box, ignore_errors=True)  # a check run again lists only its own files
+        box.mkdir()
+        names = [f"apple-{secrets.randbelow(900) + 100}.txt", "pear.txt"]
+        for n in names:
+            (box / n).write_text(n)
+        rule = checks.contains_rule(names, names)
+        return self.tool_turn("list_dir", "list_dir", rule, f"a listing of {', '.join(names)}")
+
+    def write_file(self) -> Check:
+        path = self.stack.workspace / "greeting.txt"
+        path.unlink(missing_ok=True)
+        rule = checks.written_rule(WRITTEN.encode(), lambda: _read(path))
+        expected = "approved on owner.sock, 'wrote ...', the file holds the text"
+        return self.tool_turn("write_file", "write_file", rule, expected, approve="yes\n")
+
+    def log(self) -> Check:
+        records = [r for s in self.sessions for r in self.records(s)]
+        return checks.judge_log(records)
 
     def resume(self) -> Check:
         before = self.records()
@@ -180,15 +247,42 @@ class Run:
         self.guarded("plain", "an answer", lambda: checks.judge_plain_turn(
             "plain", *self.say(PROMPTS["plain"])))  # fmt: skip
         self.guarded("baseline", "at most 3000 tokens", self.budget)
-        self.guarded("clock", "a clock call", lambda: self.tool_turn(
-            "clock", PROMPTS["clock"], ["clock"]))  # fmt: skip
-        self.guarded("echo", "find_tool then call_tool(echo)", lambda: self.tool_turn(
-            "echo", PROMPTS["echo"], ["find_tool", "call_tool(echo)"]))  # fmt: skip
-        self.guarded("log", "a consistent log", lambda: checks.judge_log(self.records()))
+        self.guarded("brokerd", "brokerd lists its tools", self.brokerd)
+        self.guarded("clock", "a clock call", self.clock)
+        self.guarded("read_file", "a read_file call", self.read_file)
+        self.guarded("list_dir", "a list_dir call", self.list_dir)
+        self.guarded("write_file", "an approved write_file call", self.write_file)
+        self.guarded("log", "a consistent log", self.log)
         self.guarded("resume", "a resumed turn that hits the cache", self.resume)
         self.guarded("thinking_cap", "a capped thinking block", self.thinking_cap)
         self.guarded("proxy_kill", "a stream that survives", self.proxy_kill)
         self.guarded("requests", "every request extends the one before", self.requests)
+
+
+def _list_tools(path: Path) -> list[ToolSchema] | None:
+    """brokerd's `list` answer on broker.sock (the frames loopd's BrokerPort sends); None when
+    nothing answers."""
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(TURN_BOUND)
+            sock.connect(str(path))
+            sock.sendall(encode_frame("list", {}, True, BROKER_KINDS))
+            decoder = FrameDecoder(BROKER_KINDS)
+            while (got := decoder.next_frame()) is not CLOSED:
+                if got is NEED_DATA:
+                    decoder.receive_data(sock.recv(65536))
+                elif isinstance(got, Frame) and got.kind == "tools":
+                    return [ToolSchema.from_json(t) for t in got.body["tools"]]
+    except (OSError, ProtocolError, KeyError, TypeError):
+        return None
+    return None
+
+
+def _read(path: Path) -> bytes | None:
+    try:
+        return path.read_bytes()
+    except FileNotFoundError:
+        return None
 
 
 def _describe(exc: BaseException) -> str:
@@ -201,8 +295,20 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser = argparse.ArgumentParser(prog="verify-device", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, help="loopd's config for the owner's server")
     parser.add_argument("--upstream", help="host:port of that llama-server (with --config)")
-    parser.add_argument("--model", type=Path, help="another .gguf for the local llama-server")
+    parser.add_argument("--model", help=f"a model profile, conf/profiles/<name>.toml (default "
+                        f"{DEFAULT}), or a .gguf for the local llama-server with {DEFAULT}'s "
+                        "flags")  # fmt: skip
     args = parser.parse_args(argv)
+    name, model = DEFAULT, None
+    if args.model and ("/" in args.model or args.model.endswith(".gguf")):
+        model = Path(args.model)
+    elif args.model:
+        name = args.model
+    try:
+        profile = load_profile(name)
+    except ProfileError as err:
+        print(f"verify-device: {err}", file=sys.stderr)
+        return 2
     if bool(args.config) != bool(args.upstream):
         print("verify-device: CONFIG= and UPSTREAM= go together (the owner's loopd.toml and "
               "its llama-server's host:port); give both or neither", file=sys.stderr)  # fmt: skip
@@ -213,8 +319,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
         except ConfigError as err:
             print(f"verify-device: {err}", file=sys.stderr)
             return 2
-    stack = Stack(args.config, args.upstream, args.model)
-    target = args.upstream or "the local llama-server (make run's)"
+    stack = Stack(args.config, args.upstream, model, profile)
+    target = args.upstream or f"the local llama-server (make run's), profile {profile.name}"
     print(f"verify-device: {target}, config {stack.source}, run folder {stack.run}", file=out)
     started = time.monotonic()
     run = Run(stack, out)

@@ -98,6 +98,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     # Issue 22: brokerd.
     ("tools.broker_socket", None),
     ("tools.broker_timeout_ms", 180_000),
+    ("tools.core", ("clock",)),
     # Issue 21: compaction.
     ("compact.enabled", True),
     ("compact.at", 0.75),

@@ -16,12 +16,12 @@ from pathlib import Path
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import Assistant, ContentEvent, RetryingEvent, TurnDone, TurnEvent, Usage, User
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from boxmaker.verify.stack import healthy
+from tests.support.fake_tools import FakeTools
 from tests.support.procs import wait_for
 from tests.support.stack import Stack
 from tests.support.turn import new_session

@@ -141,6 +141,33 @@ def _build(timeout: float) -> Built:
     return built
 
 
+TOOL_MODEL_SCRIPT = REPO / "scripts" / "fetch_tool_model.sh"
+
+
+def ensure_tool_model(timeout: float = BUILD_TIMEOUT) -> Path:
+    """The tool model (qwen-coder profile), fetched and smoke-tested once per machine by
+    scripts/fetch_tool_model.sh (which builds llama-server first if it must); its path.
+
+    Raises:
+        LlamaServerError: the fetch or its smoke test failed (the script's line says why).
+    """
+    ensure_built(timeout)
+    env = dict(os.environ)
+    env.setdefault("PYTHON", sys.executable)
+    try:
+        done = subprocess.run(
+            ["bash", str(TOOL_MODEL_SCRIPT)], cwd=REPO, env=env,
+            capture_output=True, text=True, timeout=timeout, check=False,
+        )  # fmt: skip
+    except subprocess.TimeoutExpired as exc:
+        raise LlamaServerError(
+            f"{TOOL_MODEL_SCRIPT} did not finish within {timeout:.0f} s"
+        ) from exc
+    if done.returncode != 0 or not done.stdout.strip():
+        raise LlamaServerError(f"{TOOL_MODEL_SCRIPT} failed: {_last_finding(done.stderr)}")
+    return Path(done.stdout.strip().splitlines()[-1])
+
+
 def _last_finding(stderr: str) -> str:
     """The line that says why: the smoke test's, else the last line that is not a log tail."""
     lines = [line for line in stderr.splitlines() if line.strip()]

@@ -31,7 +31,6 @@ import orjson
 from boxmaker.loopd.config import Config, parse_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.request import CHAT_PATH
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL, CORE_SCHEMAS
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
@@ -47,6 +46,7 @@ from boxmaker.proto import (
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.store import SessionLog, SessionStore
 from tests.support.config import MODEL, fake_expect, fake_inference, loopd_toml
+from tests.support.fake_tools import FakeTools, fake_registry
 from tests.support.fakeserver import FakeServer
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
@@ -342,6 +342,7 @@ class Turns:
             text,
             client=Client(self.config.inference),
             port=self.port,
+            registry=fake_registry(),
             config=self.config.loop,
             thinking=thinking,
             on_event=self.events.append,

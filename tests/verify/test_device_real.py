@@ -1,8 +1,11 @@
 """`make verify-device`'s own path, for real: `python -m boxmaker.verify` against the local
 llama-server (the build script's cached one), in its own temporary run folder under the
-repository's supervisord config and conf/programs/llama-server.conf. Every check it runs, each
-line's status, its summary line and its exit status. A change to conf/ (a flag, a folder the
-programs need) or to the stack that breaks `make verify-device` fails here (issue 18).
+repository's supervisord config, conf/programs/llama-server.conf and brokerd.conf. Every check it
+runs, each line's status, its summary line and its exit status. A change to conf/ (a flag, a
+folder the programs need) or to the stack that breaks `make verify-device` fails here (issue 18),
+and so does a stack without brokerd: the `brokerd` check FAILs on both profiles, and on the tool
+profile (qwen-coder, issue 28) every tool check must PASS, which each does only on brokerd's
+result (the time, the planted file's bytes, the listing, the approved write).
 
 And its fail-fast: a llama-server that cannot start (a model file that is not a model) ends the
 run within seconds with one line naming the program and its log's last lines, not at the 180 s
@@ -18,20 +21,20 @@ import time
 from pathlib import Path
 
 from boxmaker.verify.checks import NO_CALL
-from tests.support.llama import ensure_built
+from tests.support.llama import ensure_built, ensure_tool_model
 
 # The checks device.Run.all() runs, in order.
 CHECKS = (
-    "selftest", "plain", "baseline", "clock", "echo", "log", "resume", "thinking_cap",
-    "proxy_kill", "requests",
+    "selftest", "plain", "baseline", "brokerd", "clock", "read_file", "list_dir", "write_file",
+    "log", "resume", "thinking_cap", "proxy_kill", "requests",
 )  # fmt: skip
+TOOL_CHECKS = ("clock", "read_file", "list_dir", "write_file")
+NO_REASONING = "the model did not reason at all"
 # What the small local model cannot show, each with the only reason that makes its SKIP honest.
-MAY_SKIP = {
-    "clock": NO_CALL,
-    "echo": NO_CALL,
-    "thinking_cap": "the model did not reason at all",
-}
-BOUND = 600.0  # seconds for the whole run on a loaded 2-core machine (about 30 s alone)
+MAY_SKIP = {**dict.fromkeys(TOOL_CHECKS, NO_CALL), "thinking_cap": NO_REASONING}
+# The tool model must show every tool check; only the thinking cap may be beyond it.
+MAY_SKIP_TOOL_MODEL = {"thinking_cap": NO_REASONING}
+BOUND = 1800.0  # seconds for a whole run on a loaded 2-core machine (30 s alone; 2 min qwen alone)
 LINE = re.compile(r"(PASS|FAIL|SKIP) ([a-z_]+): (.*)")
 SUMMARY = re.compile(r"verify-device: (\d+) PASS, (\d+) FAIL, (\d+) SKIP in \d+ s(.*)")
 
@@ -45,18 +48,28 @@ def verify(*args: str, timeout: float = BOUND) -> subprocess.CompletedProcess[st
 
 
 def test_verify_device_passes_every_check_against_the_local_server() -> None:
-    p = verify()
+    passes_every_check(verify(), "local", MAY_SKIP)
+
+
+def test_verify_device_passes_every_tool_check_on_the_tool_model() -> None:
+    ensure_tool_model()
+    passes_every_check(verify("--model", "qwen-coder"), "qwen-coder", MAY_SKIP_TOOL_MODEL)
+
+
+def passes_every_check(p: subprocess.CompletedProcess[str], profile: str,
+                       may_skip: dict[str, str]) -> None:  # fmt: skip
     lines = p.stdout.splitlines()
     shown = p.stdout + p.stderr
     assert lines, shown
-    assert lines[0].startswith("verify-device: the local llama-server"), shown
+    assert lines[0].startswith(f"verify-device: the local llama-server (make run's), profile "
+                               f"{profile},"), shown  # fmt: skip
     run = Path(lines[0].rsplit("run folder ", 1)[1])
     found = [m.groups() for line in lines[1:-1] if (m := LINE.fullmatch(line))]
     assert len(found) == len(lines) - 2, f"a line that is not a check:\n{shown}"
     assert [name for _, name, _ in found] == list(CHECKS), shown
     for status, name, text in found:
-        if status == "SKIP" and name in MAY_SKIP:
-            assert text.startswith(MAY_SKIP[name]), shown
+        if status == "SKIP" and name in may_skip:
+            assert text.startswith(may_skip[name]), shown
         else:
             assert status == "PASS", shown
     summary = SUMMARY.fullmatch(lines[-1])

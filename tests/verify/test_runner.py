@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -44,8 +45,8 @@ def test_no_tool_call_is_skip_and_the_run_still_exits_0(served: tuple[ServeEnv, 
     run.add(checks.judge_plain_turn("plain", *run.say("What is the capital of France?")))
     run.add(run.budget())
     env.model.load([say("I cannot tell the time.")])  # the small model's way: no call at all
-    run.add(run.tool_turn("clock", "What time is it?", ["clock"]))
-    run.add(checks.judge_log(run.records()))
+    run.add(run.clock())
+    run.add(run.log())
     statuses = [(c.name, c.status) for c in run.results]
     assert statuses == [
         ("plain", Status.PASS),
@@ -60,33 +61,49 @@ def test_no_tool_call_is_skip_and_the_run_still_exits_0(served: tuple[ServeEnv, 
     assert checks.judge_requests(chat_bodies(env.fake)).status is Status.PASS
 
 
+def times_now() -> str:
+    """This minute and the next, as an answer quoting the time would (the call comes after)."""
+    now = datetime.now(UTC)
+    return f"{now:%H:%M} or {now + timedelta(minutes=1):%H:%M}"
+
+
 def test_calls_made_are_checked_fully(served: tuple[ServeEnv, Run]) -> None:
+    """Without brokerd loopd answers clock itself: its result is read, and the answer too."""
     env, run = served
-    env.model.load([calls(("clock", {})), say("It is noon.")])
-    clock = run.tool_turn("clock", "What time is it?", ["clock"])
-    assert (clock.status, clock.found) == (Status.PASS, "calls clock; 1 results")
-    env.model.load([calls(("find_tool", {"query": "echo"})),
-                    calls(echo_via_call_tool("hello"), prefix="c2"), say("hello")])  # fmt: skip
-    echo = run.tool_turn("echo", "Echo hello.", ["find_tool", "call_tool(echo)"])
-    assert echo.status is Status.PASS, echo
+    env.model.load([calls(("clock", {})), say(f"It is {times_now()} UTC.")])
+    clock = run.clock()
+    assert clock.status is Status.PASS, clock
+    assert clock.found.startswith("calls clock; result '20"), clock
+    # The call and its result, but an answer that does not use it: FAIL.
+    env.model.load([calls(("clock", {}), prefix="c2"), say("It is noon.")])
+    unused = run.clock()
+    assert unused.status is Status.FAIL, unused
+    assert "the answer does not quote the time" in unused.found
     # A call of another tool than the one asked for: FAIL, not SKIP, and the run exits 1.
     env.model.load([calls(("find_tool", {"query": "time"}), prefix="c3"), say("Noon.")])
-    wrong = run.tool_turn("clock", "What time is it?", ["clock"])
+    wrong = run.clock()
     assert wrong.status is Status.FAIL, wrong
-    assert "not the tools asked for" in wrong.found
-    assert checks.judge_log(run.records()).status is Status.PASS
-    assert checks.exit_status([clock, echo, wrong]) == 1
+    assert "no call of clock" in wrong.found
+    # No other tool is reachable without brokerd: echo is not there (FakeTools is test code).
+    env.model.load([calls(echo_via_call_tool("hi"), prefix="c4"), say("hi")])
+    echo = run.tool_turn("clock", "echo", checks.contains_rule(["hi"], ["hi"]), "an echo")
+    assert echo.status is Status.FAIL, echo
+    assert "the result lacks" in echo.found, echo
+    assert "no tool named" in echo.found, echo
+    assert run.log().status is Status.PASS
+    assert checks.exit_status([clock, unused, wrong, echo]) == 1
 
 
 def test_a_request_that_does_not_extend_the_one_before_fails(served: tuple[ServeEnv, Run]) -> None:
     env, run = served
-    for text in ("One.", "Two."):
+    for text in ("One.", "Two.", "Three."):
         env.model.load([say("ok")])
         assert run.say(text)[0] is not None
     bodies = chat_bodies(env.fake)
     assert checks.judge_requests(bodies).status is Status.PASS
-    first, *rest = bodies[-1]["messages"]
-    changed = [first, {"role": "user", "content": "not what was said"}, *rest[1:]]
+    # The session is keyed by its first two messages: change the answer after them.
+    first, user, _, *rest = bodies[-1]["messages"]
+    changed = [first, user, {"role": "assistant", "content": "not what was said"}, *rest]
     edited = [*bodies[:-1], {**bodies[-1], "messages": changed}]
     failed = checks.judge_requests(edited)
     assert failed.status is Status.FAIL

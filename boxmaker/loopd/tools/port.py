@@ -1,16 +1,15 @@
-"""The tool port (M2b brief section 4): `BrokerPort` (M3, over broker.sock) and `FakeTools`.
+"""The tool port (M2b brief section 4): `BrokerPort` (M3, over broker.sock) and `LoopdClock`.
 
 The turn loop knows only `ToolPort.call(request) -> ToolResponse`. `BrokerPort` sends every call
 to brokerd, which holds the authority; brokerd down is a result that says the tools are
-unavailable, and the turn goes on. For tests, `FakeTools` answers two tools in process: `clock`
-(core; the current time as RFC 3339) and `echo` (returns its `text` argument). Both answer
-`ToolResponse(class public, untrusted false, truncated false)`.
+unavailable, and the turn goes on. Without a broker socket, `LoopdClock` answers `clock` alone
+(the current time as RFC 3339; it reads nothing and reaches nothing), and no other tool is
+reachable (loopd says so in its start line). The test tools (`echo`) are tests/support/fake_tools.
 
 The loop checks every call against the registry and the tool's schema before the port sees it,
-so a port may assume the call is one of its tools with valid arguments. FakeTools still raises
+so a port may assume the call is one of its tools with valid arguments; LoopdClock still raises
 ValueError on anything else, and the loop turns any exception into a ToolResult that says so.
-FakeTools reads nothing and reaches nothing (the brief's threat model note); its clock is a
-parameter, so logs made in tests are repeatable.
+`baseline_tools` gives a new session's tools array from `[tools] core`.
 """
 
 from __future__ import annotations
@@ -21,11 +20,16 @@ from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
-import orjson
-
 from boxmaker._framed import FramedClient
 from boxmaker.loopd.config import ToolsConfig
-from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RECALL_SCHEMA, RegisteredTool, Registry
+from boxmaker.loopd.tools.registry import (
+    CLOCK_SCHEMA,
+    RECALL_SCHEMA,
+    RegisteredTool,
+    Registry,
+    core_schemas,
+    local_registry,
+)
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.errors import ProtocolError
@@ -48,29 +52,20 @@ def _public(content: str) -> ToolResponse:
     return ToolResponse(content, ResultClass.PUBLIC, untrusted=False, truncated=False)
 
 
-class FakeTools:
-    """`clock` and `echo`, in process. Thread-safe: it holds no state but the clock."""
-
-    TOOLS = ("clock", "echo")
+class LoopdClock:
+    """`clock`, answered by loopd itself: the port when no broker socket is set."""
 
     def __init__(self, clock: Callable[[], str] = utc_now) -> None:
-        """Args:
-        clock: returns the time `clock` answers, as RFC 3339 text.
-        """
         self._clock = clock
 
     def call(self, request: ToolRequest) -> ToolResponse:
         """Raises:
-        ValueError: an unknown tool or arguments it cannot use (the loop never sends these).
+        ValueError: any other tool (the loop never sends one: its registry has only clock).
         """
-        if request.tool == "clock":
+        if request.tool == CLOCK_SCHEMA.name:
             return _public(self._clock())
-        if request.tool == "echo":
-            args = orjson.loads(request.arguments)
-            if not isinstance(args, dict) or not isinstance(args.get("text"), str):
-                raise ValueError('echo takes {"text": <string>}')
-            return _public(args["text"])
-        raise ValueError(f"FakeTools has no tool {request.tool!r} (it has {', '.join(self.TOOLS)})")
+        raise ValueError(f"no tool {request.tool!r} is reachable without brokerd ([tools] "
+                         "broker_socket); loopd answers clock alone")  # fmt: skip
 
 
 # ---- M3: the port over broker.sock -------------------------------------------------------------
@@ -208,15 +203,39 @@ class BrokerPort:
         return unavailable("ended the call without a result")
 
 
-def broker_registry(tools: Sequence[ToolSchema]) -> Registry:
-    """`clock` (core), the tools brokerd grants, and loopd's own `recall`, reached through
-    call_tool."""
+def broker_registry(tools: Sequence[ToolSchema], core: Sequence[str] = ("clock",)) -> Registry:
+    """`clock`, the tools brokerd grants, and loopd's own `recall`; those named in `core`
+    (`[tools] core`) are called directly, the others through call_tool."""
     # clock keeps loopd's own schema: it is in every baseline's tools array, fixed for the epoch.
     # recall is loopd's (the session's own record): a brokerd tool of that name is not reachable.
     own = (CLOCK_SCHEMA.name, RECALL_SCHEMA.name)
-    rest = [RegisteredTool(t, core=False) for t in tools if t.name not in own]
+    rest = [RegisteredTool(t, core=t.name in core) for t in tools if t.name not in own]
     recall = RegisteredTool(RECALL_SCHEMA, core=False)
-    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), *rest, recall])
+    clock = RegisteredTool(CLOCK_SCHEMA, core=CLOCK_SCHEMA.name in core)
+    return Registry([clock, *rest, recall])
+
+
+def tools_line(config: ToolsConfig) -> str:
+    """What loopd's start line says of the tools."""
+    if config.broker_socket is None:
+        return ("tools: clock only, answered by loopd (no [tools] broker_socket: no other tool is "
+                "reachable)")  # fmt: skip
+    return f"tools: brokerd at {config.broker_socket}, core {', '.join(config.core) or 'none'}"
+
+
+def baseline_tools(config: ToolsConfig) -> tuple[ToolSchema, ...]:
+    """A new session's tools array: the `[tools] core` tools (clock is loopd's; any other's
+    schema is brokerd's, asked once here, and left out when brokerd does not grant it or cannot
+    be reached), then find_tool and call_tool."""
+    known = [CLOCK_SCHEMA]
+    if config.broker_socket is not None and set(config.core) - {CLOCK_SCHEMA.name}:
+        port = BrokerPort(str(config.broker_socket), config.broker_timeout_ms / 1000, _no_approval)
+        known += [t for t in port.tools() or () if t.name != CLOCK_SCHEMA.name]
+    return core_schemas(config.core, known)
+
+
+def _no_approval(_id: str, _tool: str, _summary: str) -> None:
+    """`list` asks no approval."""
 
 
 # The tools brokerd granted at the last turn that could ask, per socket: with brokerd down, the
@@ -233,10 +252,10 @@ def tool_port(
     call_timeout_ms: int | None = None,
 ) -> dict[str, Any]:
     """run_turn's `port` and `registry` for one turn: BrokerPort and the tools brokerd grants now
-    when [tools] broker_socket is set, else FakeTools and M2b's registry. `epoch` gives the
+    when [tools] broker_socket is set, else LoopdClock and clock alone. `epoch` gives the
     session's current epoch at each call."""
     if config.broker_socket is None:
-        return {"port": FakeTools(), "registry": None}
+        return {"port": LoopdClock(), "registry": local_registry()}
     path = str(config.broker_socket)
     timeout = None if call_timeout_ms is None else call_timeout_ms / 1000
     port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session, epoch, timeout)
@@ -244,4 +263,4 @@ def tool_port(
     if tools is None:
         tools = _last_tools.get(path, (CLOCK_SCHEMA,))
     _last_tools[path] = tools
-    return {"port": port, "registry": broker_registry(tools)}
+    return {"port": port, "registry": broker_registry(tools, config.core)}

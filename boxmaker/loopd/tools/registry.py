@@ -1,7 +1,9 @@
-"""The tool registry, the three core schemas, and how a model's tool call is resolved. [core]
+"""The tool registry, the core schemas, and how a model's tool call is resolved. [core]
 
-Every session's `tools` array is exactly `CORE_SCHEMAS` (M2b brief section 5), fixed for the
-epoch so the prompt cache keeps hitting:
+Every session's `tools` array is fixed for the epoch so the prompt cache keeps hitting. By
+default it is exactly `CORE_SCHEMAS` (M2b brief section 5); `[tools] core` lists the registry
+tools offered there instead of `clock` alone (`core_schemas`: those tools, then find_tool and
+call_tool; docs/decisions/core-tools.md):
 
 | Tool        | Answered by      | Does                                                        |
 |-------------|------------------|-------------------------------------------------------------|
@@ -9,11 +11,12 @@ epoch so the prompt cache keeps hitting:
 | `find_tool` | loopd            | searches the registry's other tools, name and description   |
 | `call_tool` | loopd, the port  | runs a registry tool that is not core                       |
 
-The registry lists the tools the port can run, each with its `core` flag; M2b's is `clock`
-(core) and `echo`. Every registry also lists `recall` (issue 21), reached through `call_tool`
-like any other; loopd answers it itself beside the port (`turn.recall`), since it reads only the
-session's own log. `find_tool` searches only the tools that are not core: the core ones are in the
-tools array already, and call_tool refuses them, so offering them there would mislead the model.
+The registry lists the tools the port can run, each with its `core` flag; without brokerd it is
+`clock` alone (`local_registry`, answered by loopd). Every registry also lists `recall` (issue
+21), reached through `call_tool` like any other; loopd answers it itself beside the port
+(`turn.recall`), since it reads only the session's own log. `find_tool` searches only the tools
+that are not core: the core ones are in the tools array already, and call_tool refuses them, so
+offering them there would mislead the model.
 
 `resolve` decides what happens to one call, with no I/O: an `Answer` that loopd gives itself
 (find_tool's result, or an error that says what was wrong), or a `Dispatch` for the port with the
@@ -66,16 +69,6 @@ CALL_TOOL_SCHEMA: Final = ToolSchema(
         "required": ["name", "arguments"],
     },
 )
-ECHO_SCHEMA: Final = ToolSchema(
-    "echo",
-    "Echoes text back unchanged: returns its text argument.",
-    {
-        "type": "object",
-        "properties": {"text": {"type": "string", "description": "The text to return."}},
-        "required": ["text"],
-    },
-)
-
 RECALL: Final = "recall"
 RECALL_SCHEMA: Final = ToolSchema(
     RECALL,
@@ -92,8 +85,18 @@ RECALL_SCHEMA: Final = ToolSchema(
     },
 )
 
-# The tools array of every session, in this order.
+# The tools array of every session by default, in this order.
 CORE_SCHEMAS: Final = (CLOCK_SCHEMA, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
+
+
+def core_schemas(core: Iterable[str], known: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
+    """A new session's tools array: the schemas of the tools named in `core` (`[tools] core`),
+    in that order, that `known` has (a name it lacks is left out), then find_tool and
+    call_tool. `core = ["clock"]` gives CORE_SCHEMAS."""
+    by_name = {s.name: s for s in known}
+    own = {FIND_TOOL, CALL_TOOL}
+    return (*(by_name[n] for n in core if n in by_name and n not in own), FIND_TOOL_SCHEMA,
+            CALL_TOOL_SCHEMA)  # fmt: skip
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,16 +145,10 @@ class Registry:
         )
 
 
-def default_registry() -> Registry:
-    """M2b's registry: `clock` (core) and `echo`, the tools FakeTools answers, and `recall`
-    (loopd's own, answered beside the port: `turn.recall`)."""
-    return Registry(
-        [
-            RegisteredTool(CLOCK_SCHEMA, core=True),
-            RegisteredTool(ECHO_SCHEMA, False),
-            RegisteredTool(RECALL_SCHEMA, False),
-        ]
-    )
+def local_registry() -> Registry:
+    """The registry without brokerd: `clock` (core, answered by loopd: `port.LoopdClock`) and
+    `recall` (loopd's own, answered beside the port: `turn.recall`). Nothing else is reachable."""
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), RegisteredTool(RECALL_SCHEMA, False)])
 
 
 def find_tool_answer(registry: Registry, query: str) -> str:

@@ -4,7 +4,9 @@
 
 Opens the session under `[paths] home` (with `--new`, creates it: the baseline from
 `[baseline] system`, the home's `memory/core.md` and the core tool schemas, checked against the
-token budget with the server's tokenizer), runs one turn with FakeTools as the port, and prints
+token budget with the server's tokenizer), runs one turn with the config's tools (brokerd at
+[tools] broker_socket, else loopd's clock alone; an approval brokerd asks is shown on stderr and,
+unanswered here, denied), and prints
 each event, then the outcome, as one JSON object per line on stdout, like `loopd complete`:
 
     {"type": "content", "text": "..."}                              an event, as the channel has it
@@ -26,7 +28,7 @@ from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
-from boxmaker.loopd.tools.port import FakeTools
+from boxmaker.loopd.tools.port import OnApproval, tool_port
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
@@ -57,6 +59,13 @@ def _print(out: IO[str], obj: dict[str, Any]) -> None:
     out.flush()  # a watcher sees each event as it happens
 
 
+def _approval_shown(err: IO[str]) -> OnApproval:
+    def show(_id: str, tool: str, summary: str) -> None:
+        err.write(f"loopd turn: brokerd asks the owner about {tool}: {summary}\n")
+
+    return show
+
+
 def run_turn_command(
     config: Config,
     *,
@@ -80,7 +89,7 @@ def run_turn_command(
                 log,
                 say,
                 client=client,
-                port=FakeTools(),
+                **tool_port(config.tools, _approval_shown(err), session),
                 config=config.loop,
                 thinking=config.loop.thinking if thinking is None else thinking,
                 on_event=on_event,

@@ -1,6 +1,6 @@
 """Runs one turn: the `turn.loop` core against the client, the tool port and the session's log.
 
-    outcome = run_turn(log, "What time is it?", client=client, port=FakeTools(),
+    outcome = run_turn(log, "What time is it?", client=client, port=LoopdClock(),
                        config=config.loop, on_event=print)
 
 `run_turn` carries out each action of the core in order:
@@ -43,7 +43,7 @@ from boxmaker.loopd.config import LoopConfig
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
-from boxmaker.loopd.tools.registry import Registry, default_registry
+from boxmaker.loopd.tools.registry import Registry, local_registry
 from boxmaker.loopd.turn.compact import Compact, Failed
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
@@ -184,7 +184,7 @@ def run_turn(
         config: the [loop] section (limits, parallel_tools, tool_timeout_ms).
         thinking: False asks for no reasoning in this turn.
         on_event: gets every event of the turn, in order, from this thread.
-        registry: the tools the port runs; M2b's by default.
+        registry: the tools the port runs; clock alone by default (`local_registry`).
         clock: the time for each record.
         compactor: folds the session into a new epoch when it fills; None never does.
         fit: measures a large message first: one that cannot fit even alone is refused before
@@ -199,7 +199,7 @@ def run_turn(
     Raises:
         SessionError: an append failed; nothing partial was kept (the store's message says so).
     """
-    registry = registry or default_registry()
+    registry = registry or local_registry()
     _warn_refused(registry)
     tokens = None if fit is None else message_fit(log.baseline, content, fit)
     if isinstance(tokens, WireError):

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 
-from boxmaker.loopd.tools.port import FakeTools, ToolPort, utc_now
+from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, is_time
+from tests.support.fake_tools import FakeTools
 
 
 def test_clock_answers_the_time_as_rfc3339() -> None:

@@ -10,7 +10,6 @@ from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     CLOCK_SCHEMA,
     CORE_SCHEMAS,
-    ECHO_SCHEMA,
     FIND_TOOL,
     FIND_TOOL_FOOTER,
     NO_TOOL_MATCHES,
@@ -19,13 +18,13 @@ from boxmaker.loopd.tools.registry import (
     Dispatch,
     RegisteredTool,
     Registry,
-    default_registry,
     find_tool_answer,
     resolve,
 )
 from boxmaker.proto import ToolCall, ToolSchema
+from tests.support.fake_tools import ECHO_SCHEMA, fake_registry
 
-REG = default_registry()
+REG = fake_registry()
 ALPHA = ToolSchema("alpha", "Reads the WEATHER for a city.", {"type": "object"})
 BETA = ToolSchema("beta_weather", "Something else.", {"type": "object"})
 

@@ -28,8 +28,7 @@ from hypothesis import strategies as st
 
 from boxmaker.loopd.llama.errors import HttpStatus
 from boxmaker.loopd.llama.types import Completion, FinishReason
-from boxmaker.loopd.tools.port import FakeTools
-from boxmaker.loopd.tools.registry import CALL_TOOL, FIND_TOOL, default_registry
+from boxmaker.loopd.tools.registry import CALL_TOOL, FIND_TOOL
 from boxmaker.loopd.turn.limits import TRUNCATED_MARK, LoopLimits
 from boxmaker.loopd.turn.loop import Append, Complete, Done, Emit, RunTools, TurnLoop
 from boxmaker.proto import (
@@ -47,6 +46,7 @@ from boxmaker.proto import (
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.baseline import Baseline
 from boxmaker.session.replay import request_messages
+from tests.support.fake_tools import FakeTools, fake_registry
 from tests.support.turn import START, Said, Ticker, baseline
 
 NOON = "2026-11-30T12:00:00.000Z"
@@ -192,7 +192,7 @@ def drive_core(conv: Conversation, base: Baseline | None = None) -> CoreRun:
             records=records,
             content=turn.text,
             thinking=turn.thinking,
-            registry=default_registry(),
+            registry=fake_registry(),
             limits=conv.limits,
             clock=clock,
         )

@@ -24,7 +24,6 @@ import orjson
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import MessageFit, run_turn
@@ -32,6 +31,7 @@ from boxmaker.proto import TurnDone, TurnEvent, WireError, format_time
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.store import SessionLog, SessionStore
 from boxmaker.verify.tee import Tee
+from tests.support.fake_tools import FakeTools
 from tests.support.llama import LlamaServer, ensure_built
 from tests.support.stack import Stack
 

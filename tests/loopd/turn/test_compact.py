@@ -18,7 +18,6 @@ import pytest
 
 from boxmaker.loopd.config import CompactConfig
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.compact import INSTRUCTION, REFUSED
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import run_turn
@@ -34,6 +33,7 @@ from boxmaker.proto import (
 )
 from boxmaker.session.store import SessionLog
 from boxmaker.session.verify import verify_session
+from tests.support.fake_tools import FakeTools, fake_registry
 from tests.support.turn import NOON, Env, Said, Ticker, calls, chat_bodies, new_session, say
 
 LONG = "Please remember this detail: " + "the quick brown fox jumps over the lazy dog. " * 12
@@ -56,6 +56,7 @@ class Chat:
             text,
             client=Client(config.inference),
             port=FakeTools(clock=lambda: NOON),
+            registry=fake_registry(),
             config=config.loop,
             on_event=self.events.append,
             clock=Ticker(),

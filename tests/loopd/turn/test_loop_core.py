@@ -6,7 +6,6 @@ import pytest
 
 from boxmaker.loopd.llama.errors import HttpStatus, Stalled
 from boxmaker.loopd.llama.types import Completion, FinishReason
-from boxmaker.loopd.tools.registry import default_registry
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (
     Append,
@@ -36,6 +35,7 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.proto.log import LogRecord
+from tests.support.fake_tools import fake_registry
 from tests.support.turn import Ticker, baseline
 
 T = "2026-11-30T12:00:00.000Z"
@@ -48,7 +48,7 @@ def core(records: list[LogRecord] | None = None, **limits: object) -> TurnLoop:
         records=records or [START],
         content="Hi",
         thinking=False,
-        registry=default_registry(),
+        registry=fake_registry(),
         limits=LoopLimits(**limits),  # type: ignore[arg-type]
         clock=Ticker(),
     )

@@ -20,7 +20,6 @@ import orjson
 from hypothesis import HealthCheck, event, given, note, settings
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import ErrorCode, ToolResult, WireError
@@ -35,6 +34,7 @@ from tests.loopd.turn.conversations import (
     conversations,
     drive_core,
 )
+from tests.support.fake_tools import FakeTools, fake_registry
 from tests.support.fakeserver import FakeServer
 from tests.support.turn import (
     BackwardsPort,
@@ -105,8 +105,8 @@ def run_conversation(
                 log = SessionStore(place.home).open("s1")  # from disk: chain and baseline checked
             place.model.load(turn.completions)
             run_turn(
-                log, turn.text, client=client, port=port, config=config.loop,
-                thinking=turn.thinking, clock=clock,
+                log, turn.text, client=client, port=port, registry=fake_registry(),
+                config=config.loop, thinking=turn.thinking, clock=clock,
             )  # fmt: skip
         check_log(conv, log.records)
         check_replay(baseline(), log.records, chat_bodies(place.fake))

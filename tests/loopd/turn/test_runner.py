@@ -14,7 +14,6 @@ from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     FIND_TOOL,
     NO_TOOL_MATCHES,
-    default_registry,
     find_tool_answer,
 )
 from boxmaker.loopd.turn.loop import INTERRUPTED_NOTE
@@ -35,6 +34,7 @@ from boxmaker.proto import (
     User,
 )
 from boxmaker.session.store import SessionStore
+from tests.support.fake_tools import fake_registry
 from tests.support.turn import (
     NOON,
     Env,
@@ -104,7 +104,7 @@ def test_call_tool_turn_finds_then_calls_echo(env: Env) -> None:
             "Assistant", "Usage", "ToolResult", "Assistant", "Usage",
         ]  # fmt: skip
         found, echoed = (r for r in log.records if isinstance(r, ToolResult))
-        assert found.content == find_tool_answer(default_registry(), "echo")
+        assert found.content == find_tool_answer(fake_registry(), "echo")
         assert found.content.endswith("\nCall it with call_tool.")
         assert (echoed.call, echoed.content) == (1, "hi")
         # find_tool is loopd's; the port saw only the echo, with the inner object's JSON text.

@@ -11,11 +11,11 @@ from typing import Any
 import pytest
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.loop import ToolFailure
 from boxmaker.loopd.turn.runner import run_tools, run_turn
 from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolResult, TurnDone
+from tests.support.fake_tools import FakeTools, fake_registry
 from tests.support.turn import Env, calls, new_session, say
 
 TIMEOUT_MS = 150
@@ -57,7 +57,7 @@ def test_each_failure_is_its_own_result_and_the_others_survive(env: Env, paralle
         with new_session(env.home) as log:
             started = time.monotonic()
             out = run_turn(log, "Go.", client=Client(config.inference), port=port,
-                           config=config.loop)  # fmt: skip
+                           registry=fake_registry(), config=config.loop)  # fmt: skip
             took = time.monotonic() - started
             results = [r.content for r in log.records if isinstance(r, ToolResult)]
     finally:

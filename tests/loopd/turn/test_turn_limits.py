@@ -9,7 +9,6 @@ from __future__ import annotations
 import itertools
 
 from boxmaker.loopd.llama.client import Client
-from boxmaker.loopd.tools.port import FakeTools
 from boxmaker.loopd.turn.limits import TRUNCATED_MARK
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
@@ -27,6 +26,7 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.session.store import SessionLog
+from tests.support.fake_tools import FakeTools
 from tests.support.replies import json_reply, sse_reply
 from tests.support.turn import (
     Env,

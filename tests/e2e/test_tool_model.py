@@ -1,0 +1,210 @@
+"""The tool model through the whole stack (issue 28.3): `bxctl chat` -> loopd -> brokerd -> the
+workspace, on the qwen-coder profile's real llama-server (Qwen2.5-Coder-1.5B, fetched once per
+machine by scripts/fetch_tool_model.sh), as verify-device starts it (boxmaker/verify/stack.py:
+supervisord, brokerd with its own workspace and grants, inferproxy, loopd). One stack for the
+module; every turn a fresh session with a short prompt.
+
+A turn per tool family (files, note, shell, fetch), each judged on the session's records (the
+call, its ToolResult's content), the answer, and what landed on disk (the file, the note) or in
+brokerd's decision log; the prompts for note, shell and fetch (behind find_tool/call_tool in this
+profile) name the tool, as a user of a small model learns to: unnamed, it answered "I have noted
+that ..." with no call, and "run ls" with list_dir; the approvals answered through `bxctl chat
+--owner-socket` (yes, and a no that leaves no file and lets the turn go on); and the
+repeated-call loop this model falls into when brokerd's tools sit behind call_tool (it guesses
+write_file's arguments), stopped by the M2b repeat rule (`loopd turn` on a second config of the
+same stack).
+"""
+
+from __future__ import annotations
+
+import http.server
+import io
+import os
+import pwd
+import subprocess
+import sys
+import threading
+import tomllib
+from collections.abc import Iterator
+from typing import Any
+
+import orjson
+import pytest
+
+from boxmaker._toml import toml_dumps
+from boxmaker.proto import ToolResult
+from boxmaker.verify.checks import Status, called_tool, paired_calls, target
+from boxmaker.verify.device import TURN_BOUND, Run
+from boxmaker.verify.profile import load_profile
+from boxmaker.verify.stack import Stack
+from tests.support.llama import ensure_tool_model
+
+PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"
+# The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
+FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
+
+
+@pytest.fixture(scope="module")
+def page() -> Iterator[int]:
+    class Handler(http.server.BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "text/html")
+            self.send_header("Content-Length", str(len(PAGE)))
+            self.end_headers()
+            self.wfile.write(PAGE)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        yield httpd.server_address[1]
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+@pytest.fixture(scope="module")
+def run() -> Iterator[Run]:
+    ensure_tool_model()
+    stack = Stack(None, None, None, load_profile("qwen-coder"))
+    stack.extra_grants = FETCH_GRANT
+    if os.geteuid() == 0:
+        # As root brokerd's sandbox runs shell as nobody, who must reach and write the workspace
+        # (tests/brokerd/rig.sandbox_workspace); else brokerd starts with shell off.
+        os.chmod(stack.run, 0o755)
+        stack.workspace.mkdir()
+        nobody = pwd.getpwnam("nobody")
+        os.chown(stack.workspace, nobody.pw_uid, nobody.pw_gid)
+    runner = Run(stack, io.StringIO())
+    try:
+        stack.start()
+        stack.wait_loopd()
+        yield runner
+    finally:
+        stack.stop()
+
+
+def turn(run: Run, session: str, prompt: str, approve: str = "") -> tuple[str, list[Any]]:
+    """One turn in a fresh session: (the answer, "" when the turn ended without one, e.g. by
+    the repeat rule after the work was done; the session's records)."""
+    done, _ = run.say(prompt, session, approve)
+    return str((done or {}).get("content") or ""), run.records(session)
+
+
+def results_of(records: list[Any], tool: str) -> list[ToolResult]:
+    """The ToolResults of the calls of `tool` (directly or through call_tool), in order."""
+    return [
+        r
+        for c, r in paired_calls(records)
+        if r is not None and target(called_tool(c.name, c.arguments)) == tool
+    ]
+
+
+def approvals(run: Run, tool: str) -> list[str]:
+    """The owner's answers brokerd logged for calls of `tool`."""
+    lines = [orjson.loads(x) for x in run.stack.decisions.read_bytes().splitlines()]
+    ids = {x["id"] for x in lines if x.get("type") == "request" and x.get("tool") == tool}
+    return [x["answer"] for x in lines if x.get("type") == "approval" and x["id"] in ids]
+
+
+def test_files_read_list_and_an_approved_write(run: Run) -> None:
+    """verify-device's three file checks on this model: each PASS reads the call, the result
+    (the planted file's bytes, the listing, 'wrote ...') and the answer; the write is on disk and
+    brokerd logged the owner's yes."""
+    for check in (run.read_file(), run.list_dir(), run.write_file()):
+        assert check.status is Status.PASS, check.line()
+    assert (run.stack.workspace / "greeting.txt").read_text().strip() == "hello from verify-device"
+    assert approvals(run, "write_file") == ["yes"]  # answered on owner.sock by bxctl chat
+
+
+def test_a_refused_write_leaves_no_file_and_the_turn_goes_on(run: Run) -> None:
+    path = run.stack.workspace / "refused.txt"
+    answer, records = turn(run, "refused-write", 'Write the text "nope" to the file refused.txt.',
+                           approve="no\n")  # fmt: skip
+    written = results_of(records, "write_file")
+    assert written, records
+    assert all(not r.content.startswith("wrote ") for r in written), written
+    assert any("denied" in r.content for r in written), written
+    assert not path.exists()
+    assert "no" in approvals(run, "write_file")
+    assert answer.strip(), records  # an answer after the refusal: the turn went on
+
+
+def test_note_lands_in_a_memory_file(run: Run) -> None:
+    """The model picks the file (it chose core.md, which always asks); the approved note is in
+    it. Seen: the same note call again after the result, refused by the repeat rule, so the turn
+    may end without an answer; the note is kept once."""
+    _, records = turn(
+        run, "note", "Use the note tool to keep this note: the boiler is serviced in May.", "yes\n"
+    )
+    noted = results_of(records, "note")
+    assert noted, records
+    assert noted[0].content.startswith("noted in memory/"), noted
+    name = noted[0].content.removeprefix("noted in ").strip()
+    assert (run.stack.home / name).read_text().lower().count("boiler") == 1
+    assert approvals(run, "note")[:1] == ["yes"]
+
+
+def test_shell_lists_the_workspace(run: Run) -> None:
+    (run.stack.workspace / "ledger-2291.csv").write_text("a,b\n")
+    _, records = turn(run, "shell", "Use the shell tool to run ls and show me its output.", "yes\n")
+    ran = results_of(records, "shell")
+    assert ran, records
+    assert "ledger-2291.csv" in ran[0].content, ran  # run in brokerd's sandbox, in the workspace
+    assert approvals(run, "shell")[:1] == ["yes"]
+    # Not asserted: the answer. Of two runs one quoted the listing and one said only "The shell
+    # command `ls` executed successfully, listing the files in the current directory."
+
+
+def test_fetch_reads_a_local_page(run: Run, page: int) -> None:
+    """The page's text comes back through brokerd's fetch (an ask grant naming 127.0.0.1)."""
+    url = f"http://127.0.0.1:{page}/"
+    _, records = turn(
+        run, "fetch", f"Use the fetch tool to fetch {url} and tell me its heading.", "yes\n"
+    )
+    fetched = results_of(records, "fetch")
+    assert fetched, records
+    assert "Harbour tides" in fetched[0].content, fetched
+    assert fetched[0].untrusted, fetched  # a page taints the session
+    # Not asserted: the answer. Seen once: after the page the model called note("Harbour
+    # tides") again and again (asked because of the taint, unanswered, denied) until the repeat
+    # rule ended the turn with no answer.
+
+
+def test_the_repeat_rule_stops_the_call_tool_loop(
+    run: Run, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """With brokerd's tools behind call_tool (`[tools] core = ["clock"]`) this model guesses
+    write_file's arguments ({"file": ...}) and, after the errors, sends the same call again: the
+    first repeat is not run and says so, the second ends the turn with turn_limit. What the model
+    did after the first refusal is printed (the figure in docs/decisions/core-tools.md)."""
+    table = tomllib.loads(run.stack.config_path.read_text())
+    table["tools"]["core"] = ["clock"]
+    config = run.stack.run / "behind-call-tool.toml"
+    config.write_text(toml_dumps(table))
+    p = subprocess.run(
+        [sys.executable, "-m", "boxmaker.loopd", "turn", "--config", str(config), "--session",
+         "repeat", "--new", "--say", 'Write the text "hello" to the file loop.txt.'],
+        capture_output=True, text=True, timeout=TURN_BOUND, check=False,
+    )  # fmt: skip
+    lines = [orjson.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
+    records = run.records("repeat")
+    contents = [r.content for r in records if isinstance(r, ToolResult)]
+    refused = [i for i, c in enumerate(contents) if c.startswith("not run: this call repeats")]
+    with capsys.disabled():
+        after = contents[refused[0] + 1 :] if refused else []
+        print(
+            f"\nrepeat rule: {len(contents)} results, repeats refused at {refused}; after the "
+            f"first refusal the model made {len(after)} more calls; outcome {lines[-1:]}"
+        )
+    if not refused:
+        pytest.fail(f"the model did not repeat a call this time (nothing to stop): {contents}")
+    assert p.returncode == 1, p.stdout + p.stderr
+    assert lines[-1]["type"] == "error", lines[-1]
+    assert lines[-1]["code"] == "turn_limit", lines[-1]
+    assert "repeat" in lines[-1]["message"], lines[-1]
+    assert len(refused) == 2, contents  # the second repeat ends the turn
+    assert not (run.stack.workspace / "loop.txt").exists()

@@ -1,0 +1,93 @@
+"""loopd's own tools without brokerd, and `[tools] core` (issue 28.4, 28.5): without a broker
+socket loopd offers `clock` alone, answered by itself (LoopdClock), and says so; `echo` and
+FakeTools are test code only. `core` picks the registry tools a new session's baseline offers
+directly; the default is the brief's three schemas exactly.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from boxmaker.loopd.config import ToolsConfig
+from boxmaker.loopd.tools.port import (
+    LoopdClock,
+    baseline_tools,
+    broker_registry,
+    tool_port,
+    tools_line,
+)
+from boxmaker.loopd.tools.registry import (
+    CALL_TOOL,
+    CLOCK_SCHEMA,
+    CORE_SCHEMAS,
+    FIND_TOOL,
+    Dispatch,
+    core_schemas,
+    resolve,
+)
+from boxmaker.proto import ToolCall, ToolRequest, ToolSchema, is_time
+
+READ = ToolSchema("read_file", "Reads a file.", {"type": "object", "properties": {}})
+LIST = ToolSchema("list_dir", "Lists a folder.", {"type": "object", "properties": {}})
+
+
+def test_loopd_answers_clock_and_nothing_else() -> None:
+    port = LoopdClock()
+    assert is_time(port.call(ToolRequest(0, "clock", "{}")).content)
+    for tool in ("echo", "read_file", "shell", "Clock", "clock "):
+        with pytest.raises(ValueError, match="without brokerd"):
+            port.call(ToolRequest(0, tool, '{"text": "x"}'))
+
+
+def test_without_a_broker_socket_only_clock_is_offered_and_the_start_line_says_so() -> None:
+    config = ToolsConfig()
+    got = tool_port(config, lambda *_: None)
+    assert isinstance(got["port"], LoopdClock)
+    registry = got["registry"]
+    assert [t.schema.name for t in registry.tools] == ["clock", "recall"]
+    assert registry.search("") == (registry.get("recall").schema,)
+    echo = resolve(ToolCall("c1", CALL_TOOL, '{"name": "echo", "arguments": {"text": "hi"}}'),
+                   registry)  # fmt: skip
+    assert not isinstance(echo, Dispatch)
+    assert "no other tool is reachable" in tools_line(config)
+    assert baseline_tools(config) == CORE_SCHEMAS
+
+
+def test_the_default_core_is_the_briefs_three() -> None:
+    assert ToolsConfig().core == ("clock",)
+    assert core_schemas(["clock"], [CLOCK_SCHEMA, READ]) == CORE_SCHEMAS
+
+
+@pytest.mark.parametrize(
+    ("core", "names"),
+    [
+        (["clock", "read_file"], ["clock", "read_file"]),
+        (["read_file", "clock"], ["read_file", "clock"]),  # the config's order
+        (["list_dir", "read_file", "clock"], ["list_dir", "read_file", "clock"]),
+        (["clock", "write_file"], ["clock"]),  # not granted: left out
+        ([], []),
+        (["find_tool", "call_tool", "clock"], ["clock"]),  # loopd's own are always last
+    ],
+)
+def test_core_schemas_follow_the_config(core: list[str], names: list[str]) -> None:
+    got = [s.name for s in core_schemas(core, [CLOCK_SCHEMA, READ, LIST])]
+    assert got == [*names, FIND_TOOL, CALL_TOOL]
+
+
+def test_a_core_broker_tool_is_called_directly_and_call_tool_refuses_it() -> None:
+    registry = broker_registry([CLOCK_SCHEMA, READ, LIST], core=("clock", "read_file"))
+    assert isinstance(resolve(ToolCall("a", "read_file", "{}"), registry), Dispatch)
+    via = resolve(ToolCall("b", CALL_TOOL, '{"name": "read_file", "arguments": {}}'), registry)
+    assert not isinstance(via, Dispatch)
+    assert "core tool; call it directly" in via.content
+    assert [s.name for s in registry.search("")] == ["list_dir", "recall"]
+    direct = resolve(ToolCall("c", "list_dir", "{}"), registry)
+    assert not isinstance(direct, Dispatch)  # not core: through call_tool, as before
+
+
+def test_brokerd_down_leaves_only_clock_in_a_new_baseline(tmp_path: Path) -> None:
+    config = ToolsConfig(broker_socket=tmp_path / "broker.sock", core=("clock", "read_file"))
+    assert [s.name for s in baseline_tools(config)] == ["clock", FIND_TOOL, CALL_TOOL]
+    assert "core clock, read_file" in tools_line(config)
