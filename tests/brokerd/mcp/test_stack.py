@@ -12,9 +12,11 @@ from typing import Any
 import orjson
 import pytest
 
+from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
 from tests.brokerd.mcp.servers import hostile_server, python_server
 from tests.brokerd.rig import Rig, loopd_and_brokerd
+from tests.support.cli import run_cli
 from tests.support.procs import Daemon, python_module, wait_for
 from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text
 from tests.support.turn import calls, say
@@ -108,7 +110,9 @@ def approval(turn: TurnClient) -> ApprovalNeededEvent:
 
 
 def turn_done(turn: TurnClient) -> None:
-    wait_for(lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the turn's end", WAIT_S)
+    wait_for(
+        lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the turn's end", WAIT_S
+    )
 
 
 def now_in(zone: str) -> dict[str, Any]:
@@ -140,6 +144,10 @@ def test_mcp_server_time_answers_and_taints_the_session(stack: tuple[ServeEnv, R
     assert not (rig.workspace / "a.txt").exists()
     results = [r for r in decisions(rig) if r["type"] == "result"]
     assert results[0]["untrusted"] is True
+    # brokerd verify: the chain holds, brokerd's own decisions replay, the MCP call is said
+    out = run_cli(brokerd_main, ["verify", "--log", str(rig.log)])
+    assert out.status == 0, out.stderr
+    assert "2 decision(s) replay the same; 1 MCP call(s) not decided again" in out.stdout
 
 
 @pytest.mark.parametrize("stack", [(NOTHING_GRANTED, TIME)], indirect=True)
