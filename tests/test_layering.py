@@ -131,7 +131,8 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths"}),
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"}),
+    f"{BROKERD}.quota": frozenset({f"{BROKERD}.paths"}),  # shell's write quota: a workspace walk
     # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
     # the sandbox; rows makes their tools rows of the table
     f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})

@@ -9,9 +9,11 @@ What the command sees (docs/decisions/sandbox.md says why each line is there):
   its own /proc; a minimal /dev, read-only but for a size-capped /dev/shm; a size-capped tmpfs
   at /tmp; no /home, /root, /run, /sys, /var: no broker or loopd socket, no log;
 - a fixed environment (PATH, HOME=/tmp, LANG, TMPDIR); nothing of brokerd's;
-- limits on CPU time, address space, processes, file size and open files (set by util-linux's
-  prlimit, which then execs bwrap: all inherit them), a wall-clock timeout that kills the lot,
-  and an output cap.
+- limits on CPU time, address space, file size and open files (set by util-linux's prlimit,
+  which then execs bwrap: all inherit them), processes (a second prlimit inside, below), a
+  wall-clock timeout that kills the lot, an output cap, a write quota on the workspace
+  (quota.py), and a cancel: loopd giving up on the call kills it (`run`'s `cancelled`);
+- no capability: the spawning thread's ambient set is emptied first.
 
 RLIMIT_NPROC counts the tasks of a uid in a user namespace, and the kernel never applies it to
 uid 0. So when brokerd runs as root the sandbox drops to `run_as` (default: nobody) before bwrap
@@ -40,7 +42,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
-from boxmaker.brokerd.paths import clear_set_id, tree_bytes
+from boxmaker.brokerd.paths import clear_set_id
+from boxmaker.brokerd.quota import WriteQuota
 
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {
@@ -64,7 +67,6 @@ ETC_FILES = (
     "/etc/group",
 )
 READ_CHUNK = 65536
-QUOTA_CHECK_S = 0.1  # how often a running command's workspace writes are counted, at least
 CANCEL_POLL_S = 0.05  # how often a running command looks whether loopd gave up on it
 PR_CAP_AMBIENT = 47
 PR_CAP_AMBIENT_CLEAR_ALL = 4
@@ -180,6 +182,13 @@ class Sandbox:
 
     def argv(self, command: str) -> list[str]:
         """The bwrap command line for one call (public so the tests and the doc can show it)."""
+        return self.command_line(["/bin/sh", "-c", command])
+
+    def command_line(self, program: list[str]) -> list[str]:
+        """prlimit + bwrap + the inner prlimit around `program` (argv inside the sandbox): what
+        a long-running sandboxed process (an MCP server) is started with too. Spawn it from a
+        thread that called `clear_ambient_capabilities()`, with `run_as`'s uid when set, and
+        `start_new_session` so one killpg ends it; `after_call()` once it has stopped."""
         assert self.bwrap is not None
         assert self.prlimit is not None
         # prlimit sets the limits and execs bwrap, which all inherit them; no preexec_fn, which
@@ -211,7 +220,7 @@ class Sandbox:
         # brokerd's threads or the uid's other processes (set before, it would be checked against
         # all of them: 150 held calls switched shell off).
         inner = [self.prlimit, f"--nproc={lim.processes}", "--"]
-        return [*args, "--", *inner, "/bin/sh", "-c", command]
+        return [*args, "--", *inner, *program]
 
     def probe(self) -> str | None:
         """None when a sandbox can be built here, else why not (remembered for later calls)."""
@@ -365,32 +374,6 @@ class Sandbox:
             wrote=quota.used if quota is not None else 0,
             quota=quota.limit if over and quota is not None else 0,
         )
-
-
-class WriteQuota:
-    """What one call adds to the workspace (allocated bytes: tree_bytes now less before), checked
-    every QUOTA_CHECK_S as the command runs, or less often on a workspace whose walk takes long
-    (at most a fifth of the time is spent walking). A command can pass the quota by what it
-    writes between two checks; then it is killed."""
-
-    def __init__(self, top: str, limit: int) -> None:
-        self.top, self.limit = top, limit
-        self.base = self._walk()
-        self.used = 0
-        self.next_check = time.monotonic() + QUOTA_CHECK_S
-
-    def _walk(self) -> int:
-        try:
-            return tree_bytes(self.top)
-        except OSError:  # the workspace itself is gone: nothing to count in it
-            return 0
-
-    def over(self) -> bool:
-        began = time.monotonic()
-        self.used = max(0, self._walk() - self.base)
-        spent = time.monotonic() - began
-        self.next_check = time.monotonic() + max(QUOTA_CHECK_S, 4 * spent)
-        return self.used > self.limit
 
 
 def _kill_group(proc: subprocess.Popen[bytes]) -> None:

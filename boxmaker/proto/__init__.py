@@ -3,7 +3,8 @@
 Modules by purpose: `hash` (SHA-256), `ids` (SessionId), `rfc3339` (the time format), `chat`
 (messages, timings), `tool` (tool calls, schemas, the port's request and response), `wire` (error
 codes), `frame` (the channel frame codec), `channel` (the channel's frame bodies), `log` (the
-session log's records, line form and chain), `errors` (the ProtocolError family).
+session log's records, line form and chain), `decision` (brokerd's decision-log records),
+`chain` (the one hash-chain walk both logs' verifiers use), `errors` (the ProtocolError family).
 """
 
 from ._codec import json_type, load_json, load_json_object

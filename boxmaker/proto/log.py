@@ -44,6 +44,7 @@ from ._codec import (
     tuple_of,
     wire,
 )
+from .chain import walk_chain
 from .errors import BodyError, EncodeError, RecordError
 from .hash import sha256_hex
 from .tool import ResultClass, ToolCall
@@ -315,35 +316,11 @@ def verify_log(data: bytes, first_prev: str = GENESIS_PREV) -> VerifiedLog:
     Raises:
         RecordError: "line N: ..." with N counted from 1, naming the first line that fails.
     """
-    lines: list[LogLine] = []
-    prev = first_prev
-    start = 0
-    while start < len(data):
-        n = len(lines) + 1
-        end = data.find(b"\n", start)
-        if end < 0:
-            raise RecordError(
-                f"line {n}: no newline at the end; the last line is incomplete (a torn write?)"
-            )
-        line = data[start : end + 1]
-        try:
-            entry = decode_line(line)
-        except RecordError as e:
-            msg = str(e).removeprefix("line: ")
-            raise RecordError(f"line {n}: {msg}") from None
-        if entry.seq != n - 1:
-            raise RecordError(
-                f"line {n}: seq is {entry.seq}, expected {n - 1} "
-                "(a line is missing, repeated or out of order)"
-            )
-        if entry.prev != prev:
-            what = f"the hash of line {n - 1}, {prev}"
-            if n == 1:
-                what = "64 zeros" if prev == GENESIS_PREV else f"{prev} (the previous epoch_end)"
-            raise RecordError(
-                f"line {n}: prev is {entry.prev}, expected {what} (the log was edited or reordered)"
-            )
-        lines.append(entry)
-        prev = next_prev(line)
-        start = end + 1
+    what = None if first_prev == GENESIS_PREV else f"{first_prev} (the previous epoch_end)"
+    lines, prev = walk_chain(data, _entry, 0, first_prev, what)
     return VerifiedLog(tuple(lines), len(lines), prev)
+
+
+def _entry(line: bytes) -> tuple[int, str, LogLine]:
+    entry = decode_line(line)
+    return entry.seq, entry.prev, entry

@@ -1,6 +1,7 @@
 """Hash-chained JSON-lines logs whose records are not the session's: brokerd's decision log. [core]
 
-The chain is the session log's (proto/log.py): each line is one JSON object ending in b"\\n",
+The chain is the session log's (proto/log.py, one walk in proto/chain.py): each line is one JSON
+object ending in b"\\n",
 `{"type": ..., "seq": n, "prev": <hex SHA-256 of the line before>, ...fields}`, `seq` from 0, the
 first `prev` 64 zeros, and a line must be exactly the bytes `encode_line` writes for it. The
 record kinds and their meaning are the writer's; this module checks only the chain, so
@@ -13,7 +14,9 @@ from typing import Any
 
 import orjson
 
-from boxmaker.proto.hash import sha256_hex
+from boxmaker.proto.chain import walk_chain
+from boxmaker.proto.decision import decode_line
+from boxmaker.proto.errors import RecordError
 
 GENESIS_PREV = "0" * 64
 _HEAD = ("type", "seq", "prev")
@@ -34,26 +37,18 @@ def verify_chain(
 ) -> tuple[list[dict[str, Any]], str]:
     """The records (each line's object), and the `prev` of the line after the last. `seq` and
     `prev` are the first line's (a later file of a log rotated into several, whose chain goes
-    on from the file before).
+    on from the file before). Each line must be a decision record as proto.decision types it;
+    the walk is proto.chain's, the session log's too.
 
     Raises:
-        ChainError: at the first line that is torn, not JSON, out of sequence, linked to another
-            line, or not written the way `encode_line` writes it.
+        ChainError: at the first line that is torn, not JSON, not a decision record, out of
+            sequence, linked to another line, or not written the way brokerd writes it.
     """
-    records: list[dict[str, Any]] = []
-    for n, line in enumerate(data.splitlines(keepends=True), 1):
-        if not line.endswith(b"\n"):
-            raise ChainError(f"line {n}: incomplete (a torn write?)")
-        try:
-            obj = orjson.loads(line)
-        except orjson.JSONDecodeError:
-            raise ChainError(f"line {n}: not JSON") from None
-        if not isinstance(obj, dict) or obj.get("seq") != seq + n - 1 or obj.get("prev") != prev:
-            raise ChainError(f"line {n}: seq or prev breaks the chain (edited, cut or reordered)")
-        fields = {k: v for k, v in obj.items() if k not in _HEAD}
-        if encode_line(str(obj.get("type")), seq + n - 1, prev, fields) != line:
-            raise ChainError(f"line {n}: not written the way the log's writer writes lines")
-        records.append(obj)
-        prev = sha256_hex(line)
-    return records, prev
+    try:
+        return walk_chain(data, _record, seq, prev)
+    except RecordError as exc:
+        raise ChainError(str(exc)) from None
 
+
+def _record(line: bytes) -> tuple[int, str, dict[str, Any]]:
+    return decode_line(line)

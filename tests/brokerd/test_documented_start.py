@@ -18,7 +18,7 @@ import pytest
 
 from boxmaker._toml import toml_dumps
 from tests.brokerd.rig import BOUND_S, remove, short_base
-from tests.support.procs import Daemon
+from tests.support.procs import Daemon, wait_for
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None,
@@ -69,12 +69,17 @@ def documented_setpriv() -> list[str]:
     return argv
 
 
-def start_as_owner(base: Path, setpriv: list[str]) -> Daemon:
+def start_as_owner(
+    base: Path,
+    setpriv: list[str],
+    grants: str = SHELL_GRANT,
+    extra: dict[str, int] | None = None,
+) -> Daemon:
     owner = pwd.getpwnam(OWNER)
     for name in ("run", "ws", "state", "home"):
         (base / name).mkdir(exist_ok=True)
         os.chown(base / name, owner.pw_uid, owner.pw_gid)
-    (base / "grants.toml").write_text(SHELL_GRANT)
+    (base / "grants.toml").write_text(grants)
     table = {
         "socket": str(base / "run" / "broker.sock"),
         "owner_socket": str(base / "run" / "owner.sock"),
@@ -84,6 +89,7 @@ def start_as_owner(base: Path, setpriv: list[str]) -> Daemon:
         "log": str(base / "state" / "decisions.jsonl"),
         "loopd_uid": LOOPD_UID,
         "owner_uid": owner.pw_uid,
+        **(extra or {}),
     }
     (base / "brokerd.toml").write_text(toml_dumps({"broker": table}))
     group = grp.getgrgid(owner.pw_gid).gr_name  # the docs' `owner` group is the owner's own
@@ -128,10 +134,69 @@ def test_the_documented_two_user_start_has_shell_on(name: str) -> None:
         out = as_loopd(base, "id -u; grep -E '^Cap(Inh|Prm|Eff|Amb)' /proc/self/status")
         owner_uid = pwd.getpwnam(OWNER).pw_uid
         assert out.splitlines()[0] == str(owner_uid), out
-        caps = dict(re.findall(r"^(Cap\w+):\s+(\w+)$", out, re.M))
-        assert caps == dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapAmb"], "0" * 16), out
+        found = dict(re.findall(r"^(Cap\w+):\s+(\w+)$", out, re.M))
+        assert found == dict.fromkeys(["CapInh", "CapPrm", "CapEff", "CapAmb"], "0" * 16), out
         st = os.stat(base / "run" / "broker.sock")
         assert st.st_uid == LOOPD_UID  # the chown the capability is there for still happened
     finally:
+        daemon.kill()
+        remove(base)
+
+
+def test_held_calls_past_the_old_process_limit_leave_shell_on() -> None:
+    """The issue's case under the two-user start: brokerd as the owner holds 150 asking calls
+    (300 threads, past the sandbox's 64 processes), and an allowed `echo alive` still runs."""
+    import socket as socket_module
+
+    import orjson
+
+    from boxmaker.brokerd.conn import Conn
+    from boxmaker.proto.broker import BROKER_KINDS
+
+    base = short_base()
+    daemon = start_as_owner(
+        base,
+        documented_setpriv(),
+        grants=SHELL_GRANT + '[[grant]]\ntool = "write_file"\nmode = "ask"\n',
+        extra={"loopd_uid": 0, "max_held": 200, "max_connections": 400},
+    )
+    conns = []
+    try:
+        daemon.wait_for_line("listening on", BOUND_S)
+
+        def connected() -> socket_module.socket | None:
+            sock = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+            sock.settimeout(BOUND_S)
+            try:
+                sock.connect(str(base / "run" / "broker.sock"))
+            except BlockingIOError:  # the backlog is full until brokerd accepts: again
+                sock.close()
+                return None
+            return sock
+
+        for i in range(150):
+            conn = Conn(wait_for(connected, "brokerd to accept one more"), BROKER_KINDS)
+            args = orjson.dumps({"path": f"f{i}", "content": "x"}).decode()
+            conn.send("call", {"tool": "write_file", "arguments": args, "session": "s"}, True)
+            conns.append(conn)
+        for conn in conns:  # each is held: brokerd has a thread and a watcher for it
+            got = conn.recv()
+            assert got is not None
+            assert got.kind == "approval_needed", got
+        threads = len(os.listdir(f"/proc/{daemon.pid}/task"))
+        assert threads > 2 * 150
+        probe = socket_module.socket(socket_module.AF_UNIX, socket_module.SOCK_STREAM)
+        probe.settimeout(BOUND_S * 3)
+        probe.connect(str(base / "run" / "broker.sock"))
+        conn = Conn(probe, BROKER_KINDS)
+        with probe:
+            body = {"tool": "shell", "arguments": '{"command": "echo alive"}', "session": "t"}
+            conn.send("call", body, True)
+            got = conn.recv()
+        assert got is not None
+        assert got.body["content"].startswith("alive\n"), got.body
+    finally:
+        for conn in conns:
+            conn.sock.close()
         daemon.kill()
         remove(base)

@@ -185,7 +185,7 @@ def test_a_tainted_session_asks_before_it_writes_with_the_reason() -> None:
 def _log(records: Sequence[tuple[str, Mapping[str, object]]]) -> bytes:
     out, prev = b"", GENESIS_PREV
     for seq, (kind, fields) in enumerate(records):
-        line = encode_line(kind, seq, prev, {"time": "t", **fields})
+        line = encode_line(kind, seq, prev, {"time": "2026-11-30T03:48:37.123Z", **fields})
         out, prev = out + line, sha256_hex(line)
     return out
 
@@ -200,6 +200,12 @@ def _request(call_id: str, session: str, tool: str, args: Mapping[str, object]) 
                        "arguments": text, "canonical": text, "hash": d.hash}  # fmt: skip
 
 
+def _result(call_id: str, *, untrusted: bool) -> Mapping[str, object]:
+    """A result record as brokerd writes it (proto/decision.py types every field)."""
+    return {"id": call_id, "error": False, "truncated": False, "chars": 2,
+            "untrusted": untrusted, "host": None, "class": "public"}  # fmt: skip
+
+
 def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
     ask = "write_file asks because the session read untrusted content from shell at call 1; "
     ask += "write_file can write or send"
@@ -208,7 +214,7 @@ def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
         ("start", {"grants": GRANTS.decode(), "workspace": WS}),
         _request("1", "s1", "shell", {"command": "ls"}),
         ("decision", {"id": "1", "mode": "allow", "reason": "grant: shell allow on any command"}),
-        ("result", {"id": "1", "untrusted": True, "host": None}),
+        ("result", _result("1", untrusted=True)),
         _request("2", "s2", "write_file", write),  # another session: clean
         ("decision", {"id": "2", "mode": "allow", "reason": "grant: write_file allow on a"}),
         _request("3", "s1", "write_file", write),
@@ -216,7 +222,7 @@ def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
     ]
     assert replay(_log(records)) == 3
     # the same log, but the shell's output logged as trusted: the ask no longer replays
-    records[3] = ("result", {"id": "1", "untrusted": False, "host": None})
+    records[3] = ("result", _result("1", untrusted=False))
     with pytest.raises(LogError) as info:
         replay(_log(records))
     assert "line 8: replay decides allow" in str(info.value)

@@ -19,7 +19,9 @@ from tests.brokerd.rig import ALL_ALLOW, BOUND_S, Rig
 from tests.support.procs import python_module
 
 
-def write_config(rig: Rig, make_grants: bool = True, **override: str) -> Path:
+def write_config(
+    rig: Rig, override: dict[str, str] | None = None, make_grants: bool = True
+) -> Path:
     rig.workspace.mkdir(exist_ok=True)
     if make_grants:
         rig.grants.write_text(ALL_ALLOW)
@@ -30,7 +32,7 @@ def write_config(rig: Rig, make_grants: bool = True, **override: str) -> Path:
         "grants": str(rig.grants),
         "home": str(rig.home),
         "log": str(rig.log),
-        **override,
+        **(override or {}),
     }
     path = rig.base / "brokerd.toml"
     path.write_text(toml_dumps({"broker": table}))
@@ -82,7 +84,7 @@ def test_a_file_of_brokerds_inside_the_workspace_is_refused(
     if key == "grants":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(ALL_ALLOW)
-    got = serve(write_config(rig, **{key: path}))
+    got = serve(write_config(rig, {key: path}))
     assert got.returncode == 2, got
     assert f"[broker] {key}:" in got.stderr
     assert "inside the workspace" in got.stderr
@@ -95,7 +97,7 @@ def test_the_workspace_itself_a_link_is_resolved_too(rig: Rig) -> None:
     (real / "state").mkdir(parents=True)
     link = rig.base / "ws-link"
     link.symlink_to(real)
-    got = serve(write_config(rig, workspace=str(link), log=str(real / "state" / "d.jsonl")))
+    got = serve(write_config(rig, {"workspace": str(link), "log": str(real / "state" / "d.jsonl")}))
     assert got.returncode == 2, got
     assert "[broker] log:" in got.stderr
 

@@ -89,3 +89,28 @@ def test_a_call_in_time_answers_as_it_ran(rig: Rig) -> None:
     text = call(rig, "shell", shell("sleep 0.2; echo finished"))
     assert "finished" in text
     assert "[exit status 0]" in text
+
+
+def test_a_brokerd_that_cannot_answer_the_cancel_is_named_before_the_timeout(rig: Rig) -> None:
+    """brokerd stopped mid-call (SIGSTOP): loopd's result comes within the timeout, says the
+    fate is in brokerd's log; once brokerd goes on, it finds loopd gone and kills the command."""
+    import signal
+    import threading
+
+    start(rig)
+    assert rig.daemon is not None
+    token = uuid.uuid4().hex
+    got: list[str] = []
+    worker = threading.Thread(
+        target=lambda: got.append(call(rig, "shell", shell(f"# {token}\nsleep 60"))), daemon=True
+    )
+    worker.start()
+    wait_for(lambda: processes_with(token), "the command to run")
+    rig.daemon.send_signal(signal.SIGSTOP)
+    try:
+        worker.join(TIMEOUT_S + 2.0)
+        assert got, "loopd's side gave no result"
+        assert "whether the call ran is in brokerd's log" in got[0], got[0]
+    finally:
+        rig.daemon.send_signal(signal.SIGCONT)
+    wait_for(lambda: not processes_with(token), "the command to be killed once brokerd went on")
