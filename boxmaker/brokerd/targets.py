@@ -101,6 +101,8 @@ def normal_host(text: str) -> str:
     host = host.lower()
     if host.endswith(".") and not host.endswith(".."):
         host = host[:-1]
+    if "%" in host:  # an IPv6 zone id: another spelling of an address a rule may name
+        raise BadTarget(f"{text!r}: a zone id ('%') is refused; name the address without one")
     if ":" in host:
         try:
             v6 = ipaddress.IPv6Address(host)
