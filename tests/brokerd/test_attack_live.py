@@ -107,3 +107,30 @@ def test_the_write_prompt_shows_every_byte_written(rig: Rig, content: str) -> No
     assert head.startswith("write run.sh: "), held
     assert body == content
     assert call.result().startswith("error: denied: ")
+
+
+ASK_EDITS = """
+[[grant]]
+tool = "edit_file"
+mode = "ask"
+
+[[grant]]
+tool = "read_file"
+mode = "allow"
+"""
+
+
+@pytest.mark.parametrize("sep", ["\r", "\u2028", "\x0c", "\x85", "\x1e", "\x0b"])
+def test_the_edit_diff_shows_a_changed_line_break(rig: Rig, sep: str) -> None:
+    """`splitlines` read `a<sep>b` and `a\\nb` as the same two lines: the diff was empty while
+    the edit changed the file's bytes. Lines are split at \\n alone, so the change shows."""
+    rig.grants_text = ASK_EDITS
+    rig.workspace.mkdir()
+    (rig.workspace / "run.sh").write_text(f"echo a{sep}rm -rf ~\n", newline="")
+    rig.start()
+    call = Call(rig, "edit_file", {"path": "run.sh", "old": f"a{sep}", "new": "a\n"})
+    held = owner_sees(rig, call.wait_needed()["id"], "no")
+    lines = held["summary"].split("\n")
+    changed = [ln for ln in lines if ln.startswith(("+", "-")) and ln[:3] not in ("+++", "---")]
+    assert changed, held["summary"]
+    assert call.result().startswith("error: denied: ")

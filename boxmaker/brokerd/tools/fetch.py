@@ -198,7 +198,7 @@ def _one(
     addresses = _resolve(host, port)
     for addr in addresses:
         if addr in denied or netcheck.plain(addr) in denied:
-            raise Refused(f"{host} resolves to {addr}, which a grant denies")
+            raise Refused(f"denied: a grant denies an address {host} resolves to")
     exact = frozenset(a for a in allow if names_address_exactly(host, str(a)))
     refusal = netcheck.check(addresses, exact)
     if refusal is not None:

@@ -149,7 +149,13 @@ class FileTools:
             return f"edit {shown} (will fail: {exc})"
         before, after = _readable(before), _readable(after)  # for the owner's eyes only
         diff = difflib.unified_diff(
-            before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+            # Lines end at \n alone: splitlines() also breaks at \r, \x0b, \x85, U+2028...,
+            # so an edit that turns one of those into \n showed as no change at all.
+            before.split("\n"),
+            after.split("\n"),
+            f"a/{shown}",
+            f"b/{shown}",
+            lineterm="",
         )
         return f"edit {shown}:\n" + "\n".join(diff)
 
