@@ -82,7 +82,7 @@ def test_yes_runs_exactly_that_call(rig: Rig) -> None:
     assert needed["summary"] == "write_file a.txt: waiting for the owner's answer"
     assert (
         owner_sees(rig, needed["id"], "yes")["summary"]
-        == "write a.txt: 5 bytes (a new file):\nhello"
+        == "write a.txt: 5 bytes (a new file)\nhello"
     )
     assert call.result() == "wrote a.txt: 5 bytes"
     assert (rig.workspace / "a.txt").read_text() == "hello"

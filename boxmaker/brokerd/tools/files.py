@@ -138,7 +138,7 @@ class FileTools:
         if new_folders := missing_folders(self.ws, parts[:-1]):
             was += f", and {new_folders} new folder(s)"
         # The content whole, under the line: the owner approves what is written, not its size.
-        return f"write {'/'.join(parts)}: {size} bytes ({was}):\n{args['content']}"
+        return f"write {'/'.join(parts)}: {size} bytes ({was})\n{args['content']}"
 
     def edit_file_summary(self, parts: tuple[str, ...], args: dict[str, Any]) -> str:
         """The edit's whole diff (never cut: the owner approves what they read)."""
