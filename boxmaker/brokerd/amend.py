@@ -19,15 +19,16 @@ import secrets
 import orjson
 
 from boxmaker.brokerd.grants import GrantsError, Lookup, Mode, Rule, parse_grants
-from boxmaker.brokerd.tools.kind import Target, Tool
+from boxmaker.brokerd.tools.kind import Args, Target, Tool
 
 MAX_GRANTS_BYTES = 1 << 20
 MARK = b"# added by brokerd: the owner answered always\n"
 
 
-def always_rule(table: Lookup, tool: Tool, target: Target) -> Rule | str:
-    """The exact allow rule "always" would add for `tool` on `target`, or why there is none."""
-    got = tool.always_for(target)
+def always_rule(table: Lookup, tool: Tool, target: Target, args: Args) -> Rule | str:
+    """The exact allow rule "always" would add for this call of `tool` on `target`, or why
+    there is none."""
+    got = tool.always_for(target, args)
     if isinstance(got, str):
         return got
     key, value = got

@@ -174,7 +174,7 @@ class Broker:
             summary = tool.summary(CallContext(self), target, args)
         except (PathRefused, OSError) as exc:
             summary = f"{tool.name} (cannot say what it would do: {exc})"
-        rule = amend.always_rule(self.table, tool, target)
+        rule = amend.always_rule(self.table, tool, target, args)
         prompt = HeldCall(
             id=call_id,
             tool=tool.name,

@@ -79,6 +79,10 @@ class Rule:  # hashable: the verdict keys a dict by rule
         assert isinstance(target, tuple)
         if "/".join(target) in self.files:
             return len(target) + 1
+        if self.mode is Mode.DENY:  # a denied file denies every path through its name too
+            below = [f.split("/") for f in self.files]
+            if hit := max((len(f) for f in below if list(target[: len(f)]) == f), default=0):
+                return hit + 1
         return max((len(p) for p in self.paths if target[: len(p)] == p), default=-1)
 
     def to_toml(self) -> str:

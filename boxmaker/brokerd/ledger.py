@@ -78,9 +78,14 @@ def rule_from_json(obj: dict[str, Any], table: Lookup) -> Rule:
     return rule_of(kept, "grant record", table)
 
 
-def replay(data: bytes, table: Lookup) -> int:
+def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> int:
     """Checks the chain, then decides every request again and compares. Returns the number of
-    decisions reproduced. Raises LogError at the first line that differs."""
+    decisions reproduced. Raises LogError at the first line that differs.
+
+    A call of a tool named at run time (`<server>.<tool>`, an MCP server's) that `table` does
+    not have is not decided again: its row comes from the server's listing, which the log does
+    not hold, and replay starts no server. Its id goes to `unreplayed`; its approval is still
+    checked against the hash logged."""
     try:
         records, _ = verify_chain(data)
     except ChainError as exc:
@@ -90,6 +95,7 @@ def replay(data: bytes, table: Lookup) -> int:
     hashes: dict[str, str] = {}  # request id -> its hash
     asked: dict[str, str] = {}  # the requests that asked -> their hash, for the approvals
     pending: dict[str, Decided] = {}
+    skipped: dict[str, str] = {}  # the MCP calls not decided again -> their hash
     ledger = Ledger()
     count = 0
     for n, rec in enumerate(records, 1):
@@ -104,13 +110,20 @@ def replay(data: bytes, table: Lookup) -> int:
                 rules = (*rules, rule_from_json(rec["rule"], table))
         except GrantsError as exc:
             raise LogError(f"line {n}: {exc}") from None
-        if kind == "request":
+        if kind == "request" and "." in rec["tool"] and table.get(rec["tool"]) is None:
+            skipped[rec["id"]] = rec["hash"]
+            if unreplayed is not None:
+                unreplayed.append(rec["id"])
+        elif kind == "request":
             pending[rec["id"]] = again = decide(
                 table, rules, rec["tool"], rec["arguments"], workspace, taint
             )
             if again.hash != rec["hash"]:
                 raise LogError(f"line {n}: the call's hash differs from the one logged")
             hashes[rec["id"]] = rec["hash"]
+        elif kind == "decision" and rec["id"] in skipped:
+            if rec["mode"] == "ask":
+                asked[rec["id"]] = skipped[rec["id"]]
         elif kind == "decision":
             d = pending.pop(rec["id"]).decision
             if (str(d.mode), d.reason) != (rec["mode"], rec["reason"]):

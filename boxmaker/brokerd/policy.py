@@ -11,7 +11,9 @@ The order of rules never matters: a covering `deny` always wins; otherwise the m
 covering rule decides (an exact file over any prefix, the longest prefix; on a tie the stricter,
 ask over allow). No rule for the tool: deny ("no grant"), except a HOSTS tool, which asks. A tool
 that reads its target's content as another tool (edit_file reads what read_file reads) needs that
-tool's decision on the same target too, and the stricter of the two stands. A target the row
+tool's decision on the same target too, and the stricter of the two stands; a row's `denied_as`
+tools' covering denies deny it too, and while any deny rule of its `reads_all_as` tools exists
+(shell reads the whole workspace) it is never better than ask. A target the row
 lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool
 that writes asks, in a tainted session, whatever its grant.
 """
@@ -73,13 +75,31 @@ def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
     """allow, ask or deny for `tool` on its normalised `target`, with the reason; a tool that
     reads as another also needs that one's verdict."""
     d = _rules_say(rules, tool, target)
-    if tool.reads_as is None or d.mode is Mode.DENY:
+    if d.mode is Mode.DENY:
+        return d
+    for other in tool.denied_as:
+        if _denies(rules, other, target):
+            why = f"{tool.name} on {shown(target)} would tell what {other} denies there"
+            return Decision(Mode.DENY, why, d.class_)
+    if d.mode is Mode.ALLOW and (bounded := [o for o in tool.reads_all_as if _denies(rules, o)]):
+        why = (
+            f"{tool.name} can read every file of the workspace, and the grants deny "
+            f"{' and '.join(bounded)} some: the owner sees each call"
+        )
+        return Decision(Mode.ASK, why, d.class_)
+    if tool.reads_as is None:
         return d
     read = _rules_say(rules, _ReadAs(tool.reads_as, tool.grant), target)  # that tool's rules
     if _STRICTNESS[read.mode] <= _STRICTNESS[d.mode]:
         return d
     what = f"{tool.name} reads {shown(target)}'s content, which needs {tool.reads_as}"
     return Decision(read.mode, f"{what}: {read.reason}", d.class_)
+
+
+def _denies(rules: Sequence[Rule], name: str, target: Target | None = None) -> bool:
+    """Whether a deny rule of `name` covers `target` (None: whether `name` has any deny)."""
+    deny = (r for r in rules if r.tool == name and r.mode is Mode.DENY)
+    return any(target is None or r.covers(name, target) >= 0 for r in deny)
 
 
 @dataclass(frozen=True, slots=True)

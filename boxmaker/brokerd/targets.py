@@ -101,6 +101,11 @@ def normal_host(text: str) -> str:
     host = host.lower()
     if host.endswith(".") and not host.endswith(".."):
         host = host[:-1]
+    if "%" in host:  # percent-encoding or an IPv6 zone id: another spelling of what a rule names
+        raise BadTarget(
+            f"{text!r}: a '%' in a host (percent-encoding, an IPv6 zone id) is refused; "
+            "write the host plainly"
+        )
     if ":" in host:
         try:
             v6 = ipaddress.IPv6Address(host)

@@ -8,7 +8,7 @@ from boxmaker.brokerd import amend, ledger, policy
 from boxmaker.brokerd import grants as grants_mod
 from boxmaker.brokerd.grants import Rule
 from boxmaker.brokerd.taint import Taint
-from boxmaker.brokerd.tools.kind import Target, Tool
+from boxmaker.brokerd.tools.kind import Args, Target, Tool
 from boxmaker.brokerd.tools.table import TABLE
 
 
@@ -36,8 +36,8 @@ def replay(data: bytes) -> int:
     return ledger.replay(data, TABLE)
 
 
-def always_rule(name: str, target: Target) -> Rule | None:
-    got = amend.always_rule(TABLE, tool(name), target)
+def always_rule(name: str, target: Target, args: Args | None = None) -> Rule | None:
+    got = amend.always_rule(TABLE, tool(name), target, args or {})
     return got if isinstance(got, Rule) else None
 
 

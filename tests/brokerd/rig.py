@@ -57,6 +57,7 @@ class Rig:
     broker: dict[str, Any] = field(default_factory=dict)
     daemon: Daemon | None = None
     openat2: bool = True
+    mcp: dict[str, Any] = field(default_factory=dict)
 
     @property
     def workspace(self) -> Path:
@@ -95,7 +96,10 @@ class Rig:
             "approval_timeout_ms": 5000,
             **self.broker,
         }
-        (self.base / "brokerd.toml").write_text(toml_dumps({"broker": table}))
+        doc: dict[str, Any] = {"broker": table}
+        if self.mcp:
+            doc["mcp"] = self.mcp  # [mcp.<name>] tables (docs/mcp.md)
+        (self.base / "brokerd.toml").write_text(toml_dumps(doc))
         env = dict(os.environ)
         if not self.openat2:
             env["BOXMAKER_BROKERD_NO_OPENAT2"] = "1"

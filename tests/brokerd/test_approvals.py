@@ -80,7 +80,10 @@ def test_yes_runs_exactly_that_call(rig: Rig) -> None:
     needed = call.wait_needed()
     assert needed["tool"] == "write_file"
     assert needed["summary"] == "write_file a.txt: waiting for the owner's answer"
-    assert owner_sees(rig, needed["id"], "yes")["summary"] == "write a.txt: 5 bytes (a new file)"
+    assert (
+        owner_sees(rig, needed["id"], "yes")["summary"]
+        == "write a.txt: 5 bytes (a new file)\nhello"
+    )
     assert call.result() == "wrote a.txt: 5 bytes"
     assert (rig.workspace / "a.txt").read_text() == "hello"
     again = Call(rig, "write_file", {"path": "a.txt", "content": "hello"})  # the very same call

@@ -101,7 +101,7 @@ def test_shell_has_no_argument_constraint_and_always_adds_nothing() -> None:
     assert decide(rs, "shell", '{"command": "rm -rf /"}', WS).decision.mode is Mode.ALLOW
     assert decision((), "shell", "").mode is Mode.DENY  # no grant: denied, like the file tools
     assert always_rule("shell", "") is None  # "always" on shell would allow every command
-    rule = always_rule("fetch", "example.org")
+    rule = always_rule("fetch", "example.org", {"url": "https://example.org/a"})
     assert rule is not None
     assert parse_grants(rule.to_toml().encode()) == (rule,)
     assert decision((rule,), "fetch", "example.org").mode is Mode.ALLOW

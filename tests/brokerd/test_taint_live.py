@@ -125,7 +125,7 @@ def test_a_tainted_session_asks_to_write_and_says_why(rig: Rig) -> None:
     asked = call(rig, "s1", "write_file", WRITE)  # the grant says allow; the taint says ask
     assert asked["tool"] == "write_file"
     held = owner_sees(rig, asked["id"], "no")
-    assert held["summary"] == "write out.txt: 1 bytes (replaces 1 bytes)"
+    assert held["summary"] == f"write out.txt: 1 bytes (replaces 1 bytes)\n{WRITE['content']}"
     assert held["reason"] == (
         "write_file asks because the session read untrusted content from read_file at call 1; "
         "write_file can write or send"

@@ -20,11 +20,11 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from boxmaker.brokerd.mcp.catalog import TOOL_NAME, argument_problem
+from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
-from boxmaker.brokerd.tools.table import Family
+from boxmaker.brokerd.tools.table import Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 # What the table's argument parser can check by type (tools/spec.parse_arguments).
@@ -136,25 +136,50 @@ class ServerRows:
         re-read of the grants start no server."""
         if self.config.name in self.manager.tools.latest:
             return self.rows(name)
-        tool = name.removeprefix(f"{self.config.name}.")
-        if not TOOL_NAME.fullmatch(tool):
-            return None
-        return Tool(
-            ToolSchema(name, "", {"type": "object"}),
-            {},
-            _unlisted,
-            lambda _ctx, _target, _args: name,
-            GrantKind.NONE,
-            lambda _args, _ws: "",
-            asks_by_default=True,
-        )
+        return grant_only_row(name)
 
     def family(self) -> Family:
         return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row)
 
 
+def grant_only_row(name: str) -> Tool | None:
+    """For `<server>.<tool>`, a row that says only how its grants read (GrantKind.NONE)."""
+    if split_name(name) is None:
+        return None
+    return Tool(
+        ToolSchema(name, "", {"type": "object"}),
+        {},
+        _unlisted,
+        lambda _ctx, _target, _args: name,
+        GrantKind.NONE,
+        lambda _args, _ws: "",
+        asks_by_default=True,
+    )
+
+
 def _unlisted(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
     raise AssertionError("a grant's row is never run")  # policy.decide looks up with get
+
+
+class ReplayTable:
+    """What `brokerd verify` replays with: brokerd's own rows, and grants of any MCP tool read
+    as grant_only_row reads them. It starts no server: ledger.replay does not decide an MCP
+    call again (the log holds no listing)."""
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+
+    def get(self, name: str) -> Tool | None:
+        return self.table.get(name)
+
+    def grant_row(self, name: str) -> Tool | None:
+        return self.table.grant_row(name) or grant_only_row(name)
+
+    def grant_names(self) -> list[str]:
+        return [*self.table.grant_names(), "<server>.<tool>"]
+
+    def names(self) -> tuple[str, ...]:
+        return self.table.names()
 
 
 def families(manager: McpManager, epoch_of: Callable[[Context], int]) -> list[Family]:

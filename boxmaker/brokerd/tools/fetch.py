@@ -198,7 +198,7 @@ def _one(
     addresses = _resolve(host, port)
     for addr in addresses:
         if addr in denied or netcheck.plain(addr) in denied:
-            raise Refused(f"{host} resolves to {addr}, which a grant denies")
+            raise Refused(f"denied: a grant denies an address {host} resolves to")
     exact = frozenset(a for a in allow if names_address_exactly(host, str(a)))
     refusal = netcheck.check(addresses, exact)
     if refusal is not None:
@@ -291,6 +291,18 @@ def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
     return frozenset(found)
 
 
+def _always(target: Target, args: Args) -> tuple[str, str] | str:
+    """That host, only for a URL on its scheme's own port: a grant names hosts, not ports, so
+    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule)."""
+    try:
+        scheme, _host, port, _path = _target(args.get("url", ""))
+    except Refused as exc:
+        return f"nothing: {exc}"
+    if port != (443 if scheme == "https" else 80):
+        return f"nothing: a grant names a host, not its port {port}; this call is allowed once"
+    return ("hosts", str(target))
+
+
 def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
     def hop_ok(url: str) -> str | None:
         """A redirect goes to the same host, or one the grants allow: nobody can be asked
@@ -331,6 +343,6 @@ FETCH = Tool(
     lambda args, _ws: url_host(args["url"]),
     writes=True,  # a URL carries data out
     untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
-    always=lambda target: ("hosts", str(target)),
+    always=_always,
     classes=True,
 )

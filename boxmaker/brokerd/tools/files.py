@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
+from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.paths import (
@@ -63,8 +64,15 @@ class FileTools:
         cut = end < size or resp.truncated
         return ToolResponse(resp.content, resp.class_, untrusted=True, truncated=cut)
 
-    def list_dir(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
-        names = list_entries(self.ws, parts)
+    def list_dir(
+        self,
+        parts: tuple[str, ...],
+        args: dict[str, Any],
+        hidden: Callable[[tuple[str, ...]], bool] = lambda _parts: False,
+    ) -> ToolResponse:
+        """The folder's names, less those `hidden` says a grant denies (a denied name is not
+        there, as far as the model can tell)."""
+        names = [n for n in list_entries(self.ws, parts) if not hidden((*parts, n.rstrip("/")))]
         return response("\n".join(names) if names else "(empty folder)", self.cap, untrusted=True)
 
     def _old(self, parts: tuple[str, ...]) -> bytes | None:
@@ -129,7 +137,8 @@ class FileTools:
             was = "a new file"
         if new_folders := missing_folders(self.ws, parts[:-1]):
             was += f", and {new_folders} new folder(s)"
-        return f"write {'/'.join(parts)}: {size} bytes ({was})"
+        # The content whole, under the line: the owner approves what is written, not its size.
+        return f"write {'/'.join(parts)}: {size} bytes ({was})\n{args['content']}"
 
     def edit_file_summary(self, parts: tuple[str, ...], args: dict[str, Any]) -> str:
         """The edit's whole diff (never cut: the owner approves what they read)."""
@@ -140,7 +149,13 @@ class FileTools:
             return f"edit {shown} (will fail: {exc})"
         before, after = _readable(before), _readable(after)  # for the owner's eyes only
         diff = difflib.unified_diff(
-            before.splitlines(), after.splitlines(), f"a/{shown}", f"b/{shown}", lineterm=""
+            # Lines end at \n alone: splitlines() also breaks at \r, \x0b, \x85, U+2028...,
+            # so an edit that turns one of those into \n showed as no change at all.
+            before.split("\n"),
+            after.split("\n"),
+            f"a/{shown}",
+            f"b/{shown}",
+            lineterm="",
         )
         return f"edit {shown}:\n" + "\n".join(diff)
 
@@ -166,11 +181,20 @@ def _file_tool(
     writes: bool,
     untrusted: bool,
     reads_as: str | None = None,
+    denied_as: tuple[str, ...] = (),
+    lists: bool = False,
 ) -> Tool:
     name = schema.name
 
     def run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
         resp: ToolResponse = getattr(ctx.files, name)(_parts(target), args)
+        return resp
+
+    def run_list(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
+        def hidden(child: tuple[str, ...]) -> bool:
+            return str(ctx.verdict(name, child).mode) == "deny"
+
+        resp: ToolResponse = ctx.files.list_dir(_parts(target), args, hidden)
         return resp
 
     def summary(ctx: Context, target: Target, args: Args) -> str:
@@ -183,11 +207,12 @@ def _file_tool(
     return Tool(
         schema,
         types,
-        run,
+        run_list if lists else run,
         summary,
         GrantKind.PATHS,
         _path_target,
         reads_as=reads_as,
+        denied_as=denied_as,
         writes=writes,
         untrusted=untrusted,
         always=exact_path,
@@ -221,6 +246,8 @@ LIST_DIR = _file_tool(
     {"path": str},
     writes=False,
     untrusted=True,
+    denied_as=("read_file",),  # a read-denied name is not listed either
+    lists=True,
 )
 WRITE_FILE = _file_tool(
     ToolSchema(
@@ -235,6 +262,7 @@ WRITE_FILE = _file_tool(
     {"path": str, "content": str},
     writes=True,
     untrusted=False,  # it answers what it wrote, nothing it read
+    denied_as=("read_file", "list_dir"),  # "is a folder", "not a folder" tell what is there
 )
 EDIT_FILE = _file_tool(
     ToolSchema(
@@ -251,4 +279,5 @@ EDIT_FILE = _file_tool(
     writes=True,
     untrusted=True,
     reads_as="read_file",
+    denied_as=("list_dir",),
 )

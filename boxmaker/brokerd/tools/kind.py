@@ -65,6 +65,12 @@ class Tool:
         names: for GrantKind.NAMES, the names a rule may list, and the default.
         reads_as: the tool whose decision on the same target this one needs because it reads
             that target's content (edit_file reads what read_file may read): the stricter wins.
+        denied_as: tools whose covering deny denies this one too on the same target (what the
+            agent may not read it may not list, write or probe either: each answer, an error
+            included, would say something of what is there).
+        reads_all_as: tools whose rules bound what this one reads, though it reads the whole
+            workspace (shell): while any of them has a deny rule, this one is never better
+            than ask (the owner sees the whole command).
         writes: it can write or send: a tainted session asks before it runs (the default: a
             row says False only for a tool known to read and nothing else).
         untrusted: everything it answers, errors included, is untrusted (taints the session):
@@ -88,9 +94,11 @@ class Tool:
     target: Callable[[Args, str], Target] | None = None
     names: tuple[str, ...] = ()
     reads_as: str | None = None
+    denied_as: tuple[str, ...] = ()
+    reads_all_as: tuple[str, ...] = ()
     writes: bool = True  # a new tool counts as a writer until its row says it only reads
     untrusted: bool = True  # and its answers as untrusted until its row says otherwise
-    always: Callable[[Target], tuple[str, str] | str] | None = None
+    always: Callable[[Target, Args], tuple[str, str] | str] | None = None
     check: Callable[[Args], str | None] | None = None
     classes: bool = False
     ask_always: Mapping[str, str] = field(default_factory=dict)
@@ -104,11 +112,11 @@ class Tool:
     def name(self) -> str:
         return self.schema.name
 
-    def always_for(self, target: Target) -> tuple[str, str] | str:
-        """(key, value) of the exact rule "always" adds, or why it adds none."""
+    def always_for(self, target: Target, args: Args) -> tuple[str, str] | str:
+        """(key, value) of the exact rule "always" adds for this call, or why it adds none."""
         if self.always is None:
             return f"nothing: a {self.name} call is asked about every time"
-        return self.always(target)
+        return self.always(target, args)
 
 
 def brief_of(tool: Tool, target: Target) -> str:
@@ -117,11 +125,11 @@ def brief_of(tool: Tool, target: Target) -> str:
     return f"{tool.name} {shown}".rstrip() + ": waiting for the owner's answer"
 
 
-def no_always(reason: str) -> Callable[[Target], str]:
-    return lambda _target: reason
+def no_always(reason: str) -> Callable[[Target, Args], str]:
+    return lambda _target, _args: reason
 
 
-def exact_path(target: Target) -> tuple[str, str] | str:
+def exact_path(target: Target, _args: Args) -> tuple[str, str] | str:
     """ "always" on a path: that file, exactly (`files`), never a prefix."""
     if not isinstance(target, tuple) or not target:
         return "nothing: the workspace itself cannot be one file's grant"

@@ -64,7 +64,7 @@ def _check(args: Args) -> str | None:
     return None if args.get("file", "notes") in FILES else 'file must be "notes" or "core"'
 
 
-def _always(target: Target) -> tuple[str, str] | str:
+def _always(target: Target, _args: Args) -> tuple[str, str] | str:
     if target == "core":
         return "nothing: memory/core.md goes into every baseline, so it is asked every time"
     return ("files", str(target))

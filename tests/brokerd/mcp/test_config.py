@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import tomllib
+from pathlib import Path
 
 import pytest
 
-from boxmaker.brokerd.config import ConfigError
+from boxmaker.brokerd.config import ConfigError, parse_config
 from boxmaker.brokerd.mcp.config import LIMITS, parse_mcp
 from boxmaker.brokerd.mcp.hosts import HostEntry
 
@@ -103,3 +104,16 @@ def test_a_bad_value_is_refused_naming_its_key(text: str, message: str) -> None:
         parse_mcp(tomllib.loads(text).get("mcp"), "/etc")
     assert message in str(caught.value)
     assert len(str(caught.value).splitlines()) == 1
+
+
+def test_the_examples_commented_in_brokerd_toml_example_parse() -> None:
+    """conf/brokerd.toml.example's [mcp.*] tables, uncommented, are a config brokerd takes."""
+    conf = Path(__file__).resolve().parents[3] / "conf"
+    text = (conf / "brokerd.toml.example").read_text()
+    lines = text[text.index("# MCP servers") :].splitlines()
+    uncommented = "\n".join(line[1:] for line in lines if line[:2] not in ("# ", "#"))
+    config = parse_config(text.encode() + b"\n" + uncommented.encode(), str(conf))
+    servers = parse_mcp(config.mcp, str(conf))
+    assert sorted(servers) == ["git", "time", "web"]
+    assert servers["git"].workspace == "ro"
+    assert [str(h) for h in servers["web"].hosts] == ["docs.python.org"]

@@ -1,0 +1,175 @@
+"""Held-out variants of issue 27's classes 1-3, on the cores (the verdict, the targets, "always"):
+each fails on the code before its fix."""
+
+from __future__ import annotations
+
+import orjson
+import pytest
+
+from boxmaker.brokerd.grants import Mode
+from tests.brokerd.core import always_rule, decide, parse_grants
+
+WS = "/srv/ws"
+
+READ_DENIED = b"""
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "read_file"
+mode = "deny"
+paths = ["secrets"]
+files = ["notes/pin.txt"]
+
+[[grant]]
+tool = "list_dir"
+mode = "allow"
+
+[[grant]]
+tool = "write_file"
+mode = "allow"
+
+[[grant]]
+tool = "edit_file"
+mode = "allow"
+
+[[grant]]
+tool = "shell"
+mode = "allow"
+"""
+
+
+def mode_of(grants: bytes, tool: str, args: dict[str, object]) -> Mode:
+    return decide(parse_grants(grants), tool, orjson.dumps(args).decode(), WS).decision.mode
+
+
+# ---- class 1: no tool answers about what read_file denies ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("list_dir", {"path": "secrets"}),  # the names of a denied folder
+        ("list_dir", {"path": "./secrets/"}),
+        ("list_dir", {"path": f"{WS}/secrets/sub"}),
+        ("write_file", {"path": "secrets/key/x", "content": ""}),  # "not a folder": it exists
+        ("write_file", {"path": "secrets//new", "content": "x"}),
+        ("edit_file", {"path": "notes/pin.txt", "old": "1", "new": "1"}),
+        ("read_file", {"path": "notes/pin.txt/x"}),  # a path through a denied file
+        ("list_dir", {"path": "notes/pin.txt"}),
+        ("write_file", {"path": "notes/./pin.txt", "content": "x"}),
+    ],
+)
+def test_a_read_deny_denies_every_path_tool_there(tool: str, args: dict[str, object]) -> None:
+    """What read_file denies, list_dir, write_file and edit_file are denied too (their answers,
+    errors included, tell what is there), and a denied file denies every path through its name."""
+    assert mode_of(READ_DENIED, tool, args) is Mode.DENY
+
+
+@pytest.mark.parametrize(
+    ("tool", "args"),
+    [
+        ("list_dir", {"path": "notes"}),  # the folder of a denied file is listed (less that name)
+        ("write_file", {"path": "notes/pin.txt.bak", "content": "x"}),
+        ("read_file", {"path": "secretsx/a"}),
+        ("list_dir", {"path": "."}),
+        ("edit_file", {"path": "notes/a.md", "old": "a", "new": "b"}),
+    ],
+)
+def test_what_no_deny_covers_stays_allowed(tool: str, args: dict[str, object]) -> None:
+    assert mode_of(READ_DENIED, tool, args) is Mode.ALLOW
+
+
+@pytest.mark.parametrize(
+    "grants",
+    [
+        READ_DENIED,
+        b'[[grant]]\ntool = "shell"\nmode = "allow"\n'
+        b'[[grant]]\ntool = "read_file"\nmode = "deny"\nfiles = ["k"]\n',
+        b'[[grant]]\ntool = "shell"\nmode = "allow"\n'
+        b'[[grant]]\ntool = "list_dir"\nmode = "deny"\npaths = ["private"]\n',
+        b'[[grant]]\ntool = "shell"\nmode = "allow"\n'
+        b'[[grant]]\ntool = "read_file"\nmode = "deny"\n',
+        b'[[grant]]\ntool = "read_file"\nmode = "deny"\npaths = ["a/b"]\n'
+        b'[[grant]]\ntool = "shell"\nmode = "allow"\n',  # the order of rules never matters
+    ],
+)
+def test_shell_asks_while_a_read_is_denied(grants: bytes) -> None:
+    """`cat secrets/key` in the sandbox reads what read_file denies: shell is never better than
+    ask while the grants deny a read (decisions/brokerd.md)."""
+    for command in ("cat secrets/key", "ls", "echo hi"):
+        decided = decide(
+            parse_grants(grants), "shell", orjson.dumps({"command": command}).decode(), WS
+        )
+        assert decided.decision.mode is Mode.ASK, decided.decision
+        assert "deny" in decided.decision.reason
+
+
+def test_shell_with_no_read_deny_keeps_its_grant() -> None:
+    grants = b'[[grant]]\ntool = "shell"\nmode = "allow"\n'
+    grants += b'[[grant]]\ntool = "read_file"\nmode = "allow"\n'
+    assert mode_of(grants, "shell", {"command": "cat a"}) is Mode.ALLOW
+
+
+# ---- class 2: an IPv6 zone id is one more spelling of an address -------------------------------
+
+FETCH_DENY = b"""
+[[grant]]
+tool = "fetch"
+mode = "deny"
+hosts = ["2606:4700::1111", "::1", "fe80::1"]
+
+[[grant]]
+tool = "fetch"
+mode = "allow"
+hosts = ["*"]
+"""
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://[2606:4700::1111%25eth0]/",
+        "http://[2606:4700::1111%eth0]/",
+        "http://[::1%25lo]/",
+        "http://[0:0::1%251]/",
+        "http://[fe80::1%25eth0]:8080/",
+        "HTTP://[2606:4700:0::1111%25lo]/x",
+    ],
+)
+def test_a_zone_id_never_passes_a_deny(url: str) -> None:
+    decided = decide(parse_grants(FETCH_DENY), "fetch", orjson.dumps({"url": url}).decode(), WS)
+    assert decided.decision.mode is Mode.DENY, (url, decided.decision)
+
+
+# ---- class 3: "always" adds no more than the call ----------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://example.org:8080/",
+        "https://example.org:80/",
+        "http://example.org:443/",
+        "http://127.0.0.1:8000/x",
+        "https://[2606:4700::1111]:8443/",
+        "http://EXAMPLE.org:1/",
+    ],
+)
+def test_always_on_a_port_adds_nothing(url: str) -> None:
+    """A grant names a host, not a port: "always" on `h:8080` would grant every port of h."""
+    from tests.brokerd.core import tool
+
+    target = tool("fetch").target
+    assert target is not None
+    assert always_rule("fetch", target({"url": url}, WS), {"url": url}) is None
+
+
+@pytest.mark.parametrize(
+    "url", ["http://example.org/", "https://example.org:443/", "http://example.org:80/a"]
+)
+def test_always_on_the_scheme_port_adds_that_host(url: str) -> None:
+    rule = always_rule("fetch", "example.org", {"url": url})
+    assert rule is not None
+    assert rule.hosts == ("example.org",)
