@@ -250,6 +250,9 @@ class LoopConfig:
     thinking: Annotated[bool, BOOL] = True
 
 
+_CORE_LIST = list_of(_TOOL_NAME, "a list of distinct tool names", unique=True, nonempty=False)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ToolsConfig:
     """[tools]: where tool calls go (issue 22). Without broker_socket, only `clock`, answered by
@@ -259,13 +262,9 @@ class ToolsConfig:
     # The longest wait for one frame from brokerd; above brokerd's approval_timeout_ms, since a
     # call waits there for the owner. [loop] tool_timeout_ms bounds the whole call too.
     broker_timeout_ms: Annotated[int, MS] = 180_000
-    # The registry tools offered as core schemas in a new session's baseline, called directly,
-    # in this order, before find_tool and call_tool (docs/decisions/core-tools.md); the default
-    # is the brief's three. One brokerd does not grant (or is down for) is left out.
-    core: Annotated[
-        tuple[str, ...], list_of(_TOOL_NAME, "a list of distinct tool names", unique=True,
-                                 nonempty=False)
-    ] = ("clock",)  # fmt: skip
+    # Registry tools offered as core schemas in a new baseline, in order, before find_tool and
+    # call_tool (docs/decisions/core-tools.md); one brokerd does not grant is left out.
+    core: Annotated[tuple[str, ...], _CORE_LIST] = ("clock",)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -280,9 +279,9 @@ class CompactConfig:
     max_attempts: Annotated[int, integer(1, 10, "compactions tried per epoch")] = 2
     # A compaction that would cut less than this share of the context counts as failed.
     min_cut: Annotated[float, number(0.0, 0.95)] = 0.3
-    # The owner's words and the summary go into the next baseline, which must stay within its
-    # read bound (192,000 bytes; issue 29.1): 16,000 characters of 4 UTF-8 bytes, a summary of
-    # 4,096 tokens kept to 4 characters a token, and a 3,000-token system text all fit in it.
+    # The next baseline must stay within its 192,000-byte read bound (issue 29.1): 16,000 owner
+    # characters of 4 bytes, a 4,096-token summary at 4 characters a token and a 3,000-token
+    # system text fit.
     owner_chars: Annotated[int, integer(0, 16_000, "characters")] = 1600
     summary_tokens: Annotated[int, integer(1, 4096, "tokens")] = 256  # <= [inference] max_tokens
     prewarm: Annotated[bool, BOOL] = True
@@ -303,10 +302,9 @@ class CacheConfig:
     slot_save: Annotated[bool, BOOL] = False
     # A slot's cache shorter than this is not saved: the server reads it again faster.
     min_tokens: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
-    # A slot left idle this long has its session's cache saved (a server restart then costs it
-    # nothing); a slot another session asks for is saved at once, and every slot when loopd stops.
-    # Long enough that a conversation does not write a file after every turn (a 7B model's cache
-    # is 50-130 KB a token: README, "Slot save and restore").
+    # A slot idle this long has its cache saved (a slot another session asks for at once, every
+    # slot when loopd stops); long enough not to write a file per turn (a 7B model: 50-130 KB a
+    # token, README "Slot save and restore").
     idle_save_ms: Annotated[int, MS] = 60_000
     # Issue 19: a slot is also saved right after a turn when re-reading its cache (at the prompt
     # rate measured at start-up) would cost more than this many times the save (at the save
@@ -318,8 +316,7 @@ class CacheConfig:
     # max_bytes are removed. The server's own view of it is its flag: loopd only names files.
     folder: Annotated[Path | None, PATH] = None
     max_bytes: Annotated[int, integer(1, 1 << 50, "bytes")] = 16 << 30
-    # A save older than this is forgotten (and its file removed, with `folder` set): the state
-    # file and the folder hold only sessions that may still come back.
+    # A save older than this is forgotten (its file removed, with `folder` set).
     max_age_s: Annotated[int, integer(60, 10 * 365 * 86_400, "seconds")] = 30 * 86_400
 
 
