@@ -41,7 +41,7 @@ from boxmaker.brokerd.policy import (
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import fetch
 from boxmaker.brokerd.tools.files import FileTools, error, response
-from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of
+from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of, visible
 from boxmaker.brokerd.tools.table import TABLE, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 from boxmaker.proto.broker import HeldCall
@@ -174,6 +174,7 @@ class Broker:
             summary = tool.summary(CallContext(self), target, args)
         except (PathRefused, OSError) as exc:
             summary = f"{tool.name} (cannot say what it would do: {exc})"
+        summary = visible(summary)  # no byte of a file, a command or a URL can move the cursor
         rule = amend.always_rule(self.table, tool, target, args)
         prompt = HeldCall(
             id=call_id,

@@ -125,6 +125,23 @@ def brief_of(tool: Tool, target: Target) -> str:
     return f"{tool.name} {shown}".rstrip() + ": waiting for the owner's answer"
 
 
+def visible(text: str) -> str:
+    """`text` with every character a terminal would not show as itself escaped (`\\x1b`,
+    `\\u202e`): controls, format characters (bidi overrides, zero-width), separators. Lines stay
+    lines: only \\n is kept. What the owner approves is then what they see, whatever prints it."""
+    return "".join(c if c.isprintable() or c == "\n" else _escaped(ord(c)) for c in text)
+
+
+def _escaped(code: int) -> str:
+    return (
+        f"\\x{code:02x}"
+        if code < 0x100
+        else f"\\u{code:04x}"
+        if code < 0x10000
+        else f"\\U{code:08x}"
+    )
+
+
 def no_always(reason: str) -> Callable[[Target, Args], str]:
     return lambda _target, _args: reason
 
