@@ -173,3 +173,18 @@ def test_always_on_the_scheme_port_adds_that_host(url: str) -> None:
     rule = always_rule("fetch", "example.org", {"url": url})
     assert rule is not None
     assert rule.hosts == ("example.org",)
+
+
+@pytest.mark.parametrize(
+    "hidden", ["\x1b[2K", "\r", "\u202e", "\u200b", "\t", "\x85", "\u2028"]
+)  # fmt: skip
+def test_a_typed_escape_is_never_taken_for_a_hidden_character(hidden: str) -> None:
+    """A command holding both the text `\\x1b` and a real hidden character: the owner's summary
+    tells them apart (the typed backslash doubled), and one with the text alone is as typed."""
+    from boxmaker.brokerd.tools.kind import visible
+
+    typed = "printf '\\x1b\\u202e' "
+    shown = visible(typed + hidden)
+    assert shown.startswith("printf '\\\\x1b\\\\u202e' ")
+    assert hidden not in shown
+    assert visible(typed) == typed

@@ -128,8 +128,15 @@ def brief_of(tool: Tool, target: Target) -> str:
 def visible(text: str) -> str:
     """`text` with every character a terminal would not show as itself escaped (`\\x1b`,
     `\\u202e`): controls, format characters (bidi overrides, zero-width), separators. Lines stay
-    lines: only \\n is kept. What the owner approves is then what they see, whatever prints it."""
-    return "".join(c if c.isprintable() or c == "\n" else _escaped(ord(c)) for c in text)
+    lines: only \\n is kept. What the owner approves is then what they see, whatever prints it.
+    When anything was escaped, every backslash of the original is doubled (as bxctl's escape.py
+    does), so a `\\x1b` typed in a command is never taken for an escaped ESC, nor one for it."""
+    if all(c.isprintable() or c == "\n" for c in text):
+        return text
+    return "".join(
+        "\\\\" if c == "\\" else c if c.isprintable() or c == "\n" else _escaped(ord(c))
+        for c in text
+    )
 
 
 def _escaped(code: int) -> str:
