@@ -4,13 +4,11 @@ started with `python -m boxmaker.brokerd serve`, and clients for its two sockets
 from __future__ import annotations
 
 import contextlib
-import http.server
 import os
 import pwd
 import secrets
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,27 +25,15 @@ from tests.support.serve import ServeEnv, serve_env
 
 BOUND_S = 10.0
 
-ALL_ALLOW = """
-[[grant]]
-tool = "read_file"
-mode = "allow"
 
-[[grant]]
-tool = "list_dir"
-mode = "allow"
+def grant(tool: str, mode: str = "allow", **keys: list[str]) -> str:
+    """One rule of a grants file as an owner writes it: `grant("fetch", hosts=["127.0.0.1"])`."""
+    lines = ["", "[[grant]]", f'tool = "{tool}"', f'mode = "{mode}"']
+    lines += [f"{key} = {orjson.dumps(value).decode()}" for key, value in keys.items()]
+    return "\n".join(lines) + "\n"
 
-[[grant]]
-tool = "write_file"
-mode = "allow"
 
-[[grant]]
-tool = "edit_file"
-mode = "allow"
-
-[[grant]]
-tool = "note"
-mode = "allow"
-"""
+ALL_ALLOW = "".join(grant(t) for t in ("read_file", "list_dir", "write_file", "edit_file", "note"))
 
 
 @dataclass
@@ -177,15 +163,3 @@ def loopd_and_brokerd(grants_text: str) -> Iterator[tuple[ServeEnv, Rig]]:
         if rig.daemon is not None:
             rig.daemon.kill()
         remove(base)
-
-
-@contextlib.contextmanager
-def http_server(handler: type[http.server.BaseHTTPRequestHandler]) -> Iterator[int]:
-    """A local web server on 127.0.0.1 with `handler`; yields its port."""
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()

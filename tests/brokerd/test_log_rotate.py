@@ -15,19 +15,11 @@ from boxmaker.brokerd.cli import main
 from boxmaker.bxctl.cli import main as bxctl
 from boxmaker.session.chain import verify_chain
 from boxmaker.session.chain_files import archives, read_chain
-from tests.brokerd.rig import Rig
+from tests.brokerd.rig import Rig, grant
 from tests.support.cli import run_cli
 
 ROTATE = 64 << 10
-GRANTS = """
-[[grant]]
-tool = "read_file"
-mode = "allow"
-
-[[grant]]
-tool = "write_file"
-mode = "allow"
-"""
+GRANTS = grant("read_file") + grant("write_file")
 
 
 def start(rig: Rig) -> None:

@@ -21,36 +21,13 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.brokerd.rig import Rig, sandbox_workspace
+from tests.brokerd.rig import Rig, grant, sandbox_workspace
 from tests.brokerd.sandbox_rig import CANARY, Listener
 from tests.brokerd.test_fetch import Server, body
 
-GRANTS = """
-[[grant]]
-tool = "read_file"
-mode = "allow"
-
-[[grant]]
-tool = "write_file"
-mode = "allow"
-
-[[grant]]
-tool = "edit_file"
-mode = "allow"
-
-[[grant]]
-tool = "note"
-mode = "allow"
-
-[[grant]]
-tool = "shell"
-mode = "allow"
-
-[[grant]]
-tool = "fetch"
-mode = "allow"
-hosts = ["127.0.0.1"]
-"""
+GRANTS = "".join(
+    grant(t) for t in ("read_file", "write_file", "edit_file", "note", "shell")
+) + grant("fetch", hosts=["127.0.0.1"])
 
 
 @dataclass

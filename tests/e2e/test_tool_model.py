@@ -17,13 +17,11 @@ same stack).
 
 from __future__ import annotations
 
-import http.server
 import io
 import os
 import pwd
 import subprocess
 import sys
-import threading
 import tomllib
 from collections.abc import Iterator
 from typing import Any
@@ -38,6 +36,7 @@ from boxmaker.verify.device import TURN_BOUND, Run
 from boxmaker.verify.profile import load_profile
 from boxmaker.verify.stack import Stack
 from tests.support.llama import ensure_tool_model
+from tests.support.web import page_server
 
 PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"
 # The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
@@ -46,24 +45,8 @@ FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
 
 @pytest.fixture(scope="module")
 def page() -> Iterator[int]:
-    class Handler(http.server.BaseHTTPRequestHandler):
-        def do_GET(self) -> None:
-            self.send_response(200)
-            self.send_header("Content-Type", "text/html")
-            self.send_header("Content-Length", str(len(PAGE)))
-            self.end_headers()
-            self.wfile.write(PAGE)
-
-        def log_message(self, *args: object) -> None:
-            pass
-
-    httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        yield httpd.server_address[1]
-    finally:
-        httpd.shutdown()
-        httpd.server_close()
+    with page_server(PAGE) as port:
+        yield port
 
 
 @pytest.fixture(scope="module")
