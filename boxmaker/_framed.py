@@ -1,8 +1,10 @@
-"""One framed Unix-socket client: the frames of proto.frame over a blocking socket with a timeout.
+"""One framed Unix-socket connection: the frames of proto.frame over a blocking socket with a
+timeout.
 
+`Framed` is both ends' (brokerd's connections, brokerd.conn); `FramedClient` connects, and
 brokerd's clients share it: loopd's BrokerPort on broker.sock, bxctl chat's approvals on
-owner.sock, and the tests' clients of both. One connection, frames of the given kinds; `recv`
-gives None at the peer's end, `exchange` sends one request and yields frames up to the final.
+owner.sock, and the tests' clients of both. Frames of the given kinds; `recv` gives None at the
+peer's end, `exchange` sends one request and yields frames up to the final.
 """
 
 from __future__ import annotations
@@ -17,17 +19,12 @@ from boxmaker.proto.frame import CLOSED, NEED_DATA, Frame, FrameDecoder, encode_
 RECV_BYTES = 65536
 
 
-class FramedClient:
-    def __init__(self, path: str, kinds: Collection[str], timeout_s: float) -> None:
-        """Connects to `path`. Raises OSError (FileNotFoundError, ConnectionRefusedError...)."""
+class Framed:
+    """Frames of the given kinds over a connected socket (brokerd's side and its clients')."""
+
+    def __init__(self, sock: socket.socket, kinds: Collection[str]) -> None:
+        self.sock = sock
         self.kinds = kinds
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        try:
-            self.sock.settimeout(timeout_s)
-            self.sock.connect(path)
-        except OSError:
-            self.sock.close()
-            raise
         self._decoder = FrameDecoder(kinds)
 
     def send(self, kind: str, body: dict[str, Any], final: bool = True) -> None:
@@ -45,6 +42,22 @@ class FramedClient:
                 return got
             self._decoder.receive_data(self.sock.recv(RECV_BYTES))
 
+    def close(self) -> None:
+        self.sock.close()
+
+
+class FramedClient(Framed):
+    def __init__(self, path: str, kinds: Collection[str], timeout_s: float) -> None:
+        """Connects to `path`. Raises OSError (FileNotFoundError, ConnectionRefusedError...)."""
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+        except OSError:
+            sock.close()
+            raise
+        super().__init__(sock, kinds)
+
     def exchange(self, kind: str, body: dict[str, Any]) -> Iterator[Frame]:
         """Sends one request; yields each frame of the answer, the final one last. Raises
         ConnectionResetError when the peer closes before the final frame."""
@@ -56,9 +69,6 @@ class FramedClient:
             yield frame
             if frame.final:
                 return
-
-    def close(self) -> None:
-        self.sock.close()
 
     def __enter__(self) -> FramedClient:
         return self
