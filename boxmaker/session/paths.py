@@ -8,7 +8,7 @@ from pathlib import Path
 from boxmaker.proto import validate_session_id
 
 from .baseline import BASELINE_MAX_BYTES
-from .errors import LogCorrupt, SessionBusy
+from .errors import LogCorrupt, NoSuchSession, SessionBusy, SessionError
 from .files import errno_name, open_regular, read_regular, try_lock
 
 SESSIONS_DIR = "sessions"
@@ -28,6 +28,22 @@ def session_dir(home: Path, session_id: str) -> Path:
         SessionIdError: the id breaks DECISIONS.md's rule; nothing was touched.
     """
     return home / SESSIONS_DIR / validate_session_id(session_id)
+
+
+def existing_session_dir(home: Path, session_id: str) -> Path:
+    """`session_dir`, which must be a folder.
+
+    Raises:
+        SessionIdError: a bad id; NoSuchSession: no such folder; SessionError: it cannot be
+        looked at (the message says what to do).
+    """
+    path = session_dir(home, session_id)
+    try:
+        if not path.is_dir():
+            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
+    except OSError as e:
+        raise SessionError(cannot_reach(path, e)) from e
+    return path
 
 
 def busy(session_id: str, path: Path) -> SessionBusy:

@@ -53,7 +53,7 @@ from . import epoch_files
 from .baseline import BASELINE_MAX_BYTES
 from .check import check_session
 from .epochs import baseline_name, log_name, next_log
-from .errors import LogCorrupt, NoSuchSession, RepairRefused, SessionError
+from .errors import LogCorrupt, RepairRefused, SessionError
 from .files import (
     FILE_MODE,
     create_file,
@@ -63,7 +63,7 @@ from .files import (
     read_regular,
     write_all,
 )
-from .paths import LOG_MAX_BYTES, cannot_reach, open_locked, session_dir
+from .paths import LOG_MAX_BYTES, existing_session_dir, open_locked
 from .torn import WHY, last_line, repairable_cut
 
 ONLY_LAST = (
@@ -100,12 +100,7 @@ def repair_session(home: Path, session_id: str, now: datetime | None = None) -> 
         RepairRefused: the log has a fault other than its last line; nothing was changed.
         LogCorrupt, SessionError: the log is missing or the files cannot be read or written.
     """
-    path = session_dir(home, session_id)
-    try:
-        if not path.is_dir():
-            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
-    except OSError as e:
-        raise SessionError(cannot_reach(path, e)) from e
+    path = existing_session_dir(home, session_id)
     lock = open_locked(session_id, path)
     fd = -1
     try:
@@ -310,12 +305,7 @@ def take_unanswered(home: Path, session_id: str, now: datetime | None = None) ->
         RepairRefused: the log does not verify, or does not end with such a message.
         SessionBusy, NoSuchSession, SessionError: as `repair_session`.
     """
-    path = session_dir(home, session_id)
-    try:
-        if not path.is_dir():
-            raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
-    except OSError as e:
-        raise SessionError(cannot_reach(path, e)) from e
+    path = existing_session_dir(home, session_id)
     lock = open_locked(session_id, path)
     fd = -1
     try:

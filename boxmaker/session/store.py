@@ -53,7 +53,6 @@ from .errors import (
     AppendFailed,
     LogCorrupt,
     LogReplaced,
-    NoSuchSession,
     NotARegularFile,
     SessionError,
     SessionExists,
@@ -73,7 +72,7 @@ from .paths import (
     BASELINE_NAME,
     LOG_MAX_BYTES,
     LOG_NAME,
-    cannot_reach,
+    existing_session_dir,
     identity,
     identity_at,
     open_locked,
@@ -158,12 +157,7 @@ class SessionStore:
             SessionBusy: the log is open elsewhere (this process or another).
             LogCorrupt: the log or its baseline file is refused; the message names file and line.
         """
-        path = session_dir(self.home, session_id)
-        try:
-            if not path.is_dir():
-                raise NoSuchSession(f"no session {session_id} ({path} does not exist)")
-        except OSError as e:
-            raise SessionError(cannot_reach(path, e)) from e
+        path = existing_session_dir(self.home, session_id)
         fd = open_locked(session_id, path)
         try:  # every epoch checked, a committed switch rolled forward (epoch_files)
             current, epoch_fd = epoch_files.open_current(session_id, path)
