@@ -21,24 +21,13 @@ import argparse
 import os
 import statistics
 import subprocess
-import time
-from collections.abc import Callable
 
 from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.proto import ToolRequest
 from tests.brokerd.rig import Rig, remove, short_base
 from tests.support.fake_tools import FakeTools
 
-
-def timings(call: Callable[[], object], n: int) -> list[float]:
-    for _ in range(min(50, n)):  # warm up: imports, caches, the first connections
-        call()
-    out = []
-    for _ in range(n):
-        started = time.perf_counter()
-        call()
-        out.append(time.perf_counter() - started)
-    return out
+from ._timing import times
 
 
 def p(values: list[float], q: float) -> float:
@@ -78,9 +67,9 @@ def main(argv: list[str]) -> None:
         read = ToolRequest(1, "read_file", '{"path": "small.txt"}')
         assert port.call(read).content.startswith("hello")
         n = args.calls
-        in_process = timings(lambda: fake.call(echo), n)
-        via_clock = timings(lambda: port.call(clock), n)
-        via_read = timings(lambda: port.call(read), n)
+        in_process = times(lambda: fake.call(echo), n, warm=min(50, n))
+        via_clock = times(lambda: port.call(clock), n, warm=min(50, n))
+        via_read = times(lambda: port.call(read), n, warm=min(50, n))
         print(f"brokerd: {n} calls each; the decision log on {filesystem(str(rig.log))} "
               f"({os.path.dirname(rig.log)})")  # fmt: skip
         print(line("FakeTools echo (in process)", in_process))

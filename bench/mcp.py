@@ -14,39 +14,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import statistics
 import time
-from collections.abc import Callable
 from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
 from tests.brokerd.mcp.servers import mcp_rig, python_server, sandbox_python, site_packages
 
+from ._timing import line, ratio, times
+
 ARGS = {"timezone": "UTC"}
-
-
-def _p(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
-
-
-def _line(name: str, values: list[float]) -> None:
-    p50, p99 = statistics.median(values), _p(values, 99)
-    print(f"  {name:38} p50 {p50 * 1000:7.2f} ms   p99 {p99 * 1000:7.2f} ms")
-
-
-def _ratio(name: str, ours: list[float], theirs: list[float]) -> None:
-    ratio = statistics.median(ours) / statistics.median(theirs)
-    print(f"  {'ratio of medians (' + name + ')':38} {ratio:.2f}x")
-
-
-def _times(fn: Callable[[], object], n: int) -> list[float]:
-    out = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - started)
-    return out
 
 
 def _direct_params() -> StdioServerParameters:
@@ -98,11 +75,11 @@ def main(argv: list[str] | None = None) -> None:
             result = manager.call("time.get_current_time", ARGS, 0)
             assert "UTC" in result.content, result.content
 
-        brokered = _times(through, args.calls)
+        brokered = times(through, args.calls)
         direct = asyncio.run(_direct_calls(args.calls))
-        _line("call through the manager", brokered)
-        _line("call with the SDK alone", direct)
-        _ratio("manager / SDK", brokered, direct)
+        line("call through the manager", brokered)
+        line("call with the SDK alone", direct)
+        ratio("manager / SDK", brokered, direct)
 
         sandboxed = []
         for _ in range(args.starts):
@@ -113,9 +90,9 @@ def main(argv: list[str] | None = None) -> None:
             cold.close()
             rig.managers.remove(cold)
         alone = [asyncio.run(_direct_start()) for _ in range(args.starts)]
-        _line("cold start in the sandbox", sandboxed)
-        _line("cold start with the SDK alone", alone)
-        _ratio("sandbox / SDK", sandboxed, alone)
+        line("cold start in the sandbox", sandboxed)
+        line("cold start with the SDK alone", alone)
+        ratio("sandbox / SDK", sandboxed, alone)
 
 
 if __name__ == "__main__":

@@ -17,9 +17,7 @@ import shutil
 import statistics
 import subprocess
 import tempfile
-import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from boxmaker.brokerd import netcheck
@@ -27,24 +25,7 @@ from boxmaker.brokerd.sandbox import Sandbox, default_run_as
 from boxmaker.brokerd.tools.fetch import FetchLimits, fetch
 from tests.brokerd.test_fetch import Server, body
 
-
-def _times(fn: Callable[[], object], n: int) -> list[float]:
-    fn()  # warm: the page cache, the first fork
-    out = []
-    for _ in range(n):
-        started = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - started)
-    return out
-
-
-def _p(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
-
-
-def _line(name: str, values: list[float]) -> None:
-    p50, p99 = statistics.median(values), _p(values, 99)
-    print(f"  {name:34} p50 {p50 * 1000:7.2f} ms   p99 {p99 * 1000:7.2f} ms")
+from ._timing import line, times
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -64,12 +45,14 @@ def main(argv: list[str] | None = None) -> None:
         if reason is not None:
             print(f"  shell: no sandbox here ({reason})")
         else:
-            boxed = _times(lambda: box.run("true"), args.calls)
-            plain = _times(
-                lambda: subprocess.run(["/bin/sh", "-c", "true"], env={}, check=True), args.calls
+            boxed = times(lambda: box.run("true"), args.calls, warm=1)
+            plain = times(
+                lambda: subprocess.run(["/bin/sh", "-c", "true"], env={}, check=True),
+                args.calls,
+                warm=1,
             )
-            _line("shell `true` in the sandbox", boxed)
-            _line("/bin/sh -c true, plain subprocess", plain)
+            line("shell `true` in the sandbox", boxed)
+            line("/bin/sh -c true, plain subprocess", plain)
             ratio = statistics.median(boxed) / statistics.median(plain)
             print(f"  sandbox start costs {ratio:.1f}x the plain start (p50)")
         srv = Server()
@@ -78,10 +61,10 @@ def main(argv: list[str] | None = None) -> None:
             url = f"http://127.0.0.1:{srv.port}/big"
             allow = frozenset({netcheck.parse("127.0.0.1")})
             limits = FetchLimits(max_bytes=2 << 20)
-            fetched = _times(lambda: fetch(url, limits, allow), args.fetches)
-            bare = _times(lambda: urllib.request.urlopen(url).read(), args.fetches)
-            _line("fetch 1 MB page (checked, to text)", fetched)
-            _line("urllib GET of the same page", bare)
+            fetched = times(lambda: fetch(url, limits, allow), args.fetches, warm=1)
+            bare = times(lambda: urllib.request.urlopen(url).read(), args.fetches, warm=1)
+            line("fetch 1 MB page (checked, to text)", fetched)
+            line("urllib GET of the same page", bare)
             ratio = statistics.median(fetched) / statistics.median(bare)
             print(f"  fetch costs {ratio:.1f}x the bare GET (p50)")
         finally:
