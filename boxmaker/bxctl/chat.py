@@ -299,14 +299,28 @@ def _loop(
     *,
     terminal: bool,
 ) -> ExitStatus:
-    """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal)."""
+    """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal). A
+    Ctrl-C anywhere (at the prompt, a second one in a turn, or one between a turn's end and the
+    next prompt) quits with the line that names the session."""
+    try:
+        return _turns(chat, env, show, lines, stack, terminal=terminal)
+    except KeyboardInterrupt:
+        env.stdout.write("\n" + quit_line(chat.session, stack))
+        env.stdout.flush()
+        return ExitStatus.OK
+
+
+def _turns(
+    chat: ChatSession,
+    env: Environment,
+    show: Show,
+    lines: Lines,
+    stack: Stack,
+    *,
+    terminal: bool,
+) -> ExitStatus:
     while True:
-        try:
-            content = lines.read()
-        except KeyboardInterrupt:  # Ctrl-C at an empty prompt, or twice
-            env.stdout.write("\n" + quit_line(chat.session, stack))
-            env.stdout.flush()
-            return ExitStatus.OK
+        content = lines.read()  # KeyboardInterrupt: Ctrl-C at an empty prompt, or twice
         if content is None:
             if terminal:
                 env.stdout.write(quit_line(chat.session, stack))
@@ -323,10 +337,5 @@ def _loop(
             env.stdout.write(LOCAL_HELP)
             env.stdout.flush()
             continue
-        try:
-            with StopOnInterrupt(chat.canceller, env.stderr):
-                chat.turn(content, show, compact=word == COMPACT)
-        except KeyboardInterrupt:  # the second Ctrl-C of a turn: quit
-            env.stdout.write("\n" + quit_line(chat.session, stack))
-            env.stdout.flush()
-            return ExitStatus.OK
+        with StopOnInterrupt(chat.canceller, env.stderr):  # a second Ctrl-C: KeyboardInterrupt
+            chat.turn(content, show, compact=word == COMPACT)
