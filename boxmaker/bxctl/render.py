@@ -31,7 +31,11 @@ What each event becomes:
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
 | `approval_needed`   | `[approval needed: brokerd holds a call of <tool>]`; the call itself |
 |                     | is shown from brokerd's own words (approve.py), never loopd's       |
-| `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
+| `compacting`        | each step: `[compacting: <n> tokens in context (<reason>); the      |
+|                     | model writes a summary]`, then on a terminal `[compacting: the      |
+|                     | summary so far: <n> tokens]` rewritten in place, `[compacting: the  |
+|                     | summary is written (<n> tokens); starting the new epoch]`,          |
+|                     | `[compacting: pre-warming: ...]` (then the prompt's `progress`)     |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
 |                     | `[compaction failed: <why>]`                                        |
 | `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
@@ -55,6 +59,7 @@ from boxmaker.proto import (
     CacheSavedEvent,
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -141,8 +146,22 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[cache saved: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
         case CacheRestoredEvent(tokens=tokens, elapsed_us=us):
             return f"[cache restored: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
-        case CompactingEvent(reason=reason, tokens=tokens):
-            return f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason})]"
+        case CompactingEvent(step=CompactStep.SWITCHING, written=written):
+            return (
+                f"[compacting: the summary is written ({written} tokens); starting the new epoch]"
+            )
+        case CompactingEvent(step=CompactStep.PREWARMING):
+            return (
+                "[compacting: pre-warming: the server reads the new epoch's start, so your next "
+                "message is read alone]"
+            )
+        case CompactingEvent(reason=reason, tokens=tokens, written=0):
+            return (
+                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason}); "
+                "the model writes a summary]"
+            )
+        case CompactingEvent():  # the summary's size as it grows: a live line (_live)
+            return None
         case CompactedEvent(error=error) if error:
             return f"[compaction failed: {error}]"
         case CompactedEvent(epoch=epoch, before=before, after=after, elapsed_ms=ms):
@@ -225,12 +244,12 @@ class Renderer:
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
-    def _progress(self, event: ProgressEvent) -> list[Piece]:
-        """A live line of the prompt's reading, on a line of its own (issue 30 item 5)."""
+    def _live_line(self, text: str) -> list[Piece]:
+        """A line rewritten in place as it changes, until what comes next clears it (issue 30
+        item 5: the prompt's reading, the summary's size); on a terminal only."""
         if not self._live or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
             return []
         self._reading = True
-        text = f"[reading the prompt: {event.processed} of {event.total} tokens]"
         return [Piece(Stream.EVENTS, f"{CLEAR_LINE}{text}")]
 
     def _cleared(self) -> list[Piece]:
@@ -243,7 +262,11 @@ class Renderer:
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
         if isinstance(event, ProgressEvent):
-            return self._progress(event)
+            return self._live_line(
+                f"[reading the prompt: {event.processed} of {event.total} tokens]"
+            )
+        if isinstance(event, CompactingEvent) and status_line(event) is None:
+            return self._live_line(f"[compacting: the summary so far: {event.written} tokens]")
         pieces = self._event(event)
         return [*self._cleared(), *pieces] if pieces else pieces
 
