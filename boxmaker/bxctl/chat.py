@@ -251,7 +251,12 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)
     )
     header = env.stderr if args.say is not None and not args.json else env.stdout
-    if terminal:
+    if terminal:  # no first lines for a chat that cannot start: the reason alone
+        try:
+            check_socket(chat.path, chat.hint)
+        except ChatError as e:
+            env.stderr.write(f"{PROG}: {e}\n")
+            return ExitStatus.ERROR
         header.write(greeting(chat.session, new, stack))
     else:
         header.write(

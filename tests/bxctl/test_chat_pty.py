@@ -384,3 +384,25 @@ def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) ->
         assert users(stack, sid) == ["sent"]
     finally:
         term.close()
+
+
+def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
+    """The new-user trial: with no loopd, the terminal chat printed `new session ...`, the
+    approvals line and the typing help before the reason; now the reason alone, and exit 1."""
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(tmp_path / "loop.sock"),
+        "BOXMAKER_RUN": str(tmp_path / "no-run"),
+    }
+    term = Pty([bxctl, "chat"], environ)
+    try:
+        found = term.wait_output(r"bxctl chat: loopd is not running \(no socket file at ")
+        assert term.wait_exit() == 1
+        shown = term.output[: found.start()]
+        assert "new session" not in shown
+        assert "Enter sends" not in shown
+    finally:
+        term.close()

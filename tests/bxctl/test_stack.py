@@ -82,3 +82,19 @@ def test_the_tools_line_reads_brokerds_last_start_line(tmp_path: Path) -> None:
     assert tools_line(tmp_path).endswith("shell on (sandboxed)]")
     log.write_text("brokerd: serve: cannot bind\n")
     assert "has not started listening" in tools_line(tmp_path)
+
+
+def test_a_checkout_whose_make_run_has_not_run_says_make_run(tmp_path: Path) -> None:
+    """The new-user trial: `make chat` before `make run` (or while it still builds) said to
+    start loopd with `supervisorctl -c <your supervisord.conf>`; in a checkout it is make run."""
+    (tmp_path / "Makefile").write_text("run:\n")
+    (tmp_path / "run").mkdir()
+    stack = find_stack(None, None, {"BOXMAKER_RUN": str(tmp_path / "run")})
+    assert stack.unstarted == tmp_path
+    hint = stack.start_hint()
+    assert hint.startswith(f"`make run` has not started a stack in {tmp_path} (no ")
+    assert "supervisorctl" not in hint
+    assert stack.owner_hint() == f"`make run` in {tmp_path}"
+    named = find_stack(Path("/x.sock"), None, {"BOXMAKER_RUN": str(tmp_path / "run")})
+    assert named.unstarted is None  # a loopd named elsewhere: its own hint
+    assert "supervisorctl" in named.start_hint()
