@@ -267,7 +267,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         check_socket(chat.path, chat.hint)
         show: Callable[[Frame, ChannelBody], None] = view.show
         if stack.owner_socket is not None:  # approvals go straight to brokerd, never to loopd
-            show = approving(show, stack.owner_socket, env)
+            show = approving(show, stack.owner_socket, env, chat.canceller)
         else:
             show = unanswerable(show, env.stderr, stack)
         if args.say is not None:

@@ -36,7 +36,8 @@ typing:
   Esc Enter, Alt-Enter a new line in the message
   \"\"\" ... \"\"\"          several lines: Enter goes on until a line ends in \"\"\"
   Up, Down, Ctrl-R     the messages of earlier chats (kept in the history file, 0600)
-  Ctrl-C               stop the answer being written; at an empty prompt, or twice, quit
+  Ctrl-C               stop the answer being written (at an approval: no, and stop);
+                       at an empty prompt, or twice, quit
 """
 STOPPING = "\n[stopping the answer; Ctrl-C again quits]\n"
 
@@ -130,7 +131,11 @@ class StopOnInterrupt:
         self._old: Any = None
 
     def _handler(self, signum: int, frame: object) -> None:
-        if self._canceller is not None and self._canceller.cancel():
+        canceller = self._canceller
+        if canceller is not None and canceller.asking:  # at an approval: no, and stop
+            canceller.cancel()
+            raise KeyboardInterrupt  # ends the question's read (approve.py answers no)
+        if canceller is not None and canceller.cancel():
             with contextlib.suppress(OSError, ValueError):
                 os.write(self._err.fileno(), STOPPING.encode())
             return

@@ -42,7 +42,7 @@ def call_tool(name: str, arguments: dict[str, Any], prefix: str) -> Any:
 
 
 class Brokerd:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, approval_ms: int = APPROVAL_MS) -> None:
         self.folder = folder
         self.socket = folder / "run" / "broker.sock"
         self.owner_socket = folder / "run" / "owner.sock"
@@ -58,7 +58,7 @@ class Brokerd:
             "grants": str(folder / "grants.toml"),
             "home": str(folder / "home"),
             "log": "broker/decisions.jsonl",  # relative: to the config's folder, as make run's
-            "approval_timeout_ms": APPROVAL_MS,
+            "approval_timeout_ms": approval_ms,
         }
         self.config.write_text(toml_dumps({"broker": table}))
         self.daemon = Daemon(
