@@ -37,7 +37,8 @@ What each event becomes:
 |                     | summary is written (<n> tokens); starting the new epoch]`,          |
 |                     | `[compacting: pre-warming: ...]` (then the prompt's `progress`)     |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
-|                     | `[compaction failed: <why>]`                                        |
+|                     | `[compaction failed: <why>]` (and a `/compact`'s error that only   |
+|                     | repeats it is `[nothing was folded: ...]`, not `error session_full`) |
 | `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
 |                     | in place as it grows and cleared by what comes next; elsewhere      |
 |                     | nothing (llama-server sends many); `--json` shows them              |
@@ -77,6 +78,7 @@ from boxmaker.proto.wire import ErrorCode, WireError
 from .escape import one_line
 
 CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
+NOTHING_FOLDED = "[nothing was folded: the conversation goes on as it was]"
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -205,6 +207,7 @@ class Renderer:
         self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
         self._reading = False  # a progress line is on the screen, the cursor at its end
+        self._fold_failed: str | None = None  # why this turn's compaction folded nothing
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -265,6 +268,8 @@ class Renderer:
             return self._live_line(
                 f"[reading the prompt: {event.processed} of {event.total} tokens]"
             )
+        if isinstance(event, CompactedEvent) and event.error:
+            self._fold_failed = event.error
         if isinstance(event, CompactingEvent) and status_line(event) is None:
             return self._live_line(f"[compacting: the summary so far: {event.written} tokens]")
         pieces = self._event(event)
@@ -313,6 +318,14 @@ class Renderer:
                 *self.close(),
                 *self._line(Stream.EVENTS, "[stopped: the answer was cancelled]"),
             ]
+        failed, self._fold_failed = self._fold_failed, None
+        if (
+            error.code is ErrorCode.SESSION_FULL
+            and error.message == f"nothing was folded: {failed}"
+        ):
+            # `/compact` that folded nothing: `[compaction failed: ...]` said why; the session is
+            # not full, and goes on as it was (the trial read "error session_full" as a fault)
+            return [*self.close(), *self._line(Stream.EVENTS, NOTHING_FOLDED)]
         return [*self.close(), Piece(Stream.ERRORS, error_line(error) + "\n")]
 
     def close(self) -> list[Piece]:

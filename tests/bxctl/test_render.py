@@ -285,3 +285,19 @@ def test_the_summarys_size_is_a_live_line_cleared_by_the_next_step() -> None:
     assert switching[-1].text.startswith("[compacting: the summary is written (30 tokens)")
     piped = Renderer(dim=False, split=False, live=False)
     assert piped.event(CompactingEvent("asked", 900, CompactStep.SUMMARISING, 12)) == []
+
+
+def test_a_compact_that_folded_nothing_is_not_an_error_line() -> None:
+    """The new-user trial: `/compact` with too few turns printed the reason twice, the second
+    time as `error session_full: nothing was folded: ...` on stderr, though nothing is full."""
+    from boxmaker.bxctl.render import NOTHING_FOLDED, Stream
+    from boxmaker.proto.wire import ErrorCode, WireError
+
+    why = "nothing to fold: the epoch holds 2 turns and keep_turns is 2"
+    r = Renderer(dim=False, split=False, live=True)
+    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[compaction failed: {why}]\n"
+    pieces = r.error(WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {why}"))
+    assert [(p.to, p.text) for p in pieces] == [(Stream.EVENTS, NOTHING_FOLDED + "\n")]
+    # a turn's own session_full (a message that says what to do) is still an error
+    other = r.error(WireError(ErrorCode.SESSION_FULL, "the session is full: run /compact"))
+    assert other[-1].to is Stream.ERRORS
