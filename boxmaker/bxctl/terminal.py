@@ -6,6 +6,7 @@ the line for an approval that this chat cannot answer (in every mode: it goes to
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import signal
 from pathlib import Path
@@ -76,15 +77,17 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
             known = True
         except (SessionError, OSError):
             pass  # no such session (it is made by the first turn), or one loopd will refuse
-    if new or (stack.home is not None and not known):
+    if new:
         lines.append(f"new session {session}")
+    elif stack.home is not None and not known:
+        lines.append(f"new session {session}{_did_you_mean(stack.home, session)}")
     elif not known:
         lines.append(f"session {session} (resumed if it exists; no home known to read it from)")
     else:
         turns, last = turns_and_last(entries)
         lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
         for record in last_exchange(entries):
-            lines += [f"  {line}" for line in describe(record)]
+            lines += [f"  {_shortened(line, session)}" for line in describe(record)]
     if stack.run is not None:
         lines.append(tools_line(stack.run))
     if stack.owner_socket is not None:
@@ -93,6 +96,29 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
         lines.append(f"[approvals: cannot be answered in this chat; use {stack.owner_hint()}]")
     lines.append(TYPING)
     return "".join(f"{line}\n" for line in lines)
+
+
+RESUME_LINE_CHARS = 400  # a line of the last exchange on resume; `bxctl history` has it whole
+
+
+def _shortened(line: str, session: str) -> str:
+    if len(line) <= RESUME_LINE_CHARS:
+        return line
+    more = len(line) - RESUME_LINE_CHARS
+    return f"{line[:RESUME_LINE_CHARS]}... ({more} more characters: bxctl history {session})"
+
+
+def _did_you_mean(home: Path, session: str) -> str:
+    """For a --session that does not exist: there is none, and the closest id when one is
+    close (a mistyped id starts a new session, which the owner may not want)."""
+    try:
+        names = [p.name for p in (home / "sessions").iterdir() if p.is_dir()]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(session, names, n=1, cutoff=0.8)
+    if not close:
+        return ""
+    return f" (no session of that id in {home}; did you mean {close[0]}?)"
 
 
 def unanswerable(show: Show, err: TextIO, stack: Stack) -> Show:
