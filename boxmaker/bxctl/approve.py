@@ -31,6 +31,7 @@ from boxmaker.proto.frame import Frame
 
 from .client import Canceller
 from .escape import one_line, visible
+from .terminal import echo
 
 OWNER_TIMEOUT_S = 10.0  # brokerd answers claim and answer at once
 WORDS = {"y": "yes", "yes": "yes", "a": "always", "always": "always", "n": "no", "no": "no"}
@@ -77,11 +78,19 @@ def _read_answer(env: Environment, canceller: Canceller | None) -> str | None:
         return env.stdin.readline()
     canceller.asking = True
     try:
-        return env.stdin.readline()
+        with echo(_fd(env), True):  # the chat turns echo off while a turn runs
+            return env.stdin.readline()
     except KeyboardInterrupt:
         return None
     finally:
         canceller.asking = False
+
+
+def _fd(env: Environment) -> int | None:
+    try:
+        return env.stdin.fileno() if env.stdin.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def indented(text: str) -> str:

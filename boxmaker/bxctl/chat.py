@@ -342,5 +342,6 @@ def _turns(
             env.stdout.write(LOCAL_HELP)
             env.stdout.flush()
             continue
-        with StopOnInterrupt(chat.canceller, env.stderr):  # a second Ctrl-C: KeyboardInterrupt
+        tty = env.stdin.fileno() if terminal else None  # typed ahead: shown at the next prompt
+        with StopOnInterrupt(chat.canceller, env.stderr, tty):  # a second Ctrl-C: KeyboardInterrupt
             chat.turn(content, show, compact=word == COMPACT)

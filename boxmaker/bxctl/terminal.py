@@ -9,6 +9,8 @@ import contextlib
 import difflib
 import os
 import signal
+import termios
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -146,15 +148,38 @@ def quit_line(session: str, stack: Stack) -> str:
     return f"session {session}: to go on with it, run `{how}`\n"
 
 
+@contextlib.contextmanager
+def echo(fd: int | None, on: bool) -> Iterator[None]:
+    """The terminal's echo turned on or off for a while, then put back (no terminal: nothing)."""
+    try:
+        old = termios.tcgetattr(fd) if fd is not None else None
+    except (termios.error, OSError):
+        old = None
+    if fd is None or old is None:
+        yield
+        return
+    new = list(old)
+    new[3] = old[3] | termios.ECHO if on else old[3] & ~termios.ECHO
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcsetattr(fd, termios.TCSANOW, new)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(fd, termios.TCSANOW, old)
+
+
 class StopOnInterrupt:
     """While a turn runs on a terminal: the first Ctrl-C stops the answer (a `cancel` on the
     turn's connection), the second quits. The handler writes straight to the terminal's fd, so it
-    never re-enters a buffered stream the main thread is writing."""
+    never re-enters a buffered stream the main thread is writing. With `tty` (the terminal's fd)
+    what the owner types meanwhile is not echoed into the answer: the next prompt shows it."""
 
-    def __init__(self, canceller: Canceller | None, err: TextIO) -> None:
+    def __init__(self, canceller: Canceller | None, err: TextIO, tty: int | None = None) -> None:
         self._canceller = canceller
         self._err = err
         self._old: Any = None
+        self._quiet = echo(tty, False)
 
     def _handler(self, signum: int, frame: object) -> None:
         canceller = self._canceller
@@ -168,9 +193,11 @@ class StopOnInterrupt:
         raise KeyboardInterrupt
 
     def __enter__(self) -> None:
+        self._quiet.__enter__()
         if self._canceller is not None:
             self._old = signal.signal(signal.SIGINT, self._handler)
 
     def __exit__(self, *exc: object) -> None:
         if self._canceller is not None:
             signal.signal(signal.SIGINT, self._old)
+        self._quiet.__exit__(None, None, None)
