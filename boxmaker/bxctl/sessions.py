@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home",
         type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON line per session")
 
@@ -153,7 +153,7 @@ def _table(listed: list[Listed]) -> str:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home)
+    home = home_from(args.home, env.environ)
     try:
         listed = list_sessions(home)
     except Unreadable as e:

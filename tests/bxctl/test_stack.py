@@ -3,6 +3,8 @@ hint for how the stack was started; never another stack's owner.sock."""
 
 from pathlib import Path
 
+import pytest
+
 from boxmaker._defaults import DEFAULT_SOCKET
 from boxmaker.bxctl.stack import find_stack, home_for, read_run_env, tools_line
 
@@ -98,3 +100,22 @@ def test_a_checkout_whose_make_run_has_not_run_says_make_run(tmp_path: Path) -> 
     named = find_stack(Path("/x.sock"), None, {"BOXMAKER_RUN": str(tmp_path / "run")})
     assert named.unstarted is None  # a loopd named elsewhere: its own hint
     assert "supervisorctl" in named.start_hint()
+
+
+def test_sessions_verify_and_repair_find_make_runs_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new-user trial: `bxctl sessions` after `make run` said "no sessions under
+    /var/lib/boxmaker"; history and chat found run/home, the other commands did not."""
+    from boxmaker.bxctl.cli import main
+    from boxmaker.bxctl.verify import home_from
+    from tests.support.cli import run_cli
+
+    run = make_run(tmp_path)
+    assert home_from(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
+    assert home_from(None, {"BOXMAKER_RUN": str(run), "BOXMAKER_HOME": "/h"}) == Path("/h")
+    (run / "home" / "sessions").mkdir(parents=True)
+    monkeypatch.setenv("BOXMAKER_RUN", str(run))
+    monkeypatch.delenv("BOXMAKER_HOME", raising=False)
+    shown = run_cli(main, ["sessions"])
+    assert f"no sessions under {run / 'home'}" in shown.stdout + shown.stderr
