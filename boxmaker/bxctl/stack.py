@@ -17,6 +17,7 @@ chat with another `--socket` never answers approvals on an unrelated brokerd.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -69,10 +70,9 @@ class Stack:
         """The command that (re)starts loopd, for how this stack was started."""
         if self.run is not None:
             checkout = self.run.parent
-            return (
-                f'start it with `make run` in {checkout} (or `make ctl CMD="start loopd"`); '
-                f"its logs are in {self.run}/"
-            )
+            # `make ctl` needs make run's supervisord; after `make stop` only make run starts it
+            ctl = ' (or `make ctl CMD="start loopd"`)' if supervisor_running(self.run) else ""
+            return f"start it with `make run` in {checkout}{ctl}; its logs are in {self.run}/"
         if self.unstarted is not None:
             return (
                 f"`make run` has not started a stack in {self.unstarted} (no "
@@ -91,6 +91,21 @@ class Stack:
         if self.unstarted is not None:
             return f"`make run` in {self.unstarted}"
         return "`bxctl chat --owner-socket <brokerd's owner.sock>` (or $BOXMAKER_OWNER_SOCKET)"
+
+
+SUPERVISORD_PID = "supervisord.pid"  # conf/supervisord.conf's pidfile, in the run folder
+
+
+def supervisor_running(run: Path) -> bool:
+    """Whether make run's supervisord is alive (its pidfile names a live process)."""
+    try:
+        pid = int((run / SUPERVISORD_PID).read_text(encoding="ascii").strip())
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def find_stack(

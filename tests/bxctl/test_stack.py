@@ -1,6 +1,7 @@
 """bxctl finds what `make run` started (issue 30 item 3): run.env's sockets and home, and the
 hint for how the stack was started; never another stack's owner.sock."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -27,6 +28,9 @@ def test_make_runs_sockets_and_home_are_found_with_no_flag(tmp_path: Path) -> No
     assert stack.home == run / "home"
     assert stack.run == run
     assert "`make run` in" in stack.start_hint()
+    assert "make ctl" not in stack.start_hint()  # no supervisord (after make stop): make run only
+    (run / "supervisord.pid").write_text(f"{os.getpid()}\n")  # a live pid: make ctl works too
+    assert 'or `make ctl CMD="start loopd"`' in stack.start_hint()
     assert "make chat" in stack.owner_hint()
     assert home_for(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
 
