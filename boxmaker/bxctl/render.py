@@ -295,6 +295,13 @@ class Renderer:
             return self._tool_started(event)
         if isinstance(event, ToolResultEvent):
             return self._tool_done(event)
+        if isinstance(event, ApprovalNeededEvent):
+            # the question (approve.py) or the line saying it cannot be answered follows, written
+            # outside this renderer: a running call's line can no longer be counted up to (the
+            # trial saw its result overwrite a line of the approval)
+            pieces = self._line(Stream.EVENTS, status_line(event) or "")
+            self._pending = [(name, None) for name, _ in self._pending]
+            return pieces
         line = status_line(event)
         return [] if line is None else self._line(Stream.EVENTS, line)
 

@@ -301,3 +301,20 @@ def test_a_compact_that_folded_nothing_is_not_an_error_line() -> None:
     # a turn's own session_full (a message that says what to do) is still an error
     other = r.error(WireError(ErrorCode.SESSION_FULL, "the session is full: run /compact"))
     assert other[-1].to is Stream.ERRORS
+
+
+def test_a_result_after_an_approval_gets_a_line_of_its_own() -> None:
+    """The new-user trial: on a terminal the result of an asked call was written 2 lines up,
+    over a line of the approval's question (written by approve.py, which the renderer does not
+    count); after an approval the result is a new line."""
+    from boxmaker.proto import ApprovalNeededEvent, ResultClass, ToolCallStartedEvent
+    from boxmaker.proto import ToolResultEvent as Done
+
+    live = Renderer(dim=False, split=False, live=True)
+    live.event(ToolCallStartedEvent("write_file"))
+    live.event(ApprovalNeededEvent("9f", "write_file", "write a"))
+    pieces = live.event(Done("write_file", ResultClass.PUBLIC, False))
+    assert [p.text for p in pieces] == ["[tool write_file: done, public]\n"]
+    plain = Renderer(dim=False, split=False, live=True)  # no approval: rewritten in place
+    plain.event(ToolCallStartedEvent("read_file"))
+    assert "\x1b[1A" in plain.event(Done("read_file", ResultClass.PUBLIC, False))[0].text

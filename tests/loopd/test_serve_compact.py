@@ -5,7 +5,7 @@ processes and sockets; the scripted model on the fake server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import orjson
 import pytest
@@ -31,7 +31,7 @@ SUMMARY = "## Goal\ntest\n## What was done\ntwo turns\n"
 STEPS = ["summarising", "switching", "prewarming"]
 
 
-def steps(events: list[ChannelBody]) -> list[str]:
+def steps(events: Sequence[ChannelBody]) -> list[str]:
     """The compaction's steps as the channel told them (the summary's size updates left out:
     how many there are is timing), then `compacted`."""
     out: list[str] = []
