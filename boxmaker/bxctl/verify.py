@@ -1,7 +1,8 @@
 """`bxctl verify <session> [--home <path>] [--json]`: checks a session's log from disk.
 
 Read-only and lock-free (`session.store.verify_session`): it works with no daemon running
-and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else /var/lib/boxmaker.
+and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else make
+run's (run.env), else /var/lib/boxmaker.
 """
 
 from __future__ import annotations
