@@ -6,7 +6,9 @@ the grant "always" would add and the call's hash), asks on stderr, reads one lin
 answers brokerd directly: loopd never sees the answer. The tool named is brokerd's, never loopd's
 event's.
 There is no default: an empty line is a denial, and EOF (or a chat that closes) leaves the claim
-unanswered, which brokerd takes as a denial too.
+unanswered, which brokerd takes as a denial too. Ctrl-C at the question (on a terminal) denies the
+call and stops the answer, as Esc does at Codex's and Claude Code's: the Canceller is told a
+question is open, so the first Ctrl-C interrupts the read instead of leaving it waiting.
 
 What the owner sees (issue 27 class 4) is brokerd's own account of the call, never loopd's: the
 tool as brokerd names it, the whole summary (wrapped by the terminal, never cut) with every
@@ -27,7 +29,9 @@ from boxmaker.proto.broker import OWNER_KINDS, Answer, Claim, HeldCall
 from boxmaker.proto.errors import ProtocolError
 from boxmaker.proto.frame import Frame
 
+from .client import Canceller
 from .escape import one_line, visible
+from .terminal import echo
 
 OWNER_TIMEOUT_S = 10.0  # brokerd answers claim and answer at once
 WORDS = {"y": "yes", "yes": "yes", "a": "always", "always": "always", "n": "no", "no": "no"}
@@ -35,7 +39,9 @@ WORDS = {"y": "yes", "yes": "yes", "a": "always", "always": "always", "n": "no",
 Show = Callable[[Frame, ChannelBody], None]
 
 
-def ask_owner(path: Path, event: ApprovalNeededEvent, env: Environment) -> str:
+def ask_owner(
+    path: Path, event: ApprovalNeededEvent, env: Environment, canceller: Canceller | None = None
+) -> str:
     """Claims the call, asks, answers brokerd. Returns what was answered ("" for nothing)."""
     err = env.stderr
     try:
@@ -47,8 +53,11 @@ def ask_owner(path: Path, event: ApprovalNeededEvent, env: Environment) -> str:
             held = HeldCall.from_json(claimed.body)
             err.write(layout(held))
             err.flush()
-            line = env.stdin.readline()
-            if not line:  # EOF: no answer; brokerd denies when this connection closes
+            line = _read_answer(env, canceller)
+            if line is None:  # Ctrl-C: no, and the answer stops (the Canceller sent its cancel)
+                err.write("\n[approval: Ctrl-C: denied; stopping the answer]\n")
+                line = "no\n"
+            elif not line:  # EOF: no answer; brokerd denies when this connection closes
                 err.write("\n[approval: no answer (end of input): denied]\n")
                 return ""
             typed = line.strip().lower()
@@ -61,6 +70,27 @@ def ask_owner(path: Path, event: ApprovalNeededEvent, env: Environment) -> str:
     err.write(f"[approval: {answer or 'empty'}: {'approved' if granted else 'denied'}]\n")
     err.flush()
     return answer
+
+
+def _read_answer(env: Environment, canceller: Canceller | None) -> str | None:
+    """A line of stdin ("" at EOF), or None when Ctrl-C interrupted it."""
+    if canceller is None:
+        return env.stdin.readline()
+    canceller.asking = True
+    try:
+        with echo(_fd(env), True):  # the chat turns echo off while a turn runs
+            return env.stdin.readline()
+    except KeyboardInterrupt:
+        return None
+    finally:
+        canceller.asking = False
+
+
+def _fd(env: Environment) -> int | None:
+    try:
+        return env.stdin.fileno() if env.stdin.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 def indented(text: str) -> str:
@@ -94,12 +124,12 @@ def layout(held: HeldCall) -> str:
     return "".join(parts)
 
 
-def approving(show: Show, path: Path, env: Environment) -> Show:
+def approving(show: Show, path: Path, env: Environment, canceller: Canceller | None = None) -> Show:
     """`show`, then the owner's question for each approval_needed event."""
 
     def wrapped(frame: Frame, body: ChannelBody) -> None:
         show(frame, body)
         if isinstance(body, ApprovalNeededEvent):
-            ask_owner(path, body, env)
+            ask_owner(path, body, env, canceller)
 
     return wrapped

@@ -251,7 +251,12 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         _JsonView(env) if args.json else _TextView(env, say=args.say is not None)
     )
     header = env.stderr if args.say is not None and not args.json else env.stdout
-    if terminal:
+    if terminal:  # no first lines for a chat that cannot start: the reason alone
+        try:
+            check_socket(chat.path, chat.hint)
+        except ChatError as e:
+            env.stderr.write(f"{PROG}: {e}\n")
+            return ExitStatus.ERROR
         header.write(greeting(chat.session, new, stack))
     else:
         header.write(
@@ -262,7 +267,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         check_socket(chat.path, chat.hint)
         show: Callable[[Frame, ChannelBody], None] = view.show
         if stack.owner_socket is not None:  # approvals go straight to brokerd, never to loopd
-            show = approving(show, stack.owner_socket, env)
+            show = approving(show, stack.owner_socket, env, chat.canceller)
         else:
             show = unanswerable(show, env.stderr, stack)
         if args.say is not None:
@@ -299,14 +304,28 @@ def _loop(
     *,
     terminal: bool,
 ) -> ExitStatus:
-    """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal)."""
+    """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal). A
+    Ctrl-C anywhere (at the prompt, a second one in a turn, or one between a turn's end and the
+    next prompt) quits with the line that names the session."""
+    try:
+        return _turns(chat, env, show, lines, stack, terminal=terminal)
+    except KeyboardInterrupt:
+        env.stdout.write("\n" + quit_line(chat.session, stack))
+        env.stdout.flush()
+        return ExitStatus.OK
+
+
+def _turns(
+    chat: ChatSession,
+    env: Environment,
+    show: Show,
+    lines: Lines,
+    stack: Stack,
+    *,
+    terminal: bool,
+) -> ExitStatus:
     while True:
-        try:
-            content = lines.read()
-        except KeyboardInterrupt:  # Ctrl-C at an empty prompt, or twice
-            env.stdout.write("\n" + quit_line(chat.session, stack))
-            env.stdout.flush()
-            return ExitStatus.OK
+        content = lines.read()  # KeyboardInterrupt: Ctrl-C at an empty prompt, or twice
         if content is None:
             if terminal:
                 env.stdout.write(quit_line(chat.session, stack))
@@ -323,10 +342,6 @@ def _loop(
             env.stdout.write(LOCAL_HELP)
             env.stdout.flush()
             continue
-        try:
-            with StopOnInterrupt(chat.canceller, env.stderr):
-                chat.turn(content, show, compact=word == COMPACT)
-        except KeyboardInterrupt:  # the second Ctrl-C of a turn: quit
-            env.stdout.write("\n" + quit_line(chat.session, stack))
-            env.stdout.flush()
-            return ExitStatus.OK
+        tty = env.stdin.fileno() if terminal else None  # typed ahead: shown at the next prompt
+        with StopOnInterrupt(chat.canceller, env.stderr, tty):  # a second Ctrl-C: KeyboardInterrupt
+            chat.turn(content, show, compact=word == COMPACT)

@@ -13,8 +13,9 @@ in-process.
         Lists the sessions on disk, newest first, each checked as verify checks one. Exit 0, or
         1 when a session's log does not verify.
 
-    bxctl history <session> [--home <path>] [--json]
-        Prints a session's conversation from its log (history.py). Exit 0, 1 when it is
+    bxctl history <session> [--home <path>] [--broker-log <log>] [--json]
+        Prints a session's conversation from its log, each call's approval from brokerd's
+        decision log (history.py, decisions.py). Exit 0, 1 when it is
         missing or does not verify, 2 for a bad session id.
 
     bxctl verify <session> [--home <path>] [--json]

@@ -136,6 +136,7 @@ class Canceller:
     def __init__(self) -> None:
         self.sock: socket.socket | None = None  # the turn's connection while one runs
         self.sent = False
+        self.asking = False  # an approval's question is reading stdin (approve.py)
 
     def cancel(self) -> bool:
         """True when a cancel went out now; False when no turn runs or one was sent already."""

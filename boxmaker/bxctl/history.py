@@ -9,8 +9,12 @@ stopped, the cache's saves and losses, and each compaction with its summary. Tex
 is shown with its control and format characters escaped (escape.py). `--json` prints one object
 per entry instead, `{"epoch", "seq", "type", "time", ...}`, the record's own fields.
 
-Approvals are not in the session's log: brokerd's decision log holds them
-(`bxctl verify-broker <log>`, docs/brokerd.md).
+Approvals are not in the session's log: brokerd's decision log holds them. When bxctl can read
+it (decisions.py says which file), each tool call brokerd decided is followed by a line saying
+who decided what: `approval: asked (...); the owner answered yes: approved`, `... no answer
+before brokerd's approval wait ended: denied`, `denied by the grants: ...` (a call the grants
+allowed has no line), and `--json` by an `{"type": "approval", "call": <n>, "decision", "answer",
+"by", "approved", ...}` object after its assistant record. When it cannot, stderr says why.
 
 `last_exchange` is what `bxctl chat` shows when it resumes a session: the owner's last message
 and what came after it.
@@ -47,10 +51,14 @@ from boxmaker.session.epochs import kept_records
 from boxmaker.session.errors import SessionError
 from boxmaker.session.paths import session_dir
 
+from . import decisions
+from .decisions import Asked, Matcher
 from .escape import one_line, visible
 from .stack import home_for
 
-HELP = "print a session's conversation from its log: turns, tool calls and results, epochs"
+HELP = (
+    "print a session's conversation from its log: turns, tool calls and results, approvals, epochs"
+)
 PROG = "bxctl history"
 
 
@@ -60,6 +68,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--home",
         type=Path,
         help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
+    )
+    parser.add_argument(
+        "--broker-log",
+        type=Path,
+        metavar="LOG",
+        help=f"brokerd's decision log, for the approvals (default: ${decisions.BROKER_LOG_ENV}, "
+        "else make run's)",
     )
     parser.add_argument("--json", action="store_true", help="one JSON object per entry")
 
@@ -159,16 +174,53 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     except (SessionError, OSError) as e:
         env.stderr.write(f"{PROG}: session {args.session}: {e}\n")
         return ExitStatus.ERROR
+    asks = _asks(args, env, entries)
+    matcher = Matcher(asks or [])
     out = env.stdout
     epoch = -1
     for entry in entries:
+        calls = entry.record.tool_calls if isinstance(entry.record, Assistant) else ()
+        approvals = [(i, matcher.take(entry.epoch, call)) for i, call in enumerate(calls)]
         if args.json:
             out.write(orjson.dumps(entry_json(entry)).decode() + "\n")
+            for i, asked in approvals:
+                if asked is not None:
+                    out.write(orjson.dumps(approval_json(entry, i, asked)).decode() + "\n")
             continue
         if entry.epoch != epoch:
             epoch = entry.epoch
             out.write(f"epoch {epoch}\n")
         for line in describe(entry.record):
             out.write(f"  {entry.record.time}  {line}\n")
+        for i, asked in approvals:
+            if asked is not None and (asked.mode != "allow" or asked.answer is not None):
+                tool = one_line(calls[i].name if asked.tool == calls[i].name else asked.tool)
+                line = f"approval of {tool}: {visible(decisions.describe(asked)).text}"
+                out.write(f"  {asked.time}  {line}\n")
     out.flush()
     return ExitStatus.OK
+
+
+def approval_json(entry: Entry, call: int, asked: Asked) -> dict[str, Any]:
+    return {"epoch": entry.epoch, "seq": entry.seq, "type": "approval", "call": call,
+            **asked.to_json()}  # fmt: skip
+
+
+def _asks(args: argparse.Namespace, env: Environment, entries: Sequence[Entry]) -> list[Asked]:
+    """brokerd's decisions on the session's calls; [] (and why, on stderr) when they cannot be
+    read. Nothing is said for a session with no tool call."""
+    if not any(isinstance(e.record, Assistant) and e.record.tool_calls for e in entries):
+        return []
+    path = decisions.broker_log_for(args.broker_log, args.home, env.environ)
+    why = None
+    if path is None:
+        why = "brokerd's decision log is not known here (--broker-log <brokerd's [broker] log>)"
+    else:
+        try:
+            return decisions.read_asks(path, args.session)
+        except OSError as e:
+            why = f"{path}: {e.strerror or e}"
+        except decisions.ChainError as e:
+            why = f"{path} does not verify: {e}"
+    env.stderr.write(f"{PROG}: approvals are not shown: {why}\n")
+    return []

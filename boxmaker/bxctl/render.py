@@ -31,9 +31,14 @@ What each event becomes:
 | `cache_restored`    | `[cache restored: <n> tokens in <t> ms]`                            |
 | `approval_needed`   | `[approval needed: brokerd holds a call of <tool>]`; the call itself |
 |                     | is shown from brokerd's own words (approve.py), never loopd's       |
-| `compacting`        | `[compacting: <n> tokens in context (<reason>)]`                    |
+| `compacting`        | each step: `[compacting: <n> tokens in context (<reason>); the      |
+|                     | model writes a summary]`, then on a terminal `[compacting: the      |
+|                     | summary so far: <n> tokens]` rewritten in place, `[compacting: the  |
+|                     | summary is written (<n> tokens); starting the new epoch]`,          |
+|                     | `[compacting: pre-warming: ...]` (then the prompt's `progress`)     |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
-|                     | `[compaction failed: <why>]`                                        |
+|                     | `[compaction failed: <why>]` (and a `/compact`'s error that only   |
+|                     | repeats it is `[nothing was folded: ...]`, not `error session_full`) |
 | `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
 |                     | in place as it grows and cleared by what comes next; elsewhere      |
 |                     | nothing (llama-server sends many); `--json` shows them              |
@@ -55,6 +60,7 @@ from boxmaker.proto import (
     CacheSavedEvent,
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -72,6 +78,7 @@ from boxmaker.proto.wire import ErrorCode, WireError
 from .escape import one_line
 
 CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
+NOTHING_FOLDED = "[nothing was folded: the conversation goes on as it was]"
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -141,8 +148,22 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[cache saved: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
         case CacheRestoredEvent(tokens=tokens, elapsed_us=us):
             return f"[cache restored: {_plural(tokens, 'token', 'tokens')} in {_ms(us)}]"
-        case CompactingEvent(reason=reason, tokens=tokens):
-            return f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason})]"
+        case CompactingEvent(step=CompactStep.SWITCHING, written=written):
+            return (
+                f"[compacting: the summary is written ({written} tokens); starting the new epoch]"
+            )
+        case CompactingEvent(step=CompactStep.PREWARMING):
+            return (
+                "[compacting: pre-warming: the server reads the new epoch's start, so your next "
+                "message is read alone]"
+            )
+        case CompactingEvent(reason=reason, tokens=tokens, written=0):
+            return (
+                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason}); "
+                "the model writes a summary]"
+            )
+        case CompactingEvent():  # the summary's size as it grows: a live line (_live)
+            return None
         case CompactedEvent(error=error) if error:
             return f"[compaction failed: {error}]"
         case CompactedEvent(epoch=epoch, before=before, after=after, elapsed_ms=ms):
@@ -186,6 +207,7 @@ class Renderer:
         self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
         self._reading = False  # a progress line is on the screen, the cursor at its end
+        self._fold_failed: str | None = None  # why this turn's compaction folded nothing
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -225,12 +247,12 @@ class Renderer:
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
-    def _progress(self, event: ProgressEvent) -> list[Piece]:
-        """A live line of the prompt's reading, on a line of its own (issue 30 item 5)."""
+    def _live_line(self, text: str) -> list[Piece]:
+        """A line rewritten in place as it changes, until what comes next clears it (issue 30
+        item 5: the prompt's reading, the summary's size); on a terminal only."""
         if not self._live or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
             return []
         self._reading = True
-        text = f"[reading the prompt: {event.processed} of {event.total} tokens]"
         return [Piece(Stream.EVENTS, f"{CLEAR_LINE}{text}")]
 
     def _cleared(self) -> list[Piece]:
@@ -243,7 +265,13 @@ class Renderer:
     def event(self, event: TurnEvent) -> list[Piece]:
         """The pieces for one turn_event."""
         if isinstance(event, ProgressEvent):
-            return self._progress(event)
+            return self._live_line(
+                f"[reading the prompt: {event.processed} of {event.total} tokens]"
+            )
+        if isinstance(event, CompactedEvent) and event.error:
+            self._fold_failed = event.error
+        if isinstance(event, CompactingEvent) and status_line(event) is None:
+            return self._live_line(f"[compacting: the summary so far: {event.written} tokens]")
         pieces = self._event(event)
         return [*self._cleared(), *pieces] if pieces else pieces
 
@@ -267,6 +295,13 @@ class Renderer:
             return self._tool_started(event)
         if isinstance(event, ToolResultEvent):
             return self._tool_done(event)
+        if isinstance(event, ApprovalNeededEvent):
+            # the question (approve.py) or the line saying it cannot be answered follows, written
+            # outside this renderer: a running call's line can no longer be counted up to (the
+            # trial saw its result overwrite a line of the approval)
+            pieces = self._line(Stream.EVENTS, status_line(event) or "")
+            self._pending = [(name, None) for name, _ in self._pending]
+            return pieces
         line = status_line(event)
         return [] if line is None else self._line(Stream.EVENTS, line)
 
@@ -290,6 +325,14 @@ class Renderer:
                 *self.close(),
                 *self._line(Stream.EVENTS, "[stopped: the answer was cancelled]"),
             ]
+        failed, self._fold_failed = self._fold_failed, None
+        if (
+            error.code is ErrorCode.SESSION_FULL
+            and error.message == f"nothing was folded: {failed}"
+        ):
+            # `/compact` that folded nothing: `[compaction failed: ...]` said why; the session is
+            # not full, and goes on as it was (the trial read "error session_full" as a fault)
+            return [*self.close(), *self._line(Stream.EVENTS, NOTHING_FOLDED)]
         return [*self.close(), Piece(Stream.ERRORS, error_line(error) + "\n")]
 
     def close(self) -> list[Piece]:

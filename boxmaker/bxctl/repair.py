@@ -50,7 +50,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home",
         type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
     )
     parser.add_argument(
         "--wait",
@@ -105,7 +105,7 @@ def busy_message(session: str, who: str) -> str:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home)
+    home = home_from(args.home, env.environ)
     session = args.session
     deadline = None if args.wait is None else time.monotonic() + args.wait
     said = False

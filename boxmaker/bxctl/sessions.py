@@ -7,9 +7,9 @@ activity (the last record's time) and whether the log verifies. For a
 log that does not verify, the count is of its complete lines and the last activity is the last
 line's `time` when it has one, else the log file's modification time; the error follows.
 
-The home is `--home`, else $BOXMAKER_HOME, else /var/lib/boxmaker. Folders whose names are not
-session ids (a create in progress is `.<id>...new`) are skipped. Exit 0 when every session
-verifies (or there are none), 1 when one does not.
+The home is `--home`, else $BOXMAKER_HOME, else make run's (run.env), else /var/lib/boxmaker.
+Folders whose names are not session ids (a create in progress is `.<id>...new`) are skipped.
+Exit 0 when every session verifies (or there are none), 1 when one does not.
 """
 
 from __future__ import annotations
@@ -40,7 +40,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home",
         type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
     )
     parser.add_argument("--json", action="store_true", help="print one JSON line per session")
 
@@ -153,7 +153,7 @@ def _table(listed: list[Listed]) -> str:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home)
+    home = home_from(args.home, env.environ)
     try:
         listed = list_sessions(home)
     except Unreadable as e:

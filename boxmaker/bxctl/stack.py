@@ -17,6 +17,7 @@ chat with another `--socket` never answers approvals on an unrelated brokerd.
 
 from __future__ import annotations
 
+import os
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -63,14 +64,20 @@ class Stack:
     owner_socket: Path | None  # where approvals are answered; None: not known here
     home: Path | None  # where the sessions live; None: not known here
     run: Path | None  # make run's folder, when loop.sock is the one it started
+    unstarted: Path | None = None  # a checkout whose make run has not run (nothing else named)
 
     def start_hint(self) -> str:
         """The command that (re)starts loopd, for how this stack was started."""
         if self.run is not None:
             checkout = self.run.parent
+            # `make ctl` needs make run's supervisord; after `make stop` only make run starts it
+            ctl = ' (or `make ctl CMD="start loopd"`)' if supervisor_running(self.run) else ""
+            return f"start it with `make run` in {checkout}{ctl}; its logs are in {self.run}/"
+        if self.unstarted is not None:
             return (
-                f'start it with `make run` in {checkout} (or `make ctl CMD="start loopd"`); '
-                f"its logs are in {self.run}/"
+                f"`make run` has not started a stack in {self.unstarted} (no "
+                f"{self.unstarted / 'run' / RUN_ENV_NAME}): run `make run` there, or name "
+                f"another loopd with --socket <loop.sock> (or ${SOCKET_ENV})"
             )
         return (
             "start it with `supervisorctl -c <your supervisord.conf> start loopd`, "
@@ -81,7 +88,24 @@ class Stack:
         """What to run to answer approvals, when this chat cannot."""
         if self.run is not None:
             return f"`make chat` in {self.run.parent}"
+        if self.unstarted is not None:
+            return f"`make run` in {self.unstarted}"
         return "`bxctl chat --owner-socket <brokerd's owner.sock>` (or $BOXMAKER_OWNER_SOCKET)"
+
+
+SUPERVISORD_PID = "supervisord.pid"  # conf/supervisord.conf's pidfile, in the run folder
+
+
+def supervisor_running(run: Path) -> bool:
+    """Whether make run's supervisord is alive (its pidfile names a live process)."""
+    try:
+        pid = int((run / SUPERVISORD_PID).read_text(encoding="ascii").strip())
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except (OSError, ValueError):
+        return False
+    return True
 
 
 def find_stack(
@@ -109,11 +133,16 @@ def find_stack(
             return Path(recorded[env_name])
         return None
 
+    # Nothing named a loopd and this checkout's make run has not run (or has not got that far):
+    # the hint is make run, not the packaged default's supervisorctl.
+    unstarted = socket_arg is None and not environ.get(SOCKET_ENV) and run_socket is None
+    checkout = run_dir.parent
     return Stack(
         socket=socket,
         owner_socket=pick(owner_arg, OWNER_SOCKET_ENV),
         home=pick(None, HOME_ENV),
         run=run_dir if ours else None,
+        unstarted=checkout if unstarted and (checkout / "Makefile").is_file() else None,
     )
 
 

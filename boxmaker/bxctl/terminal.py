@@ -6,8 +6,11 @@ the line for an approval that this chat cannot answer (in every mode: it goes to
 from __future__ import annotations
 
 import contextlib
+import difflib
 import os
 import signal
+import termios
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -36,7 +39,8 @@ typing:
   Esc Enter, Alt-Enter a new line in the message
   \"\"\" ... \"\"\"          several lines: Enter goes on until a line ends in \"\"\"
   Up, Down, Ctrl-R     the messages of earlier chats (kept in the history file, 0600)
-  Ctrl-C               stop the answer being written; at an empty prompt, or twice, quit
+  Ctrl-C               stop the answer being written (at an approval: no, and stop);
+                       at an empty prompt, or twice, quit
 """
 STOPPING = "\n[stopping the answer; Ctrl-C again quits]\n"
 
@@ -75,15 +79,17 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
             known = True
         except (SessionError, OSError):
             pass  # no such session (it is made by the first turn), or one loopd will refuse
-    if new or (stack.home is not None and not known):
+    if new:
         lines.append(f"new session {session}")
+    elif stack.home is not None and not known:
+        lines.append(f"new session {session}{_did_you_mean(stack.home, session)}")
     elif not known:
         lines.append(f"session {session} (resumed if it exists; no home known to read it from)")
     else:
         turns, last = turns_and_last(entries)
         lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
         for record in last_exchange(entries):
-            lines += [f"  {line}" for line in describe(record)]
+            lines += [f"  {_shortened(line, session)}" for line in describe(record)]
     if stack.run is not None:
         lines.append(tools_line(stack.run))
     if stack.owner_socket is not None:
@@ -92,6 +98,29 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
         lines.append(f"[approvals: cannot be answered in this chat; use {stack.owner_hint()}]")
     lines.append(TYPING)
     return "".join(f"{line}\n" for line in lines)
+
+
+RESUME_LINE_CHARS = 400  # a line of the last exchange on resume; `bxctl history` has it whole
+
+
+def _shortened(line: str, session: str) -> str:
+    if len(line) <= RESUME_LINE_CHARS:
+        return line
+    more = len(line) - RESUME_LINE_CHARS
+    return f"{line[:RESUME_LINE_CHARS]}... ({more} more characters: bxctl history {session})"
+
+
+def _did_you_mean(home: Path, session: str) -> str:
+    """For a --session that does not exist: there is none, and the closest id when one is
+    close (a mistyped id starts a new session, which the owner may not want)."""
+    try:
+        names = [p.name for p in (home / "sessions").iterdir() if p.is_dir()]
+    except OSError:
+        return ""
+    close = difflib.get_close_matches(session, names, n=1, cutoff=0.8)
+    if not close:
+        return ""
+    return f" (no session of that id in {home}; did you mean {close[0]}?)"
 
 
 def unanswerable(show: Show, err: TextIO, stack: Stack) -> Show:
@@ -119,27 +148,56 @@ def quit_line(session: str, stack: Stack) -> str:
     return f"session {session}: to go on with it, run `{how}`\n"
 
 
+@contextlib.contextmanager
+def echo(fd: int | None, on: bool) -> Iterator[None]:
+    """The terminal's echo turned on or off for a while, then put back (no terminal: nothing)."""
+    try:
+        old = termios.tcgetattr(fd) if fd is not None else None
+    except (termios.error, OSError):
+        old = None
+    if fd is None or old is None:
+        yield
+        return
+    new = list(old)
+    new[3] = old[3] | termios.ECHO if on else old[3] & ~termios.ECHO
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcsetattr(fd, termios.TCSANOW, new)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(termios.error, OSError):
+            termios.tcsetattr(fd, termios.TCSANOW, old)
+
+
 class StopOnInterrupt:
     """While a turn runs on a terminal: the first Ctrl-C stops the answer (a `cancel` on the
     turn's connection), the second quits. The handler writes straight to the terminal's fd, so it
-    never re-enters a buffered stream the main thread is writing."""
+    never re-enters a buffered stream the main thread is writing. With `tty` (the terminal's fd)
+    what the owner types meanwhile is not echoed into the answer: the next prompt shows it."""
 
-    def __init__(self, canceller: Canceller | None, err: TextIO) -> None:
+    def __init__(self, canceller: Canceller | None, err: TextIO, tty: int | None = None) -> None:
         self._canceller = canceller
         self._err = err
         self._old: Any = None
+        self._quiet = echo(tty, False)
 
     def _handler(self, signum: int, frame: object) -> None:
-        if self._canceller is not None and self._canceller.cancel():
+        canceller = self._canceller
+        if canceller is not None and canceller.asking:  # at an approval: no, and stop
+            canceller.cancel()
+            raise KeyboardInterrupt  # ends the question's read (approve.py answers no)
+        if canceller is not None and canceller.cancel():
             with contextlib.suppress(OSError, ValueError):
                 os.write(self._err.fileno(), STOPPING.encode())
             return
         raise KeyboardInterrupt
 
     def __enter__(self) -> None:
+        self._quiet.__enter__()
         if self._canceller is not None:
             self._old = signal.signal(signal.SIGINT, self._handler)
 
     def __exit__(self, *exc: object) -> None:
         if self._canceller is not None:
             signal.signal(signal.SIGINT, self._old)
+        self._quiet.__exit__(None, None, None)

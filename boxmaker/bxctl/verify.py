@@ -1,7 +1,8 @@
 """`bxctl verify <session> [--home <path>] [--json]`: checks a session's log from disk.
 
 Read-only and lock-free (`session.store.verify_session`): it works with no daemon running
-and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else /var/lib/boxmaker.
+and beside a running writer. The home is `--home`, else `BOXMAKER_HOME`, else make
+run's (run.env), else /var/lib/boxmaker.
 """
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.verify import verify_session
 
+from .stack import home_for
+
 HELP = "check a session's log and baseline file from disk, and print what was found"
 
 
@@ -24,17 +27,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home",
         type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else {DEFAULT_HOME})",
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
     )
     parser.add_argument("--json", action="store_true", help="print the finding as one JSON line")
 
 
 def home_from(arg: Path | None, environ: Mapping[str, str] | None = None) -> Path:
-    """`--home`, else $BOXMAKER_HOME when set and not empty, else /var/lib/boxmaker."""
-    if arg is not None:
-        return arg
-    env = (os.environ if environ is None else environ).get(HOME_ENV)
-    return Path(env) if env else DEFAULT_HOME
+    """`--home`, else $BOXMAKER_HOME when set and not empty, else make run's home (its run.env:
+    the new-user trial's `bxctl sessions` after `make run` looked in /var/lib/boxmaker), else
+    /var/lib/boxmaker."""
+    return home_for(arg, os.environ if environ is None else environ)
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:

@@ -19,6 +19,7 @@ back into its typed body, checking that `final` is what the kind requires. Body 
 BodyError (a ProtocolError: the edge answers `bad_request`).
 """
 
+import enum
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
@@ -171,14 +172,28 @@ class CacheRestoredEvent:
     elapsed_us: int = field(metadata=wire(UINT))
 
 
+class CompactStep(enum.StrEnum):
+    """A compaction's steps, in order (CompactingEvent.step)."""
+
+    SUMMARISING = "summarising"
+    SWITCHING = "switching"
+    PREWARMING = "prewarming"
+
+
 @dataclass(frozen=True, slots=True)
 class CompactingEvent:
     """The session's thread is being folded into a new epoch (issue 21): `reason` is
-    `threshold`, `context_full` or `asked`; `tokens` the context its last completion left."""
+    `threshold`, `context_full` or `asked`; `tokens` the context its last completion left.
+    Sent at each step (issue 30.5), so no step of a compaction is silent: `step` is
+    `summarising` (the model writes the summary; sent again, at most every half second, with
+    `written`, the summary's tokens so far), `switching` (the new epoch's files are written) or
+    `prewarming` (the server reads the new epoch's prefix; `progress` events follow)."""
 
     TAG: ClassVar[str] = "compacting"
     reason: str = field(metadata=wire(STR))
     tokens: int = field(metadata=wire(UINT))
+    step: CompactStep = field(metadata=wire(enum_codec(CompactStep)))
+    written: int = field(metadata=wire(UINT))
 
 
 @dataclass(frozen=True, slots=True)

@@ -33,7 +33,7 @@ from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
-from tests.support.serve import BOUND_S, ServeEnv, serve_env
+from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv, serve_env
 
 CPR_QUERY = b"\x1b[6n"
 PASTE_START, PASTE_END = b"\x1b[200~", b"\x1b[201~"
@@ -41,6 +41,10 @@ PROMPT_READY = r"\x1b\[\?2004h"  # the editor turns bracketed paste on as it sho
 LONG = "tell me a long story"
 STORY_CHUNKS = 400  # at STORY_DELAY_S each: far longer than any bound below, so only a stop ends it
 STORY_DELAY_S = 0.1
+# A turn's first event, or its end, can wait as long as loopd itself may (a worker to start, the
+# slot gate, a silent stream: reply_bound_s); what comes after an event already seen (the next
+# streamed word, the stop) is BOUND_S.
+TURN_S = REPLY_BOUND_S
 
 
 class Pty:
@@ -181,7 +185,7 @@ def users(env: ServeEnv, session: str) -> list[str]:
 
 
 def wait_users(env: ServeEnv, session: str, n: int) -> list[str]:
-    deadline = time.monotonic() + BOUND_S
+    deadline = time.monotonic() + TURN_S
     while time.monotonic() < deadline:
         path = env.home / "sessions" / session / "0.jsonl"
         if path.exists() and len(found := users(env, session)) >= n:
@@ -208,7 +212,8 @@ def test_arrow_keys_edit_and_history_recalls_across_runs(stack: ServeEnv) -> Non
         mark = len(term.output)
         term.send(b"\r")
         assert wait_users(stack, sid, 1) == ["hello world"]
-        term.wait_output(r"ok\r\n", since=mark)
+        done = term.wait_output(r"ok\r\n", since=mark, timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=done.end())
         term.send(b"\x04")  # Ctrl-D at an empty prompt: the end
         assert term.wait_exit() == 0
     finally:
@@ -219,6 +224,7 @@ def test_arrow_keys_edit_and_history_recalls_across_runs(stack: ServeEnv) -> Non
     try:
         again.wait_output(rf"resumed {sid}: 1 turn, last at ")
         again.wait_output(r"you: hello world")  # the last exchange, shown on resume
+        again.wait_output(PROMPT_READY)
         again.send(b"\x1b[A\r")  # Up: the message of the run before
         assert wait_users(stack, sid, 2) == ["hello world", "hello world"]
     finally:
@@ -254,16 +260,20 @@ def test_triple_quotes_make_one_message_of_several_lines(stack: ServeEnv) -> Non
 
 
 def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> None:
+    """Each step waits for the condition the next needs (issue 30 item 4: it once failed under
+    load): the answer streaming before the Ctrl-C, the editor's prompt before typing, and the
+    turn's own bound (TURN_S) wherever loopd may wait that long."""
     term = open_chat(stack)
     try:
         sid = session_of(term)
         term.wait_output(PROMPT_READY)
         term.send(LONG + "\r")
         mark = len(term.output)
-        term.wait_output(r"word3 ", since=mark)  # the answer is streaming
-        term.send(b"\x03")  # Ctrl-C: the tty driver's SIGINT
+        # the turn has started streaming (a worker started first: the turn's bound, not BOUND_S)
+        term.wait_output(r"word3 ", since=mark, timeout=TURN_S)
+        term.send(b"\x03")  # Ctrl-C: the tty driver's SIGINT, caught by the running turn
         try:
-            term.wait_output(r"\[stopped: the answer was cancelled\]", since=mark)
+            stopped_at = term.wait_output(r"\[stopped: the answer was cancelled\]", since=mark)
         except AssertionError as e:  # say what loopd said, to tell where the cancel went
             daemon = stack.daemons[0]
             raise AssertionError(f"{e}\nloopd: {daemon.lines}\n{daemon.err_lines}") from None
@@ -275,15 +285,16 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> Non
             "the server's connection closed by loopd",
             BOUND_S,
         )
-        types = stack.record_types(sid)
+        types = stack.record_types(sid)  # `stopped` is appended before error{stopped} is sent
         assert types[-2:] == ["user", "stopped"]
         stopped = stack.log_lines(sid)[-1]
         assert stopped["shown"].startswith("word0 word1 word2 word3 ")
         assert len(stopped["shown"].split()) < STORY_CHUNKS
+        term.wait_output(PROMPT_READY, since=stopped_at.end())  # the editor reads again
         mark = len(term.output)
         term.send("and now?\r")  # the session is consistent: the next turn runs on it
         assert wait_users(stack, sid, 2) == [LONG, "and now?"]
-        term.wait_output(r"ok\r\n", since=mark)
+        done = term.wait_output(r"ok\r\n", since=mark, timeout=TURN_S)
         assert stack.record_types(sid)[-3:] == ["user", "assistant", "usage"]
         shown = run_cli(main, ["history", sid, "--home", str(stack.home)])
         assert shown.status == 0, shown.stderr
@@ -296,7 +307,7 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> Non
         kinds = [e["type"] for e in entries]
         assert kinds.index("stopped") == kinds.index("user") + 1  # the log's own order
         assert {e["epoch"] for e in entries} == {0}
-        mark = len(term.output)
+        term.wait_output(PROMPT_READY, since=done.end())  # at the prompt, not in the turn
         term.send(b"\x03")  # Ctrl-C at an empty prompt: quit, naming the session
         term.wait_output(rf"session {sid}: to go on with it, run `bxctl chat --session {sid}`")
         assert term.wait_exit() == 0
@@ -310,7 +321,7 @@ def test_ctrl_c_twice_during_an_answer_quits(stack: ServeEnv) -> None:
         sid = session_of(term)
         term.wait_output(PROMPT_READY)
         term.send(LONG + "\r")
-        term.wait_output(r"word2 ")
+        term.wait_output(r"word2 ", timeout=TURN_S)
         term.send(b"\x03")
         term.wait_output(r"stopping the answer")
         term.send(b"\x03")
@@ -363,12 +374,35 @@ def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) ->
         term.send(b"\x03")  # clears the line: the chat goes on
         term.send("sent\r")
         assert wait_users(stack, sid, 1) == ["sent"]
-        term.wait_output(r"ok\r\n", since=mark)
+        done = term.wait_output(r"ok\r\n", since=mark, timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=done.end())  # typed into the editor, not the tty
         term.send("typed again")
         term.wait_output(r"typed again")
         term.send(b"\x03\x03")  # twice: quit
         term.wait_output(rf"session {sid}: to go on with it")
         assert term.wait_exit() == 0
         assert users(stack, sid) == ["sent"]
+    finally:
+        term.close()
+
+
+def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
+    """The new-user trial: with no loopd, the terminal chat printed `new session ...`, the
+    approvals line and the typing help before the reason; now the reason alone, and exit 1."""
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(tmp_path / "loop.sock"),
+        "BOXMAKER_RUN": str(tmp_path / "no-run"),
+    }
+    term = Pty([bxctl, "chat"], environ)
+    try:
+        found = term.wait_output(r"bxctl chat: loopd is not running \(no socket file at ")
+        assert term.wait_exit() == 1
+        shown = term.output[: found.start()]
+        assert "new session" not in shown
+        assert "Enter sends" not in shown
     finally:
         term.close()

@@ -24,6 +24,7 @@ from boxmaker.proto import (
     CacheSavedEvent,
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -64,7 +65,20 @@ STATUS: list[tuple[TurnEvent, str | None]] = [
     (CacheLossEvent(860, 0), "[cache loss: expected 860 cached tokens, got 0]"),
     (CacheSavedEvent(1745, 49_865), "[cache saved: 1745 tokens in 50 ms]"),
     (CacheRestoredEvent(1, 727), "[cache restored: 1 token in 0.7 ms]"),
-    (CompactingEvent("threshold", 1540), "[compacting: 1540 tokens in context (threshold)]"),
+    (
+        CompactingEvent("threshold", 1540, CompactStep.SUMMARISING, 0),
+        "[compacting: 1540 tokens in context (threshold); the model writes a summary]",
+    ),
+    (CompactingEvent("asked", 1540, CompactStep.SUMMARISING, 9), None),  # a live line
+    (
+        CompactingEvent("asked", 1540, CompactStep.SWITCHING, 57),
+        "[compacting: the summary is written (57 tokens); starting the new epoch]",
+    ),
+    (
+        CompactingEvent("asked", 1540, CompactStep.PREWARMING, 57),
+        "[compacting: pre-warming: the server reads the new epoch's start, so your next message "
+        "is read alone]",
+    ),
     (
         CompactedEvent(1, 1602, 705, 8123, ""),
         "[compacted into epoch 1: 1602 -> 705 tokens in 8123 ms]",
@@ -254,3 +268,53 @@ def test_progress_is_a_live_line_cleared_by_what_comes_next() -> None:
     ended = Renderer(dim=False, split=False, live=True)
     ended.event(ProgressEvent(10, 0, 5))
     assert ended.close()[0].text == CLEAR_LINE  # a turn cut short takes the line away too
+
+
+def test_the_summarys_size_is_a_live_line_cleared_by_the_next_step() -> None:
+    """Issue 30.5: a compaction's summary is rewritten in place as it grows (on a terminal), and
+    the next step's line takes its place; a pipe shows the steps alone."""
+    from boxmaker.bxctl.render import CLEAR_LINE
+
+    live = Renderer(dim=False, split=False, live=True)
+    start = live.event(CompactingEvent("asked", 900, CompactStep.SUMMARISING, 0))
+    assert start[-1].text.endswith("the model writes a summary]\n")
+    grown = live.event(CompactingEvent("asked", 900, CompactStep.SUMMARISING, 12))
+    assert [p.text for p in grown] == [f"{CLEAR_LINE}[compacting: the summary so far: 12 tokens]"]
+    switching = live.event(CompactingEvent("asked", 900, CompactStep.SWITCHING, 30))
+    assert switching[0].text == CLEAR_LINE
+    assert switching[-1].text.startswith("[compacting: the summary is written (30 tokens)")
+    piped = Renderer(dim=False, split=False, live=False)
+    assert piped.event(CompactingEvent("asked", 900, CompactStep.SUMMARISING, 12)) == []
+
+
+def test_a_compact_that_folded_nothing_is_not_an_error_line() -> None:
+    """The new-user trial: `/compact` with too few turns printed the reason twice, the second
+    time as `error session_full: nothing was folded: ...` on stderr, though nothing is full."""
+    from boxmaker.bxctl.render import NOTHING_FOLDED, Stream
+    from boxmaker.proto.wire import ErrorCode, WireError
+
+    why = "nothing to fold: the epoch holds 2 turns and keep_turns is 2"
+    r = Renderer(dim=False, split=False, live=True)
+    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[compaction failed: {why}]\n"
+    pieces = r.error(WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {why}"))
+    assert [(p.to, p.text) for p in pieces] == [(Stream.EVENTS, NOTHING_FOLDED + "\n")]
+    # a turn's own session_full (a message that says what to do) is still an error
+    other = r.error(WireError(ErrorCode.SESSION_FULL, "the session is full: run /compact"))
+    assert other[-1].to is Stream.ERRORS
+
+
+def test_a_result_after_an_approval_gets_a_line_of_its_own() -> None:
+    """The new-user trial: on a terminal the result of an asked call was written 2 lines up,
+    over a line of the approval's question (written by approve.py, which the renderer does not
+    count); after an approval the result is a new line."""
+    from boxmaker.proto import ApprovalNeededEvent, ResultClass, ToolCallStartedEvent
+    from boxmaker.proto import ToolResultEvent as Done
+
+    live = Renderer(dim=False, split=False, live=True)
+    live.event(ToolCallStartedEvent("write_file"))
+    live.event(ApprovalNeededEvent("9f", "write_file", "write a"))
+    pieces = live.event(Done("write_file", ResultClass.PUBLIC, False))
+    assert [p.text for p in pieces] == ["[tool write_file: done, public]\n"]
+    plain = Renderer(dim=False, split=False, live=True)  # no approval: rewritten in place
+    plain.event(ToolCallStartedEvent("read_file"))
+    assert "\x1b[1A" in plain.event(Done("read_file", ResultClass.PUBLIC, False))[0].text

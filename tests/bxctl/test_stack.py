@@ -1,7 +1,10 @@
 """bxctl finds what `make run` started (issue 30 item 3): run.env's sockets and home, and the
 hint for how the stack was started; never another stack's owner.sock."""
 
+import os
 from pathlib import Path
+
+import pytest
 
 from boxmaker._defaults import DEFAULT_SOCKET
 from boxmaker.bxctl.stack import find_stack, home_for, read_run_env, tools_line
@@ -25,6 +28,9 @@ def test_make_runs_sockets_and_home_are_found_with_no_flag(tmp_path: Path) -> No
     assert stack.home == run / "home"
     assert stack.run == run
     assert "`make run` in" in stack.start_hint()
+    assert "make ctl" not in stack.start_hint()  # no supervisord (after make stop): make run only
+    (run / "supervisord.pid").write_text(f"{os.getpid()}\n")  # a live pid: make ctl works too
+    assert 'or `make ctl CMD="start loopd"`' in stack.start_hint()
     assert "make chat" in stack.owner_hint()
     assert home_for(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
 
@@ -82,3 +88,38 @@ def test_the_tools_line_reads_brokerds_last_start_line(tmp_path: Path) -> None:
     assert tools_line(tmp_path).endswith("shell on (sandboxed)]")
     log.write_text("brokerd: serve: cannot bind\n")
     assert "has not started listening" in tools_line(tmp_path)
+
+
+def test_a_checkout_whose_make_run_has_not_run_says_make_run(tmp_path: Path) -> None:
+    """The new-user trial: `make chat` before `make run` (or while it still builds) said to
+    start loopd with `supervisorctl -c <your supervisord.conf>`; in a checkout it is make run."""
+    (tmp_path / "Makefile").write_text("run:\n")
+    (tmp_path / "run").mkdir()
+    stack = find_stack(None, None, {"BOXMAKER_RUN": str(tmp_path / "run")})
+    assert stack.unstarted == tmp_path
+    hint = stack.start_hint()
+    assert hint.startswith(f"`make run` has not started a stack in {tmp_path} (no ")
+    assert "supervisorctl" not in hint
+    assert stack.owner_hint() == f"`make run` in {tmp_path}"
+    named = find_stack(Path("/x.sock"), None, {"BOXMAKER_RUN": str(tmp_path / "run")})
+    assert named.unstarted is None  # a loopd named elsewhere: its own hint
+    assert "supervisorctl" in named.start_hint()
+
+
+def test_sessions_verify_and_repair_find_make_runs_home(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The new-user trial: `bxctl sessions` after `make run` said "no sessions under
+    /var/lib/boxmaker"; history and chat found run/home, the other commands did not."""
+    from boxmaker.bxctl.cli import main
+    from boxmaker.bxctl.verify import home_from
+    from tests.support.cli import run_cli
+
+    run = make_run(tmp_path)
+    assert home_from(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
+    assert home_from(None, {"BOXMAKER_RUN": str(run), "BOXMAKER_HOME": "/h"}) == Path("/h")
+    (run / "home" / "sessions").mkdir(parents=True)
+    monkeypatch.setenv("BOXMAKER_RUN", str(run))
+    monkeypatch.delenv("BOXMAKER_HOME", raising=False)
+    shown = run_cli(main, ["sessions"])
+    assert f"no sessions under {run / 'home'}" in shown.stdout + shown.stderr

@@ -5,14 +5,16 @@ processes and sockets; the scripted model on the fake server."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import orjson
 import pytest
 
 from boxmaker.proto import (
+    ChannelBody,
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     ErrorCode,
     TurnDone,
     WireError,
@@ -24,6 +26,21 @@ from tests.support.turn import calls, say
 
 LONG = "a long answer that fills the context. " * 20
 SUMMARY = "## Goal\ntest\n## What was done\ntwo turns\n"
+
+
+STEPS = ["summarising", "switching", "prewarming"]
+
+
+def steps(events: Sequence[ChannelBody]) -> list[str]:
+    """The compaction's steps as the channel told them (the summary's size updates left out:
+    how many there are is timing), then `compacted`."""
+    out: list[str] = []
+    for e in events:
+        if isinstance(e, CompactingEvent) and not (e.step is CompactStep.SUMMARISING and e.written):
+            out.append(str(e.step))
+        elif isinstance(e, CompactedEvent):
+            out.append("compacted")
+    return out
 
 
 @pytest.fixture
@@ -44,8 +61,8 @@ def test_compact_on_the_channel_folds_the_session(env: ServeEnv) -> None:
     assert isinstance(final, TurnDone), final
     assert final.content == "compacted into epoch 1"
     events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
-    assert [type(e) for e in events] == [CompactingEvent, CompactedEvent]
-    compacting, compacted = events
+    assert steps(events) == [*STEPS, "compacted"]  # each step told (issue 30.5)
+    compacting, compacted = events[0], events[-1]
     assert isinstance(compacting, CompactingEvent)
     assert isinstance(compacted, CompactedEvent)
     assert compacting.reason == "asked"
@@ -189,9 +206,9 @@ def test_a_message_that_fits_alone_but_not_beside_the_history_folds_first(
     frames = turn(env.socket, "s1", "z" * size)
     assert isinstance(frames[-1], TurnDone), frames[-1]
     events = [f for f in frames if isinstance(f, CompactingEvent | CompactedEvent)]
-    assert [type(e) for e in events] == [CompactingEvent, CompactedEvent], events
-    assert isinstance(events[1], CompactedEvent)
-    assert events[1].error == "", events[1]
+    assert steps(events) == [*STEPS, "compacted"], events
+    assert isinstance(events[-1], CompactedEvent)
+    assert events[-1].error == "", events[-1]
     assert frames[-1].content == "read it"
     assert (env.home / "sessions" / "s1" / "1.jsonl").exists()
     assert verify_session(env.home, "s1").ok

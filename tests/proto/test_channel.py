@@ -15,6 +15,7 @@ from boxmaker.proto.channel import (
     ChannelBody,
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     ContentEvent,
     ProgressEvent,
     QueuedEvent,
@@ -100,8 +101,9 @@ EVENTS: list[tuple[Any, bytes]] = [
     (CacheSavedEvent(1745, 49865), b'{"type":"cache_saved","tokens":1745,"elapsed_us":49865}'),
     (CacheRestoredEvent(77, 727), b'{"type":"cache_restored","tokens":77,"elapsed_us":727}'),
     (
-        CompactingEvent("threshold", 1540),
-        b'{"type":"compacting","reason":"threshold","tokens":1540}',
+        CompactingEvent("threshold", 1540, CompactStep.SUMMARISING, 12),
+        b'{"type":"compacting","reason":"threshold","tokens":1540,"step":"summarising",'
+        b'"written":12}',
     ),
     (
         CompactedEvent(1, 1602, 705, 8123, ""),

@@ -8,8 +8,10 @@ One `Compactor` serves a worker (or one `loopd turn`). The automatic attempts of
 counted from its log (`compact.attempt_refused`, issue 29.5): at most `[compact] max_attempts`
 that asked the model, then one more each time the context has grown enough, so no answer of the
 model can make it loop, and a restart neither forgets nor resets the count. The summary's own
-events are not forwarded (its text is not the turn's answer); the channel hears `compacting` and
-`compacted` instead.
+events are not forwarded (its text is not the turn's answer); the channel hears `compacting` at
+each step instead (issue 30.5: summarising, then the count of the summary's tokens at most every
+SUMMARY_EVERY_S, switching, pre-warming) with the waits and the prompt's `progress` of both
+requests, and `compacted` at the end, so no step is a silent wait.
 
 The pre-warm sends the new epoch's prefix (its baseline and kept turns, the generation prompt,
 one token to generate) so the owner's next message is read alone; its counts are in the
@@ -42,7 +44,10 @@ from boxmaker.loopd.turn.compact import (
 from boxmaker.proto import (
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
+    ContentEvent,
     ProgressEvent,
+    ReasoningEvent,
     RetryingEvent,
     TurnEvent,
     Usage,
@@ -53,6 +58,8 @@ from boxmaker.session import epoch_files
 from boxmaker.session.baseline import Baseline, assemble_baseline
 from boxmaker.session.errors import BaselineError, SwitchRefused
 from boxmaker.session.replay import request_messages
+
+SUMMARY_EVERY_S = 0.5  # how often the summary's growing size is told while it is written
 
 
 class Client(Protocol):
@@ -65,8 +72,14 @@ class Client(Protocol):
     ) -> Completion: ...
 
 
-def _drop(_event: ChatEvent) -> None:
-    pass
+def _waits(on_event: Callable[[TurnEvent], None]) -> Callable[[ChatEvent], None]:
+    """A request's waits and its prompt's reading, passed on to the channel (issue 30.5)."""
+
+    def passed(event: ChatEvent) -> None:
+        if isinstance(event, ProgressEvent | WaitingEvent | RetryingEvent):
+            on_event(event)
+
+    return passed
 
 
 @dataclass
@@ -118,7 +131,12 @@ class Compactor:
             why = attempt_refused(log.baseline, records, self.settings, self.config.max_attempts)
             if why is not None:  # spent: said once, when the last attempt failed
                 return Failed(why)
-        on_event(CompactingEvent(action.reason, used(_last_usage(records))))
+        tokens = used(_last_usage(records))
+
+        def step(name: CompactStep, written: int = 0) -> None:
+            on_event(CompactingEvent(action.reason, tokens, name, written))
+
+        step(CompactStep.SUMMARISING)
         try:
             system_now = assemble_baseline(self.system, self.home, ()).system
         except BaselineError as e:
@@ -134,17 +152,25 @@ class Compactor:
             upto=action.upto,
         )
         extra = {"max_tokens": self.settings.summary_tokens}
+        passed = _waits(on_event)
+        written = 0  # the summary's streamed pieces: a token each from llama-server
+        told = self.monotonic()
 
-        def waits(event: ChatEvent) -> None:  # the owner sees the summary's wait (issue 30.5)
-            if isinstance(event, ProgressEvent | WaitingEvent | RetryingEvent):
-                on_event(event)
+        def summary_events(event: ChatEvent) -> None:
+            nonlocal written, told
+            passed(event)
+            if isinstance(event, ContentEvent | ReasoningEvent) and event.text:
+                written += 1
+                if self.monotonic() - told >= SUMMARY_EVERY_S:
+                    told = self.monotonic()
+                    step(CompactStep.SUMMARISING, written)
 
         try:
             req = next(gen)
             while True:
                 try:
                     got: Completion | InferError = self.client.chat_with_retry(
-                        req, waits, extra=extra
+                        req, summary_events, extra=extra
                     )
                 except InferError as err:
                     got = err
@@ -153,23 +179,32 @@ class Compactor:
             outcome: Folded | Failed = stop.value
         if isinstance(outcome, Failed):
             return self._failed(log, started, on_event, outcome.reason)
+        step(CompactStep.SWITCHING, written)
         try:
             epoch_files.switch(log, outcome.end, outcome.baseline)
         except SwitchRefused as e:  # nothing committed: the turn goes on in epoch n
             return self._failed(log, started, on_event, str(e))
-        after = self.prewarm(log.baseline, log.records, _slot(records))
+        if self.config.prewarm:
+            step(CompactStep.PREWARMING, written)
+        after = self.prewarm(log.baseline, log.records, _slot(records), passed)
         ms = round((self.monotonic() - started) * 1000)
         on_event(CompactedEvent(log.epoch, outcome.before, after, ms, ""))
         return Switched(log.baseline, tuple(log.records), outcome.end)
 
-    def prewarm(self, baseline: Baseline, records: Sequence[LogRecord], slot: int) -> int:
-        """Sends the epoch's prefix; returns its size in tokens as the server counted it (0 when
-        it was off or failed)."""
+    def prewarm(
+        self,
+        baseline: Baseline,
+        records: Sequence[LogRecord],
+        slot: int,
+        on_event: Callable[[ChatEvent], None] | None = None,
+    ) -> int:
+        """Sends the epoch's prefix (its waits and progress to `on_event`); returns its size in
+        tokens as the server counted it (0 when it was off or failed)."""
         if not self.config.prewarm:
             return 0
         req = ChatRequest(slot, tuple(request_messages(baseline, records)), baseline.tools)
         try:
-            got = self.client.chat_with_retry(req, _drop, extra={"max_tokens": 1})
+            got = self.client.chat_with_retry(req, on_event or _ignore, extra={"max_tokens": 1})
         except InferError:
             return 0
         self.prewarms.append(got)
@@ -187,6 +222,10 @@ class Compactor:
         before = used(_last_usage(log.records))
         on_event(CompactedEvent(log.epoch, before, before, ms, reason))
         return Failed(reason)
+
+
+def _ignore(_event: ChatEvent) -> None:
+    pass
 
 
 def _last_usage(records: Sequence[LogRecord]) -> Usage | None:

@@ -10,6 +10,7 @@ in the fake's bytes: each test sets it from the size the conversation reached.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +25,7 @@ from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import (
     CompactedEvent,
     CompactingEvent,
+    CompactStep,
     EpochEnd,
     ErrorCode,
     TurnDone,
@@ -38,6 +40,15 @@ from tests.support.turn import NOON, Env, Said, Ticker, calls, chat_bodies, new_
 
 LONG = "Please remember this detail: " + "the quick brown fox jumps over the lazy dog. " * 12
 SUMMARY = "## Goal\nchat\n## What was done\ntalked\n## Decisions and facts the owner gave\nnone\n"
+
+
+def steps(events: Sequence[object]) -> list[tuple[str, CompactStep]]:
+    """The compaction steps told, without the summary's size updates (their number is timing)."""
+    return [
+        (e.reason, e.step)
+        for e in events
+        if isinstance(e, CompactingEvent) and not (e.step is CompactStep.SUMMARISING and e.written)
+    ]
 
 
 @dataclass
@@ -167,7 +178,11 @@ def test_compaction_between_iterations_does_not_count_as_one(env: Env) -> None:
         assert kinds == [
             "SessionStart", "User", "Assistant", "ToolResult", "Assistant", "Usage",
         ]  # fmt: skip
-        assert [e.reason for e in c.events if isinstance(e, CompactingEvent)] == ["threshold"]
+        assert steps(c.events) == [
+            ("threshold", CompactStep.SUMMARISING),
+            ("threshold", CompactStep.SWITCHING),
+            ("threshold", CompactStep.PREWARMING),
+        ]  # one compaction, each step told (issue 30.5)
 
 
 def test_empty_summary_goes_on_uncompacted_and_max_attempts_bounds_it(env: Env) -> None:
@@ -235,8 +250,8 @@ def test_context_full_compacts_once_and_retries_once(env: Env) -> None:
         assert compaction["messages"][-1]["content"] == INSTRUCTION
         assert {"role": "user", "content": "big"} not in compaction["messages"]
         assert full["messages"][-1] == {"role": "user", "content": "big"}
-        (compacting,) = (e for e in c.events if isinstance(e, CompactingEvent))
-        assert compacting.reason == "context_full"
+        assert {reason for reason, _ in steps(c.events)} == {"context_full"}
+        assert steps(c.events)[0] == ("context_full", CompactStep.SUMMARISING)
 
 
 def test_context_full_when_compaction_fails_is_session_full_with_what_to_do(env: Env) -> None:

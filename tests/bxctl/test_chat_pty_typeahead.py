@@ -1,0 +1,75 @@
+"""What the owner types while an answer streams, on a real pty (the new-user trial: the tty
+echoed it into the middle of the answer). The chat turns the terminal's echo off during a turn,
+so the answer stays whole, and the next prompt has what was typed."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from boxmaker.loopd.llama.request import CHAT_PATH
+from tests.bxctl.test_chat_pty import PROMPT_READY, TURN_S, open_chat, session_of, wait_users
+from tests.support.config import MODEL
+from tests.support.recorded import Recorded
+from tests.support.replies import Reply, sse_reply
+from tests.support.serve import ServeEnv, serve_env
+
+SLOW = "answer slowly"
+WORDS = 30
+DELAY_S = 0.1
+
+
+def slow(_request: Recorded) -> Reply:
+    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
+        return {
+            "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+            "created": 1796011468,
+            "id": "chatcmpl-slow",
+            "model": MODEL,
+            "object": "chat.completion.chunk",
+        }
+
+    events = [chunk({"role": "assistant", "content": None})]
+    events += [chunk({"content": f"slow{i} "}) for i in range(WORDS)]
+    events.append(chunk({}, "stop"))
+    events[-1]["timings"] = {"cache_n": 0, "prompt_n": 10, "predicted_n": WORDS}
+    return sse_reply(events, delay_s=DELAY_S)
+
+
+@pytest.fixture
+def stack() -> Iterator[ServeEnv]:
+    with serve_env() as env:
+        model = env.model
+
+        def chat(request: Recorded) -> Reply:
+            body = request.json
+            assert isinstance(body, dict)
+            if body["messages"][-1].get("content") == SLOW:
+                return slow(request)
+            return model(request)
+
+        env.fake.on("POST", CHAT_PATH, chat)
+        env.start()
+        yield env
+
+
+def test_typing_during_an_answer_is_not_echoed_into_it(stack: ServeEnv) -> None:
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send(SLOW + "\r")
+        started = term.wait_output(r"slow0 ", timeout=TURN_S)
+        term.send("typed ahead")
+        ended = term.wait_output(rf"slow{WORDS - 1} ", since=started.end())
+        answer = term.output[started.start() : ended.end()]
+        assert "typed ahead" not in answer
+        assert " ".join(f"slow{i}" for i in range(WORDS)) in answer.replace("  ", " ")
+        prompt = term.wait_output(PROMPT_READY, since=ended.end())
+        term.wait_output(r"typed ahead", since=prompt.end())  # the next prompt has it
+        term.send("\r")
+        assert wait_users(stack, sid, 2) == [SLOW, "typed ahead"]
+    finally:
+        term.close()

@@ -1,0 +1,208 @@
+"""`bxctl history` shows each call's approval (issue 30 item 4), from the logs a real stack run
+writes: `loopd serve` against the scripted fake server, a real brokerd behind its broker_socket,
+and the owner answering on brokerd's owner.sock. One turn makes four calls: one the owner
+approves, one the owner denies, one nobody answers (brokerd's approval wait ends), one the grants
+allow (no approval line), and one brokerd denies (a path outside the workspace).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from boxmaker._framed import FramedClient
+from boxmaker._toml import toml_dumps
+from boxmaker.bxctl.cli import main
+from boxmaker.proto import ApprovalNeededEvent, TurnDone
+from boxmaker.proto.broker import OWNER_KINDS
+from tests.support.cli import run_cli
+from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text, serve_env
+from tests.support.turn import calls, say
+
+APPROVAL_MS = 1000  # brokerd's approval wait: the unanswered call ends after it
+GRANTS = """
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "write_file"
+mode = "ask"
+"""
+
+
+def call_tool(name: str, arguments: dict[str, Any], prefix: str) -> Any:
+    return calls(("call_tool", {"name": name, "arguments": arguments}), prefix=prefix)
+
+
+class Brokerd:
+    def __init__(self, folder: Path, approval_ms: int = APPROVAL_MS) -> None:
+        self.folder = folder
+        self.socket = folder / "run" / "broker.sock"
+        self.owner_socket = folder / "run" / "owner.sock"
+        self.log = folder / "broker" / "decisions.jsonl"
+        self.config = folder / "brokerd.toml"
+        (folder / "ws").mkdir()
+        (folder / "ws" / "a.txt").write_text("alpha\n")
+        (folder / "grants.toml").write_text(GRANTS)
+        table = {
+            "socket": str(self.socket),
+            "owner_socket": str(self.owner_socket),
+            "workspace": str(folder / "ws"),
+            "grants": str(folder / "grants.toml"),
+            "home": str(folder / "home"),
+            "log": "broker/decisions.jsonl",  # relative: to the config's folder, as make run's
+            "approval_timeout_ms": approval_ms,
+        }
+        self.config.write_text(toml_dumps({"broker": table}))
+        self.daemon = Daemon(
+            python_module("boxmaker.brokerd", "serve", "--config", str(self.config))
+        )
+        self.daemon.wait_for_line("listening on")
+
+    def answer(self, call_id: str, answer: str) -> None:
+        with FramedClient(str(self.owner_socket), OWNER_KINDS, BOUND_S) as owner:
+            (claimed,) = owner.exchange("claim", {"id": call_id})
+            assert claimed.kind == "call", claimed
+            (reply,) = owner.exchange(
+                "answer", {"id": call_id, "hash": claimed.body["hash"], "answer": answer}
+            )
+            assert reply.kind == "answered", reply
+
+
+@pytest.fixture
+def stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
+    with serve_env() as env:
+        broker = Brokerd(env.folder)
+        env.daemons.append(broker.daemon)
+        path = env.folder / "loopd.toml"
+        path.write_text(
+            config_text(env.folder, loop={"tool_timeout_ms": 30_000})
+            + f'[tools]\nbroker_socket = "{broker.socket}"\nbroker_timeout_ms = 30000\n'
+        )
+        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
+        env.daemons.append(daemon)
+        daemon.wait_for_line(START_LINE, BOUND_S)
+        yield env, broker
+
+
+def needed(client: TurnClient, n: int) -> ApprovalNeededEvent:
+    """The n-th approval_needed event of the turn (1-based), once it has come."""
+    found = wait_for(
+        lambda: (
+            seen[n - 1]
+            if len(seen := [f for f in client.frames if isinstance(f, ApprovalNeededEvent)]) >= n
+            else None
+        ),
+        f"approval {n}",
+        BOUND_S,
+    )
+    assert isinstance(found, ApprovalNeededEvent)
+    return found
+
+
+def test_history_shows_who_approved_or_denied_each_call(
+    stack: tuple[ServeEnv, Brokerd],
+) -> None:
+    env, broker = stack
+    env.model.load(
+        [
+            call_tool("write_file", {"path": "yes.txt", "content": "y"}, "w1"),
+            call_tool("write_file", {"path": "no.txt", "content": "n"}, "w2"),
+            call_tool("write_file", {"path": "late.txt", "content": "t"}, "w3"),
+            call_tool("read_file", {"path": "a.txt"}, "r"),
+            call_tool("read_file", {"path": "/etc/hostname"}, "e"),  # outside the workspace
+            say("done"),
+        ]
+    )
+    client = TurnClient(env.socket, "s1", "write three files", resume=False)
+    broker.answer(needed(client, 1).id, "yes")
+    broker.answer(needed(client, 2).id, "no")
+    needed(client, 3)  # nobody answers: brokerd denies it after APPROVAL_MS
+    wait_for(
+        lambda: (client.frames and isinstance(client.frames[-1], TurnDone)) or None,
+        "the turn's end",
+        BOUND_S + APPROVAL_MS / 1000,
+    )
+    results = [r["content"] for r in env.log_lines("s1") if r["type"] == "tool_result"]
+    assert (broker.folder / "ws" / "yes.txt").exists(), results
+    assert (broker.folder / "ws" / "yes.txt").read_text() == "y"
+    assert not (broker.folder / "ws" / "no.txt").exists()
+
+    shown = run_cli(main, ["history", "s1", "--home", env.home, "--broker-log", broker.log])
+    assert shown.status == 0, shown.stderr
+    assert shown.stderr == ""
+    lines = [line.split("  ", 2)[-1] for line in shown.stdout.splitlines()]
+    approvals = [line for line in lines if line.startswith("approval of ")]
+    asked = "approval of write_file: asked (grant: write_file ask on {})"
+    assert approvals[0] == asked.format("yes.txt") + "; the owner answered yes: approved"
+    assert approvals[1] == asked.format("no.txt") + "; the owner answered no: denied"
+    assert approvals[2] == (
+        asked.format("late.txt") + "; no answer before brokerd's approval wait ended: denied"
+    )
+    assert approvals[3].startswith("approval of read_file: denied by the grants: "), approvals
+    assert len(approvals) == 4  # read_file, allowed by the grants, has no line
+    # each follows its own call
+    at = [i for i, line in enumerate(lines) if line.startswith("approval of ")]
+    assert all(lines[i - 1].startswith("tool call call_tool ") for i in at), shown.stdout
+
+    as_json = run_cli(main, ["history", "s1", "--home", env.home, "--broker-log", broker.log,
+                             "--json"])  # fmt: skip
+    entries = [orjson.loads(x) for x in as_json.stdout.splitlines()]
+    got = [(e["tool"], e["decision"], e["answer"], e["by"], e["approved"])
+           for e in entries if e["type"] == "approval"]  # fmt: skip
+    assert got == [
+        ("write_file", "ask", "yes", "owner", True),
+        ("write_file", "ask", "no", "owner", False),
+        ("write_file", "ask", "timeout", "timeout", False),
+        ("read_file", "allow", None, "grants", True),
+        ("read_file", "deny", None, "grants", False),
+    ]
+    kinds = [e["type"] for e in entries]
+    first = kinds.index("approval")
+    assert kinds[first - 1] == "assistant"  # after the record that made the call
+
+
+def test_history_finds_make_runs_decision_log_and_says_when_it_cannot(
+    stack: tuple[ServeEnv, Brokerd], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    env, broker = stack
+    env.model.load([call_tool("write_file", {"path": "x.txt", "content": "x"}, "w"), say("ok")])
+    client = TurnClient(env.socket, "s2", "write", resume=False)
+    broker.answer(needed(client, 1).id, "always")
+    wait_for(
+        lambda: (client.frames and isinstance(client.frames[-1], TurnDone)) or None,
+        "the turn's end",
+        BOUND_S,
+    )
+    run = env.folder / "mrun"
+    run.mkdir()
+    (run / "run.env").write_text(
+        f"BOXMAKER_SOCKET={env.socket}\nBOXMAKER_HOME={env.home}\n"
+        f"BOXMAKER_BROKERD_CONFIG={broker.config}\n"
+    )
+    monkeypatch.setenv("BOXMAKER_RUN", str(run))
+    for name in ("BOXMAKER_HOME", "BOXMAKER_BROKER_LOG", "BOXMAKER_SOCKET"):
+        monkeypatch.delenv(name, raising=False)
+    shown = run_cli(main, ["history", "s2"])  # the home and the log both from run.env
+    assert shown.status == 0, shown.stderr
+    assert "; the owner answered always: approved" in shown.stdout
+    # another home: no log is known for it, and stderr says so (stdout is the history still)
+    other = run_cli(main, ["history", "s2", "--home", env.home])
+    assert other.status == 0
+    assert "approvals are not shown: brokerd's decision log is not known here" in other.stderr
+    assert "you: write" in other.stdout
+    os.chmod(broker.log, 0o000)
+    if os.access(broker.log, os.R_OK):  # root reads it anyway: a missing file instead
+        missing = run_cli(main, ["history", "s2", "--broker-log", env.folder / "nope.jsonl"])
+        assert "approvals are not shown: " in missing.stderr
+        assert "nope.jsonl: No such file or directory" in missing.stderr
+    else:
+        denied = run_cli(main, ["history", "s2"])
+        assert "Permission denied" in denied.stderr
