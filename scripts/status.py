@@ -4,6 +4,7 @@
     sockets       infer.sock and loop.sock, and whether something listens on each
     model         what llama-server says it serves (/props through inferproxy)
     tools         which tools brokerd offers, and why one is off (its start line in brokerd.log)
+                  while supervisord runs
     sessions      how many sessions the home holds, and the newest
 
 It reads run/run.env (in $BOXMAKER_RUN when set, as for `make run`), which `make run` writes, and
@@ -21,7 +22,7 @@ from pathlib import Path
 
 import orjson
 
-from boxmaker.bxctl.stack import tools_line
+from boxmaker.bxctl.stack import supervisor_running, tools_line
 from boxmaker.loopd.config import ConfigError, load_config
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.transport import exchange
@@ -91,22 +92,37 @@ def main() -> int:
         "-c",
         str(ROOT / "conf" / "supervisord.conf"),
     ]
-    status = subprocess.run([*ctl, "status"], env=env, capture_output=True, text=True, check=False)
+    running = supervisor_running(RUN)
+    if running:
+        status = subprocess.run(
+            [*ctl, "status"], env=env, capture_output=True, text=True, check=False
+        )
+        lines = (status.stdout or status.stderr).splitlines()
+        ok = status.returncode == 0
+    else:  # stopped (make stop) or gone: supervisorctl would print an XML-RPC fault
+        lines = ["none: make run's supervisord is not running here; start it with make run"]
+        ok = False
     print("programs:")
-    for line in (status.stdout or status.stderr).splitlines():
+    for line in lines:
         print(f"  {line}")
     infer_sock = RUN / "infer.sock"
     loop_sock = Path(env["BOXMAKER_SOCKET"])
-    print(f"sockets:  {infer_sock} ({listening(infer_sock)}), {loop_sock} ({listening(loop_sock)})")
+    loop_state = listening(loop_sock)
+    if loop_state == "missing" and running and any(
+        line.split()[:2] == ["loopd", "RUNNING"] for line in lines
+    ):
+        loop_state = "not yet: loopd binds it once its self-test has passed"
+    print(f"sockets:  {infer_sock} ({listening(infer_sock)}), {loop_sock} ({loop_state})")
     print(f"upstream: {env['BOXMAKER_UPSTREAM']}, model: {model(infer_sock)}")
-    print(f"tools:    {tools_line(RUN).removeprefix('[tools: ').removesuffix(']')}")
+    tools = tools_line(RUN).removeprefix("[tools: ").removesuffix("]")
+    print(f"tools:    {tools if running else 'none: brokerd is not running'}")
     try:
         home = load_config(env["BOXMAKER_LOOPD_CONFIG"]).paths.home
     except ConfigError as err:
         print(f"sessions: unknown ({err})")
     else:
         print(f"sessions: {sessions(home)}")
-    return 0 if status.returncode == 0 else 1
+    return 0 if ok else 1
 
 
 if __name__ == "__main__":
