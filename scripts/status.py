@@ -108,8 +108,10 @@ def main() -> int:
     infer_sock = RUN / "infer.sock"
     loop_sock = Path(env["BOXMAKER_SOCKET"])
     loop_state = listening(loop_sock)
-    if loop_state == "missing" and running and any(
-        line.split()[:2] == ["loopd", "RUNNING"] for line in lines
+    if (
+        loop_state == "missing"
+        and running
+        and any(line.split()[:2] == ["loopd", "RUNNING"] for line in lines)
     ):
         loop_state = "not yet: loopd binds it once its self-test has passed"
     print(f"sockets:  {infer_sock} ({listening(infer_sock)}), {loop_sock} ({loop_state})")
