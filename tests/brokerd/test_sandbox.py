@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import shutil
 import stat
+import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +74,26 @@ def test_a_workspace_the_sandbox_cannot_reach_is_refused(tmp_path: Path) -> None
     box = Sandbox(hidden, run_as=sandbox_uid())
     assert box.probe() is not None
     assert box.run("true").refused == box.probe()
+
+
+def test_the_refusal_names_the_folder_the_sandbox_cannot_pass() -> None:
+    """make run as root: a run folder of mode 0700 above the workspace. The reason names that
+    folder and its mode, not the kernel's user-namespace settings."""
+    if sandbox_uid() is None:
+        pytest.skip("needs root: the unreachable folder is one only root may enter")
+    base = Path(tempfile.mkdtemp(prefix="bx-reach-"))  # /tmp's own, 0755: pytest's is 0700
+    os.chmod(base, 0o755)
+    closed = base / "run"
+    closed.mkdir(mode=0o700)
+    workspace = closed / "workspace"
+    workspace.mkdir(mode=0o777)
+    try:
+        why = Sandbox(workspace, run_as=sandbox_uid()).probe()
+    finally:
+        shutil.rmtree(base)
+    assert why is not None
+    assert f"cannot reach the workspace {workspace}: {closed} is mode 0700, owner 0" in why, why
+    assert "namespaces" not in why, why
 
 
 def test_root_without_a_sandbox_uid_is_refused(
