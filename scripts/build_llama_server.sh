@@ -58,8 +58,12 @@ exec 9>>"$CACHE/.build.lock"
 if ! flock -n 9; then  # say who holds it, rather than wait in silence (issue 30 item 5)
   holder=$(cat "$CACHE/.build.lock.holder" 2>/dev/null || true)
   echo "build_llama_server: waiting for another build in $CACHE to finish" \
-    "(lock $CACHE/.build.lock${holder:+, held by $holder}); it says nothing until it is done" >&2
-  flock 9
+    "(lock $CACHE/.build.lock${holder:+, held by $holder})" >&2
+  waited=0 every=${BOXMAKER_LOCK_SAY_S:-15}
+  until flock -w "$every" 9; do  # a line every 15 s, so a long wait is never silent
+    waited=$((waited + every))
+    echo "build_llama_server: still waiting for the other build (${waited} s)" >&2
+  done
 fi
 echo "pid $$, since $(date -u +%H:%M:%S) UTC" >"$CACHE/.build.lock.holder"
 # Temporary paths to remove on exit, whatever happens.

@@ -7,10 +7,12 @@ The smoke test itself (scripts/smoke_llama_server.py) runs for real against the 
 from __future__ import annotations
 
 import os
+import select
 import subprocess
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import IO
 
 import pytest
 
@@ -46,6 +48,12 @@ def run(cache: Path) -> Run:
         )
 
     return run
+
+
+def line_within(pipe: IO[str], seconds: float) -> str:
+    """The pipe's next line, or "" when none comes within `seconds` (the script waits on)."""
+    ready, _, _ = select.select([pipe], [], [], seconds)
+    return pipe.readline() if ready else ""
 
 
 def builds(cache: Path) -> list[str]:
@@ -128,3 +136,40 @@ def test_rebuild_on_request(run: Run, cache: Path) -> None:
     first = folder(run("serves"))
     assert folder(run("serves", BOXMAKER_LLAMA_REBUILD="1")) == first
     assert builds(cache) == ["serves", "serves"]
+
+
+def test_a_build_waiting_on_the_lock_says_so_until_it_gets_it(cache: Path, run: Run) -> None:
+    """Another build holds the cache's lock: the script names the holder, says every few seconds
+    that it still waits (BOXMAKER_LOCK_SAY_S, 15 by default), and builds once the lock is free."""
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl,sys; f=open(sys.argv[1],'a'); "
+         "fcntl.flock(f, fcntl.LOCK_EX); print('held', flush=True); sys.stdin.read()",
+         str(cache / ".build.lock")],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    assert holder.stdout is not None
+    assert holder.stdin is not None
+    assert holder.stdout.readline() == "held\n"
+    (cache / ".build.lock.holder").write_text("pid 1, since 00:00:00 UTC\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("BOXMAKER_LLAMA")}
+    env.update(
+        BOXMAKER_CACHE=str(cache), PYTHON=sys.executable, BOXMAKER_LOCK_SAY_S="1",
+        BOXMAKER_LLAMA_FAKE_BUILD=f"{sys.executable} {STANDIN} serves {cache / 'builds'}",
+    )  # fmt: skip
+    script = subprocess.Popen(
+        ["bash", str(SCRIPT)], env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    assert script.stderr is not None
+    try:
+        first = line_within(script.stderr, TIMEOUT)
+        assert "waiting for another build" in first, first
+        assert "held by pid 1, since 00:00:00 UTC" in first, first
+        second = line_within(script.stderr, TIMEOUT)  # the lock is asked for again every 1 s
+        assert "still waiting for the other build (1 s)" in second, second
+        assert builds(cache) == []  # nothing built while the lock is held
+    finally:
+        holder.stdin.close()  # the holder exits: the lock is free
+        holder.wait(TIMEOUT)
+    out, _ = script.communicate(timeout=TIMEOUT)
+    assert script.returncode == 0, out
+    assert builds(cache) == ["serves"]
