@@ -128,6 +128,7 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger
         {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
+        | {f"{BROKERD}.tools.kind"}  # the row an MCP request line's facts give
     ),
     f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths

@@ -217,7 +217,7 @@ def request_fields(
     call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
 ) -> dict[str, object]:
     canonical = arguments if decided.args is None else canonical_args(decided.args)
-    return {
+    fields: dict[str, object] = {
         "id": call_id,
         "session": session,
         "epoch": epoch,
@@ -226,3 +226,6 @@ def request_fields(
         "canonical": canonical,
         "hash": decided.hash,
     }
+    if decided.tool is not None and decided.tool.facts is not None:
+        fields["row"] = dict(decided.tool.facts)  # what replay rebuilds the row from
+    return fields

@@ -112,6 +112,62 @@ def row(
         check=check,
         asks_by_default=True,
         strings=strings,
+        facts=row_facts(types, schema, cwd, config.trusted),
+    )
+
+
+def row_facts(
+    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool
+) -> dict[str, Any]:
+    """What a decision reads of an MCP row, for the request's log line: its arguments' types
+    and the required ones (the table's parser), the server's cwd (relative paths), whether it
+    writes and whether its answers are untrusted (the taint). Not its schema: the check against
+    it (`check`) is the one part replay cannot do again."""
+    names = {t: n for n, t in JSON_TYPES.items()}
+    required = schema.parameters.get("required", [])
+    return {
+        "types": {k: names[t] for k, t in sorted(types.items())},
+        "required": sorted(r for r in required if isinstance(r, str)),
+        "cwd": cwd,
+        "writes": True,
+        "untrusted": not trusted,
+    }
+
+
+def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
+    """The row `brokerd verify` decides an MCP call with, from its request line's facts (what
+    row_facts wrote), or why they cannot be one. It runs nothing and checks no schema."""
+    types, required, cwd = facts.get("types"), facts.get("required"), facts.get("cwd")
+    writes, untrusted = facts.get("writes"), facts.get("untrusted")
+    if (
+        split_name(name) is None
+        or facts.keys() != {"types", "required", "cwd", "writes", "untrusted"}
+        or not isinstance(types, dict)
+        or any(t not in JSON_TYPES for t in types.values())
+        or not isinstance(required, list)
+        or any(not isinstance(r, str) for r in required)
+        or not isinstance(cwd, str)
+        or not cwd.startswith("/")
+        or type(writes) is not bool
+        or type(untrusted) is not bool
+    ):
+        return f"the row facts logged for {name} are not what brokerd writes"
+    kinds = {k: JSON_TYPES[t] for k, t in types.items()}
+    strings = frozenset(k for k, t in kinds.items() if t is str)
+    parameters = {"type": "object", "properties": {k: {"type": t} for k, t in types.items()}}
+    return Tool(
+        ToolSchema(name, "", {**parameters, "required": required}),
+        kinds,
+        _unlisted,
+        lambda _ctx, _target, _args: name,
+        GrantKind.ARGS,
+        lambda args, _ws: string_fields(args, strings, cwd),
+        writes=writes,
+        untrusted=untrusted,
+        always=NO_ALWAYS,
+        asks_by_default=True,
+        strings=strings,
+        facts=facts,
     )
 
 
@@ -197,13 +253,13 @@ def grant_only_row(name: str) -> Tool | None:
 
 
 def _unlisted(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
-    raise AssertionError("a grant's row is never run")  # policy.decide looks up with get
+    raise AssertionError("a grant's or a replay's row is never run")
 
 
 class ReplayTable:
     """What `brokerd verify` replays with: brokerd's own rows, and grants of any MCP tool read
-    as grant_only_row reads them. It starts no server: ledger.replay does not decide an MCP
-    call again (the log holds no listing)."""
+    as grant_only_row reads them. It starts no server: ledger.replay decides an MCP call again
+    on the row its request line's facts give (replayed_row)."""
 
     def __init__(self, table: Table) -> None:
         self.table = table

@@ -88,6 +88,8 @@ class Tool:
         asks_by_default: no rule names it: it asks (else it is denied).
         strings: GrantKind.ARGS: the arguments its schema has as strings, which its rules'
             `args` may name; None while not known (an MCP server not listed yet).
+        facts: for a row known only at run time (an MCP tool's), what its decision read of it,
+            as JSON: the request's log line carries it, so `brokerd verify` decides again.
     """
 
     schema: ToolSchema
@@ -108,6 +110,7 @@ class Tool:
     ask_always: Mapping[str, str] = field(default_factory=dict)
     asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
     strings: frozenset[str] | None = None
+    facts: Mapping[str, Any] | None = None
 
     @property
     def needs_grant(self) -> bool:
