@@ -18,26 +18,20 @@ same stack).
 from __future__ import annotations
 
 import http.server
-import io
-import os
-import pwd
 import subprocess
 import sys
 import threading
 import tomllib
 from collections.abc import Iterator
-from typing import Any
 
 import orjson
 import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.proto import ToolResult
-from boxmaker.verify.checks import Status, called_tool, paired_calls, target
+from boxmaker.verify.checks import Status
 from boxmaker.verify.device import TURN_BOUND, Run
-from boxmaker.verify.profile import load_profile
-from boxmaker.verify.stack import Stack
-from tests.support.llama import ensure_tool_model
+from tests.support.tool_model import approvals, results_of, tool_model_run, turn
 
 PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"
 # The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
@@ -68,46 +62,8 @@ def page() -> Iterator[int]:
 
 @pytest.fixture(scope="module")
 def run() -> Iterator[Run]:
-    ensure_tool_model()
-    stack = Stack(None, None, None, load_profile("qwen-coder"))
-    stack.extra_grants = FETCH_GRANT
-    if os.geteuid() == 0:
-        # As root brokerd's sandbox runs shell as nobody, who must reach and write the workspace
-        # (tests/brokerd/rig.sandbox_workspace); else brokerd starts with shell off.
-        os.chmod(stack.run, 0o755)
-        stack.workspace.mkdir()
-        nobody = pwd.getpwnam("nobody")
-        os.chown(stack.workspace, nobody.pw_uid, nobody.pw_gid)
-    runner = Run(stack, io.StringIO())
-    try:
-        stack.start()
-        stack.wait_loopd()
+    with tool_model_run(FETCH_GRANT) as runner:  # tests/support/tool_model.py
         yield runner
-    finally:
-        stack.stop()
-
-
-def turn(run: Run, session: str, prompt: str, approve: str = "") -> tuple[str, list[Any]]:
-    """One turn in a fresh session: (the answer, "" when the turn ended without one, e.g. by
-    the repeat rule after the work was done; the session's records)."""
-    done, _ = run.say(prompt, session, approve)
-    return str((done or {}).get("content") or ""), run.records(session)
-
-
-def results_of(records: list[Any], tool: str) -> list[ToolResult]:
-    """The ToolResults of the calls of `tool` (directly or through call_tool), in order."""
-    return [
-        r
-        for c, r in paired_calls(records)
-        if r is not None and target(called_tool(c.name, c.arguments)) == tool
-    ]
-
-
-def approvals(run: Run, tool: str) -> list[str]:
-    """The owner's answers brokerd logged for calls of `tool`."""
-    lines = [orjson.loads(x) for x in run.stack.decisions.read_bytes().splitlines()]
-    ids = {x["id"] for x in lines if x.get("type") == "request" and x.get("tool") == tool}
-    return [x["answer"] for x in lines if x.get("type") == "approval" and x["id"] in ids]
 
 
 def test_files_read_list_and_an_approved_write(run: Run) -> None:
