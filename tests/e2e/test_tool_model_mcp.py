@@ -14,11 +14,12 @@ from __future__ import annotations
 import re
 from collections.abc import Iterator
 from datetime import datetime, timedelta
+from typing import Any
 
 import orjson
 import pytest
 
-from boxmaker.proto import ToolCall
+from boxmaker.verify.checks import paired_calls
 from boxmaker.verify.device import Run
 from tests.support.mcp_servers import python_server
 from tests.support.tool_model import results_of, tool_model_run, turn
@@ -40,23 +41,22 @@ def run() -> Iterator[Run]:
         yield runner
 
 
-def _calls_of(records: list[object]) -> list[tuple[str, dict[str, object]]]:
+def _calls_of(records: list[Any]) -> list[tuple[str, object]]:
     """(tool, arguments) of every call, a call_tool's as the tool it names."""
     out = []
-    for r in records:
-        if isinstance(r, ToolCall):
-            args = orjson.loads(r.arguments)
-            if r.name == "call_tool" and isinstance(args, dict):
-                out.append((str(args.get("name")), args.get("arguments") or {}))
-            else:
-                out.append((r.name, args))
+    for call, _result in paired_calls(records):
+        args = orjson.loads(call.arguments)
+        if call.name == "call_tool" and isinstance(args, dict):
+            out.append((str(args.get("name")), args.get("arguments")))
+        else:
+            out.append((call.name, args))
     return out
 
 
 def test_the_model_asks_the_time_server_for_a_zone(run: Run) -> None:
     answer, records = turn(run, "mcp-time", PROMPT)
     calls = _calls_of(records)
-    assert (TOOL, {"timezone": ZONE}) in calls, calls
+    assert (TOOL, {"timezone": ZONE}) in calls, records
     results = results_of(records, TOOL)
     assert results, records
     got = results[0]
