@@ -128,6 +128,7 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger
         {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
+        | {f"{BROKERD}.tools.kind"}  # the row an MCP request line's facts give
     ),
     f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
@@ -136,7 +137,8 @@ RULES: dict[str, frozenset[str]] = {
     # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
     # the sandbox; rows makes their tools rows of the table
     f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
-    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"}),
+    | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"})
+    | frozenset({f"{BROKERD}.targets", f"{BROKERD}.paths", f"{BROKERD}.tools"}),  # arg grants
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records
     # files.py, note.py, shell.py, fetch.py, clock.py: each a tool and its row (shells);
@@ -146,7 +148,7 @@ RULES: dict[str, frozenset[str]] = {
         | {f"{BROKERD}.netcheck", f"{BROKERD}.targets", f"{BROKERD}.tools.spec"}
         | {f"{BROKERD}.tools.kind"}
     ),
-    f"{BROKERD}.tools.kind": frozenset({PROTO}),  # [core]: what a row holds
+    f"{BROKERD}.tools.kind": frozenset({PROTO, f"{BROKERD}.targets"}),  # [core]: a row
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED}),  # never the daemons
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).

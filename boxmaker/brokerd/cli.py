@@ -11,7 +11,7 @@ from boxmaker._daemon.log import DaemonLog
 from boxmaker.brokerd.config import BrokerConfig, ConfigError, parse_config
 from boxmaker.brokerd.ledger import replay
 from boxmaker.brokerd.mcp.config import parse_mcp
-from boxmaker.brokerd.mcp.rows import ReplayTable
+from boxmaker.brokerd.mcp.rows import ReplayTable, replayed_row
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.tools.table import TABLE
 from boxmaker.session.chain_files import read_chain
@@ -36,15 +36,20 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     log = DaemonLog("brokerd", env.stdout, env.stderr)
     if args.command == "verify":
         try:
-            unreplayed: list[str] = []  # MCP calls: their tools' rows are not in the log
+            unreplayed: list[str] = []  # MCP calls it cannot decide again (ledger.replay)
             data = read_chain(args.log)  # every file of it, oldest first
-            count = replay(data, ReplayTable(TABLE), unreplayed)
+            count = replay(data, ReplayTable(TABLE), unreplayed, replayed_row)
         except (OSError, LogError) as exc:
             log.warn(f"verify: FAILED: {exc}")
             return ExitStatus.ERROR
         log.say(
             f"verify: ok: the chain holds and {count} decision(s) replay the same"
-            + (f"; {len(unreplayed)} MCP call(s) not decided again" if unreplayed else "")
+            + (
+                f"; {len(unreplayed)} MCP call(s) not decided again (no row facts logged, "
+                "or refused by the server's schema)"
+                if unreplayed
+                else ""
+            )
         )
         return ExitStatus.OK
     try:

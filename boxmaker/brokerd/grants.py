@@ -13,6 +13,18 @@ paths and files for the path tools, `files = ["notes"]` or `["core"]` for note, 
 fetch (names or addresses, normalised as the URL's host is: targets.normal_host; or "*" for any
 host), nothing for shell. A tool whose row allows it may say `class` (today only "public").
 
+An MCP tool (`<server>.<tool>`, GrantKind.ARGS) takes nothing (the rule covers every call) or
+`args`, constraints on named string arguments, each `{ paths = [...] }` (prefixes inside the
+workspace, as for the path tools) or `{ hosts = [...] }` (exact hosts, as for fetch, no "*"):
+
+    [[grant]]
+    tool = "git.git_log"
+    mode = "allow"
+    args = { repo_path = { paths = ["repo"] } }
+
+The rule applies to a call only when every named argument is there and satisfies its
+constraint (policy.py; a value that cannot be normalised satisfies a deny's, never another's).
+
 The verdict on one call is policy.py's; "always" amendments are amend.py's.
 """
 
@@ -26,7 +38,7 @@ from typing import Any, Protocol
 
 import orjson
 
-from boxmaker.brokerd.targets import BadTarget, normal_host
+from boxmaker.brokerd.targets import BadTarget, Fields, normal_host
 from boxmaker.brokerd.tools.kind import GrantKind, Target, Tool
 
 ANY_HOST = "*"
@@ -56,6 +68,39 @@ class GrantsError(Exception):
 
 
 @dataclass(frozen=True, slots=True)
+class ArgRule:
+    """One argument constraint of an MCP tool's rule: its `paths` prefixes or its `hosts`."""
+
+    field: str
+    paths: tuple[tuple[str, ...], ...] = ()
+    hosts: tuple[str, ...] = ()
+
+    def depth(self, target: Fields, deny: bool) -> int:
+        """How specifically the call's argument meets it (a longer prefix is more specific);
+        -1: it does not. Missing: never met. Not normalisable (or not a string): met by a deny
+        only."""
+        present, value = target.get(self.field)
+        if not present:
+            return -1
+        norm = None if value is None else value.path if self.paths else value.host
+        if norm is None:
+            return 0 if deny else -1
+        if isinstance(norm, tuple):
+            return max((len(p) for p in self.paths if norm[: len(p)] == p), default=-1)
+        return 0 if norm in self.hosts else -1
+
+    def shown(self) -> str:
+        if self.paths:
+            return f"{self.field} under " + " or ".join("/".join(p) or "." for p in self.paths)
+        return f"{self.field} on " + " or ".join(self.hosts)
+
+    def to_json(self) -> dict[str, list[str]]:
+        if self.paths:
+            return {"paths": ["/".join(p) for p in self.paths]}
+        return {"hosts": list(self.hosts)}
+
+
+@dataclass(frozen=True, slots=True)
 class Rule:  # hashable: the verdict keys a dict by rule
     tool: str
     mode: Mode
@@ -64,14 +109,20 @@ class Rule:  # hashable: the verdict keys a dict by rule
     files: tuple[str, ...] = ()  # PATHS: exact files ("a/b"); NAMES: the names
     hosts: tuple[str, ...] = ()  # HOSTS: exact normalised hosts, or ANY_HOST
     class_: str = "public"
+    args: tuple[ArgRule, ...] = ()  # ARGS: the constraints, all to be met; () = every call
 
     def covers(self, name: str, target: Target) -> int:
-        """How specific the match with `target` is (an exact file beats every prefix); -1 for
-        no match."""
+        """How specific the match with `target` is (an exact file beats every prefix; for an
+        MCP tool each constraint met adds one, plus its prefix's length); -1 for no match."""
         if name != self.tool:
             return -1
         if self.grant is GrantKind.NONE:
             return 0
+        if self.grant is GrantKind.ARGS:
+            if not isinstance(target, Fields):
+                return -1
+            depths = [a.depth(target, self.mode is Mode.DENY) for a in self.args]
+            return -1 if any(d < 0 for d in depths) else sum(d + 1 for d in depths)
         if self.grant is GrantKind.HOSTS:
             return 1 if target in self.hosts else 0 if ANY_HOST in self.hosts else -1
         if self.grant is GrantKind.NAMES:
@@ -93,12 +144,19 @@ class Rule:  # hashable: the verdict keys a dict by rule
             "hosts": list(self.hosts),
         }
         lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in keys.items() if v]
+        if self.args:  # an inline table of inline tables; a JSON string is a TOML string
+            fields = ", ".join(
+                f"{orjson.dumps(a.field).decode()} = {{ {k} = {orjson.dumps(v).decode()} }}"
+                for a in self.args
+                for k, v in a.to_json().items()
+            )
+            lines.append(f"args = {{ {fields} }}")
         if self.class_ != "public":
             lines.append(f'class = "{self.class_}"')
         return "\n".join(lines) + "\n"
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        obj: dict[str, Any] = {
             "tool": self.tool,
             "mode": str(self.mode),
             "paths": ["/".join(p) for p in self.paths],
@@ -106,6 +164,9 @@ class Rule:  # hashable: the verdict keys a dict by rule
             "hosts": list(self.hosts),
             "class": self.class_,
         }
+        if self.args:  # only then: a grant record of brokerd's own tools keeps its bytes
+            obj["args"] = {a.field: a.to_json() for a in self.args}
+        return obj
 
 
 def _prefix(text: Any, where: str) -> tuple[str, ...]:
@@ -146,9 +207,12 @@ def rule_of(obj: Any, where: str, table: Lookup) -> Rule:
         raise GrantsError(f"{where}: tool must be one of {names}, got {name!r}")
     if mode not in tuple(Mode):
         raise GrantsError(f"{where}: mode must be allow, ask or deny, got {mode!r}")
-    keys = {GrantKind.PATHS: {"paths", "files"}, GrantKind.NAMES: {"files"}}.get(
-        tool.grant, {"hosts"} if tool.grant is GrantKind.HOSTS else set()
-    )
+    keys = {
+        GrantKind.PATHS: {"paths", "files"},
+        GrantKind.NAMES: {"files"},
+        GrantKind.HOSTS: {"hosts"},
+        GrantKind.ARGS: {"args"},
+    }.get(tool.grant, set())
     known = {"tool", "mode"} | keys | ({"class"} if tool.classes else set())
     if unknown := sorted(obj.keys() - known - {""}):
         raise GrantsError(f"{where}: unknown key(s) {', '.join(unknown)} for {tool.name}")
@@ -158,6 +222,9 @@ def rule_of(obj: Any, where: str, table: Lookup) -> Rule:
     m, g = Mode(mode), tool.grant
     if g is GrantKind.NONE:
         return Rule(tool.name, m, g, class_=class_)
+    if g is GrantKind.ARGS:
+        args = _arg_rules(obj["args"], tool, f"{where}.args") if "args" in obj else ()
+        return Rule(tool.name, m, g, class_=class_, args=args)
     if g is GrantKind.HOSTS:
         hosts = _list(obj, "hosts", [ANY_HOST], where)
         return Rule(tool.name, m, g, hosts=tuple(_host(h, where) for h in hosts), class_=class_)
@@ -172,6 +239,38 @@ def rule_of(obj: Any, where: str, table: Lookup) -> Rule:
     default = [] if files else [""]
     paths = tuple(_prefix(p, f"{where}.paths") for p in _list(obj, "paths", default, where))
     return Rule(tool.name, m, g, paths=paths, files=files, class_=class_)
+
+
+_ARGS_SHAPE = 'write args = { <argument> = { paths = ["folder"] } } or { hosts = ["name"] }'
+
+
+def _arg_rules(table: Any, tool: Tool, where: str) -> tuple[ArgRule, ...]:
+    """The `args` of an MCP tool's rule: each a string argument the tool's schema has (checked
+    once its server was listed: `tool.strings`), with one non-empty constraint."""
+    if not isinstance(table, dict) or not table:
+        raise GrantsError(f"{where}: {_ARGS_SHAPE}")
+    rules = []
+    for field, spec in sorted(table.items()):
+        at = f"{where}.{field}"
+        if tool.strings is not None and field not in tool.strings:
+            has = ", ".join(sorted(tool.strings)) or "none"
+            raise GrantsError(
+                f"{at}: {tool.name} has no string argument {field!r} (its string arguments: "
+                f"{has}); a constraint names one of them"
+            )
+        if not isinstance(spec, dict) or len(spec) != 1 or not spec.keys() <= {"paths", "hosts"}:
+            raise GrantsError(f"{at}: expected exactly one of paths or hosts; {_ARGS_SHAPE}")
+        ((key, values),) = spec.items()
+        if not isinstance(values, list) or not values:
+            raise GrantsError(f"{at}.{key}: must be a non-empty list")
+        if key == "paths":
+            paths = tuple(_prefix(p, f"{at}.paths") for p in values)
+            rules.append(ArgRule(field, paths=paths))
+            continue
+        if ANY_HOST in values:
+            raise GrantsError(f"{at}.hosts: no '*': leave {field} out to cover every host")
+        rules.append(ArgRule(field, hosts=tuple(_host(h, at) for h in values)))
+    return tuple(rules)
 
 
 def parse_grants(data: bytes, table: Lookup) -> tuple[Rule, ...]:

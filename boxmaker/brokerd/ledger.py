@@ -15,11 +15,13 @@ an "always" added), `result` (with `untrusted`, and the host a call reached).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.grants import GrantsError, Lookup, Mode, Rule, parse_grants, rule_of
 from boxmaker.brokerd.policy import APPROVING, Decided, LogError, decide
 from boxmaker.brokerd.taint import Record, Taint, Tracker
+from boxmaker.brokerd.tools.kind import Tool
 from boxmaker.session.chain import ChainError, verify_chain
 
 
@@ -78,14 +80,41 @@ def rule_from_json(obj: dict[str, Any], table: Lookup) -> Rule:
     return rule_of(kept, "grant record", table)
 
 
-def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> int:
+Rows = Callable[[str, dict[str, Any]], Tool | str]  # a request line's row facts -> its row
+
+
+class _WithRow:
+    """`table` with one more row: the one a request line's facts give (an MCP tool's)."""
+
+    def __init__(self, table: Lookup, row: Tool) -> None:
+        self.table, self.row = table, row
+
+    def get(self, name: str) -> Tool | None:
+        return self.row if name == self.row.name else self.table.get(name)
+
+    def grant_row(self, name: str) -> Tool | None:
+        return self.table.grant_row(name)
+
+    def grant_names(self) -> list[str]:
+        return self.table.grant_names()
+
+    def names(self) -> tuple[str, ...]:
+        return self.table.names()
+
+
+def replay(
+    data: bytes, table: Lookup, unreplayed: list[str] | None = None, rows: Rows | None = None
+) -> int:
     """Checks the chain, then decides every request again and compares. Returns the number of
     decisions reproduced. Raises LogError at the first line that differs.
 
-    A call of a tool named at run time (`<server>.<tool>`, an MCP server's) that `table` does
-    not have is not decided again: its row comes from the server's listing, which the log does
-    not hold, and replay starts no server. Its id goes to `unreplayed`; its approval is still
-    checked against the hash logged."""
+    A call of a tool named at run time (`<server>.<tool>`, an MCP server's) is decided again
+    on the row `rows` builds from the facts its request line carries (its arguments' types,
+    the server's cwd, whether it writes, whether it is trusted): no server is started. What
+    cannot be decided again goes to `unreplayed` (its approval still checked against the hash
+    logged): a request line without facts (a log from before they were written, or a tool
+    that was not listed), and a call the server's schema refused (`bad request`: the log holds
+    the types, not the schema)."""
     try:
         records, _ = verify_chain(data)
     except ChainError as exc:
@@ -96,6 +125,7 @@ def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> i
     asked: dict[str, str] = {}  # the requests that asked -> their hash, for the approvals
     pending: dict[str, Decided] = {}
     skipped: dict[str, str] = {}  # the MCP calls not decided again -> their hash
+    schema_checked: set[str] = set()  # MCP calls decided on facts, not on their schema
     ledger = Ledger()
     count = 0
     for n, rec in enumerate(records, 1):
@@ -110,7 +140,20 @@ def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> i
                 rules = (*rules, rule_from_json(rec["rule"], table))
         except GrantsError as exc:
             raise LogError(f"line {n}: {exc}") from None
-        if kind == "request" and "." in rec["tool"] and table.get(rec["tool"]) is None:
+        facts = rec.get("row") if kind == "request" and rows is not None else None
+        if facts is not None:
+            assert rows is not None
+            row = rows(rec["tool"], facts)
+            if isinstance(row, str):
+                raise LogError(f"line {n}: {row}")
+            schema_checked.add(rec["id"])
+            pending[rec["id"]] = again = decide(
+                _WithRow(table, row), rules, rec["tool"], rec["arguments"], workspace, taint
+            )
+            if again.hash != rec["hash"]:
+                raise LogError(f"line {n}: the call's hash differs from the one logged")
+            hashes[rec["id"]] = rec["hash"]
+        elif kind == "request" and "." in rec["tool"] and table.get(rec["tool"]) is None:
             skipped[rec["id"]] = rec["hash"]
             if unreplayed is not None:
                 unreplayed.append(rec["id"])
@@ -127,6 +170,10 @@ def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> i
         elif kind == "decision":
             d = pending.pop(rec["id"]).decision
             if (str(d.mode), d.reason) != (rec["mode"], rec["reason"]):
+                if _schema_refused(rec, schema_checked):
+                    if unreplayed is not None:
+                        unreplayed.append(rec["id"])
+                    continue
                 raise LogError(
                     f"line {n}: replay decides {d.mode} ({d.reason}), "
                     f"the log says {rec['mode']} ({rec['reason']})"
@@ -141,3 +188,12 @@ def replay(data: bytes, table: Lookup, unreplayed: list[str] | None = None) -> i
                 raise LogError(f"line {n}: approval {rec['answer']!r} cannot give {rec['mode']}")
             count += 1
     return count
+
+
+def _schema_refused(rec: dict[str, Any], schema_checked: set[str]) -> bool:
+    """A logged deny of an MCP call's arguments that only its listed schema could give."""
+    return (
+        rec["id"] in schema_checked
+        and rec["mode"] == "deny"
+        and rec["reason"].startswith("bad request: ")
+    )

@@ -16,6 +16,11 @@ tools' covering denies deny it too, and while any deny rule of its `reads_all_as
 (shell reads the whole workspace) it is never better than ask. A target the row
 lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool
 that writes asks, in a tainted session, whatever its grant.
+
+An MCP tool (GrantKind.ARGS) asks when no rule covers the call. A rule of its that names an
+argument its listed schema does not have as a string (a typo, or the server changed) is the
+owner's mistake, failed closed: it never allows or asks, and a deny like that denies every call
+(the reason says which rule to fix).
 """
 
 from __future__ import annotations
@@ -27,7 +32,7 @@ import orjson
 
 from boxmaker.brokerd.grants import ANY_HOST, Lookup, Mode, Rule
 from boxmaker.brokerd.taint import Taint, must_ask
-from boxmaker.brokerd.targets import BadTarget
+from boxmaker.brokerd.targets import BadTarget, Fields
 from boxmaker.brokerd.tools.kind import Args, GrantKind, Target, Tool
 from boxmaker.brokerd.tools.spec import parse_arguments
 from boxmaker.proto.hash import sha256_hex
@@ -68,6 +73,8 @@ def call_hash(tool: str, args: Args) -> str:
 
 
 def shown(target: Target) -> str:
+    if isinstance(target, Fields):
+        return "this call"
     return "/".join(target) or "." if isinstance(target, tuple) else target or "any command"
 
 
@@ -109,16 +116,36 @@ class _ReadAs:  # the fields of a row _rules_say reads
     ask_always: Mapping[str, str] = field(default_factory=dict)
 
 
+def _misnamed(rules: Sequence[Rule], tool: Tool | _ReadAs) -> list[tuple[Rule, str]]:
+    """An MCP tool's rules that name an argument its schema does not have as a string."""
+    strings = getattr(tool, "strings", None)
+    if tool.grant is not GrantKind.ARGS or strings is None:
+        return []
+    mine = (r for r in rules if r.tool == tool.name)
+    return [(r, a.field) for r in mine for a in r.args if a.field not in strings]
+
+
 def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> Decision:
     name = tool.name
-    depth = {r: r.covers(name, target) for r in rules}
+    misnamed = _misnamed(rules, tool)
+    if deny := next(((r, f) for r, f in misnamed if r.mode is Mode.DENY), None):
+        why = (
+            f"a deny grant for {name} names its argument {deny[1]!r}, which {name} does not "
+            "have as a string: every call is denied until grants.toml is fixed"
+        )
+        return Decision(Mode.DENY, why)
+    broken = {r for r, _ in misnamed}
+    depth = {r: -1 if r in broken else r.covers(name, target) for r in rules}
     covering = [r for r, d in depth.items() if d >= 0]
+    asks = getattr(tool, "asks_by_default", False)
     if tool.grant is GrantKind.HOSTS and not covering:
         return Decision(Mode.ASK, f"no grant for {name} covers {target}: {name} asks by default")
     if not any(r.tool == name for r in rules):
-        if getattr(tool, "asks_by_default", False):
+        if asks:
             return Decision(Mode.ASK, f"no grant for {name}: {name} asks by default")
         return Decision(Mode.DENY, f"no grant for {name}: the owner has not granted this tool")
+    if not covering and asks:
+        return Decision(Mode.ASK, f"no grant for {name} covers {shown(target)}: it asks")
     if not covering:
         return Decision(Mode.DENY, f"no grant for {name} covers {shown(target)}")
     if any(r.mode is Mode.DENY for r in covering):
@@ -132,6 +159,9 @@ def _rules_say(rules: Sequence[Rule], tool: Tool | _ReadAs, target: Target) -> D
         return Decision(Mode.ASK, pinned)
     deciding = [r for r in covering if r.mode is mode]
     class_ = deciding[0].class_ if deciding else "public"
+    if isinstance(target, Fields):  # which rule decided, by its constraints
+        said = sorted({" and ".join(a.shown() for a in r.args) or "every call" for r in deciding})
+        return Decision(mode, f"grant: {name} {mode} on {'; '.join(said)}", class_)
     return Decision(mode, f"grant: {name} {mode} on {shown(target)}", class_)
 
 
@@ -178,8 +208,8 @@ def listed(rules: Sequence[Rule], tool: Tool) -> bool:
     mine = [r for r in rules if r.tool == tool.name]
     if tool.grant is GrantKind.HOSTS:
         return not any(r.mode is Mode.DENY and ANY_HOST in r.hosts for r in mine)
-    if tool.asks_by_default and not mine:
-        return True
+    if tool.asks_by_default:  # uncovered calls ask: only a deny of every call hides it
+        return not any(r.mode is Mode.DENY and not r.args for r in mine)
     return any(r.mode is not Mode.DENY for r in mine)
 
 
@@ -187,7 +217,7 @@ def request_fields(
     call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
 ) -> dict[str, object]:
     canonical = arguments if decided.args is None else canonical_args(decided.args)
-    return {
+    fields: dict[str, object] = {
         "id": call_id,
         "session": session,
         "epoch": epoch,
@@ -196,3 +226,6 @@ def request_fields(
         "canonical": canonical,
         "hash": decided.hash,
     }
+    if decided.tool is not None and decided.tool.facts is not None:
+        fields["row"] = dict(decided.tool.facts)  # what replay rebuilds the row from
+    return fields

@@ -10,6 +10,8 @@ rule and a call meet on the same text.
 from __future__ import annotations
 
 import ipaddress
+from collections.abc import Mapping
+from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX less the NUL
@@ -153,3 +155,81 @@ def names_address_exactly(url_hostname: str, address: str) -> bool:
     """Whether a URL's host text IS `address` in its plain form: the only spelling that lets a
     grant open a loopback or private address (never a name, never another spelling of it)."""
     return url_hostname.strip("[]").lower() == address
+
+
+# ---- an MCP call's string arguments, as argument constraints read them ----
+
+SANDBOX_WORKSPACE = "/workspace"  # where an MCP server sees the workspace (mcp/launch.py)
+
+
+@dataclass(frozen=True, slots=True)
+class Field:
+    """One string argument, normalised once: as a workspace path and as a host. None: it names
+    no such thing (a '..', a path outside the workspace, a NUL, a host with a '%'...), and
+    `why_path` / `why_host` say why."""
+
+    path: tuple[str, ...] | None
+    host: str | None
+    why_path: str = ""
+    why_host: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Fields:
+    """An MCP call's target: its arguments that are strings, by name, each normalised (None: the
+    argument is there but is not a string); `strings`, the arguments its schema has as
+    strings (a rule naming another is the owner's mistake: policy.py fails it closed)."""
+
+    values: tuple[tuple[str, Field | None], ...]
+    strings: frozenset[str]
+
+    def get(self, name: str) -> tuple[bool, Field | None]:
+        """(present, its Field or None when not a string)."""
+        for key, value in self.values:
+            if key == name:
+                return True, value
+        return False, None
+
+
+def workspace_path(value: str, cwd: str) -> tuple[str, ...]:
+    """A path a server is given, as the workspace path it names: a relative one joined to the
+    server's `cwd` in its sandbox, then split as the built-in tools split theirs (split_path),
+    against /workspace, where the server sees it. Raises BadTarget."""
+    if "\0" in value:
+        raise BadTarget("the path holds a NUL byte")
+    if value.startswith("~"):  # many servers expanduser() their paths
+        raise BadTarget("a path starting with '~' may name a home folder; give it plainly")
+    if not value.startswith("/"):
+        value = f"{cwd.rstrip('/')}/{value}" if value else cwd
+    return split_path(value, SANDBOX_WORKSPACE)
+
+
+def host_of(value: str) -> str:
+    """The host a string names: a URL's (`scheme://...`) as fetch reads it (url_host), or the
+    string itself as a host (normal_host: no port, no path, no userinfo). Raises BadTarget."""
+    if "\0" in value:
+        raise BadTarget("the value holds a NUL byte")
+    return url_host(value) if "://" in value else normal_host(value)
+
+
+def string_fields(args: Mapping[str, object], strings: frozenset[str], cwd: str) -> Fields:
+    """An MCP call's Fields: every argument, each string normalised both ways once."""
+    values: list[tuple[str, Field | None]] = []
+    for name in sorted(args):
+        value = args[name]
+        if not isinstance(value, str):
+            values.append((name, None))
+            continue
+        path: tuple[str, ...] | None
+        host: str | None
+        why_path = why_host = ""
+        try:
+            path = workspace_path(value, cwd)
+        except BadTarget as exc:
+            path, why_path = None, str(exc)
+        try:
+            host = host_of(value)
+        except BadTarget as exc:
+            host, why_host = None, str(exc)
+        values.append((name, Field(path, host, why_path, why_host)))
+    return Fields(tuple(values), strings)

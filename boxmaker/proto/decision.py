@@ -22,6 +22,7 @@ from ._codec import (
     STR,
     TIME,
     UINT,
+    Codec,
     JsonObj,
     from_obj,
     load_json_object,
@@ -30,6 +31,9 @@ from ._codec import (
     wire,
 )
 from .errors import BodyError, EncodeError, RecordError
+
+# A JSON object that may be left out: None in Python, no key in JSON (an old line reads the same).
+OBJECT_OR_ABSENT = Codec("object", OBJECT.decode, OBJECT.encode, absent_is_none=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,6 +59,9 @@ class Request:
     arguments: str = field(metadata=wire(STR))
     canonical: str = field(metadata=wire(STR))
     hash: str = field(metadata=wire(STR))
+    # A row known only at run time (an MCP tool's): the facts of it the decision read, so that
+    # `brokerd verify` decides the call again without its server (mcp/rows.py, row_facts).
+    row: JsonObj | None = field(default=None, metadata=wire(OBJECT_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

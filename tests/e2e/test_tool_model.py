@@ -4,7 +4,8 @@ machine by scripts/fetch_tool_model.sh), as verify-device starts it (boxmaker/ve
 supervisord, brokerd with its own workspace and grants, inferproxy, loopd). One stack for the
 module; every turn a fresh session with a short prompt.
 
-A turn per tool family (files, note, shell, fetch), each judged on the session's records (the
+A turn per tool family (files: an edit, beside verify-device's read, list and write on this
+model; note, shell, fetch), each judged on the session's records (the
 call, its ToolResult's content), the answer, and what landed on disk (the file, the note) or in
 brokerd's decision log; the prompts for note, shell and fetch (behind find_tool/call_tool in this
 profile) name the tool, as a user of a small model learns to: unnamed, it answered "I have noted
@@ -17,30 +18,21 @@ same stack).
 
 from __future__ import annotations
 
-import io
-import os
-import pwd
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
-from typing import Any
 
 import orjson
 import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.proto import ToolResult
-from boxmaker.verify.checks import Status, called_tool, paired_calls, target
 from boxmaker.verify.device import TURN_BOUND, Run
-from boxmaker.verify.profile import load_profile
-from boxmaker.verify.stack import Stack
-from tests.support.llama import ensure_tool_model
+from tests.support.tool_model import approvals, results_of, turn
 from tests.support.web import page_server
 
 PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"
-# The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
-FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
 
 
 @pytest.fixture(scope="module")
@@ -49,58 +41,25 @@ def page() -> Iterator[int]:
         yield port
 
 
-@pytest.fixture(scope="module")
-def run() -> Iterator[Run]:
-    ensure_tool_model()
-    stack = Stack(None, None, None, load_profile("qwen-coder"))
-    stack.extra_grants = FETCH_GRANT
-    if os.geteuid() == 0:
-        # As root brokerd's sandbox runs shell as nobody, who must reach and write the workspace
-        # (tests/brokerd/rig.sandbox_workspace); else brokerd starts with shell off.
-        os.chmod(stack.run, 0o755)
-        stack.workspace.mkdir()
-        nobody = pwd.getpwnam("nobody")
-        os.chown(stack.workspace, nobody.pw_uid, nobody.pw_gid)
-    runner = Run(stack, io.StringIO())
-    try:
-        stack.start()
-        stack.wait_loopd()
-        yield runner
-    finally:
-        stack.stop()
+@pytest.fixture
+def run(tool_model: Run) -> Run:
+    return tool_model  # conftest.py: one stack for the package
 
 
-def turn(run: Run, session: str, prompt: str, approve: str = "") -> tuple[str, list[Any]]:
-    """One turn in a fresh session: (the answer, "" when the turn ended without one, e.g. by
-    the repeat rule after the work was done; the session's records)."""
-    done, _ = run.say(prompt, session, approve)
-    return str((done or {}).get("content") or ""), run.records(session)
-
-
-def results_of(records: list[Any], tool: str) -> list[ToolResult]:
-    """The ToolResults of the calls of `tool` (directly or through call_tool), in order."""
-    return [
-        r
-        for c, r in paired_calls(records)
-        if r is not None and target(called_tool(c.name, c.arguments)) == tool
-    ]
-
-
-def approvals(run: Run, tool: str) -> list[str]:
-    """The owner's answers brokerd logged for calls of `tool`."""
-    lines = [orjson.loads(x) for x in run.stack.decisions.read_bytes().splitlines()]
-    ids = {x["id"] for x in lines if x.get("type") == "request" and x.get("tool") == tool}
-    return [x["answer"] for x in lines if x.get("type") == "approval" and x["id"] in ids]
-
-
-def test_files_read_list_and_an_approved_write(run: Run) -> None:
-    """verify-device's three file checks on this model: each PASS reads the call, the result
-    (the planted file's bytes, the listing, 'wrote ...') and the answer; the write is on disk and
-    brokerd logged the owner's yes."""
-    for check in (run.read_file(), run.list_dir(), run.write_file()):
-        assert check.status is Status.PASS, check.line()
-    assert (run.stack.workspace / "greeting.txt").read_text().strip() == "hello from verify-device"
-    assert approvals(run, "write_file") == ["yes"]  # answered on owner.sock by bxctl chat
+def test_an_approved_edit_changes_the_file(run: Run) -> None:
+    """The files family's edit (read_file, list_dir and write_file on this model are
+    tests/verify/test_device_real.py's tool-profile run, through the same bxctl chat): the
+    approved edit_file's result, the bytes on disk with only the asked part changed, brokerd's
+    log holding the owner's yes."""
+    path = run.stack.workspace / "shopping.txt"
+    path.write_text("eggs\nflour\nmilk\n")
+    _, records = turn(run, "edit", 'In the file shopping.txt, replace "flour" with "sugar".',
+                      approve="yes\n")  # fmt: skip
+    edited = results_of(records, "edit_file")
+    assert edited, records
+    assert edited[0].content.startswith("edited "), edited
+    assert path.read_text() == "eggs\nsugar\nmilk\n"
+    assert approvals(run, "edit_file")[:1] == ["yes"]  # answered on owner.sock by bxctl chat
 
 
 def test_a_refused_write_leaves_no_file_and_the_turn_goes_on(run: Run) -> None:

@@ -16,6 +16,7 @@ from typing import Any
 
 from boxmaker.brokerd.config import SHELL_BOUNDS, ConfigError
 from boxmaker.brokerd.mcp.hosts import HostEntry, HostError, parse_host
+from boxmaker.brokerd.targets import SANDBOX_WORKSPACE
 
 # A server's name is the first half of its tools' names (`<server>.<tool>`): no dot in it.
 NAME = re.compile(r"[A-Za-z][A-Za-z0-9_-]{0,31}")
@@ -68,6 +69,11 @@ class McpServerConfig:
 
     def limit(self, key: str) -> int:
         return self.limits.get(key, LIMITS[key][2])
+
+    def sandbox_cwd(self) -> str:
+        """Where the server starts in its sandbox: a relative path it is given is read from
+        here (launch.py chdirs there; an argument constraint joins the path to it)."""
+        return self.cwd or (SANDBOX_WORKSPACE if self.workspace != "none" else "/tmp")
 
 
 def parse_mcp(table: Any, base_dir: str) -> dict[str, McpServerConfig]:

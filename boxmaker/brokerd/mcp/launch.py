@@ -64,8 +64,7 @@ def server_argv(config: McpServerConfig, sandbox: Sandbox, egress_path: str | No
         if not Path(SYSTEM_PYTHON).exists():
             raise LaunchError(f"a server with hosts needs {SYSTEM_PYTHON} for its bridge")
         mounts += ["--bind", egress_path, EGRESS_SOCKET]
-    cwd = config.cwd or (MOUNT_POINT if config.workspace != "none" else "/tmp")
-    mounts += ["--chdir", cwd]
+    mounts += ["--chdir", config.sandbox_cwd()]
     args = base[:at] + mounts + base[at + len(bind) :]
     env = dict(config.env)
     program = [config.command, *config.args]

@@ -1,8 +1,13 @@
 """MCP tools as rows of brokerd's table of tools (tools/table.py): one Family per server, whose
 names are `<server>.<tool>`.
 
-A row's grant kind is NONE: a rule names the tool, and says allow, ask or deny for every call of
-it (argument constraints on named fields are not there yet). Every MCP tool `writes` (a server can
+A row's grant kind is ARGS: a rule names the tool, and says allow, ask or deny for every call of
+it, or for the calls whose named string arguments meet its `args` constraints (grants.py). The
+target is every string argument normalised once, as a workspace path (the server sees the
+workspace at /workspace; a relative path is read from its cwd) and as a host (targets.py). A
+call whose constrained path runs through a symlink in the workspace is refused before the server
+sees it: the grants judged the path as written, and the server would follow the link (the
+built-in tools follow none either). Every MCP tool `writes` (a server can
 do anything its sandbox lets it: a tainted session asks first) and is `untrusted` unless its
 server is `trusted`. Its arguments are checked against the schema the server listed (`check`),
 after the table's own parser, which knows only str, int, bool, list and dict arguments: a tool
@@ -16,13 +21,18 @@ server's latest listing (the server is started and listed at the first ask).
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from collections.abc import Callable
 from typing import Any
 
 from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.paths import PathRefused, describe
+from boxmaker.brokerd.targets import Fields, string_fields
+from boxmaker.brokerd.tools.files import error
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
 from boxmaker.brokerd.tools.table import Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
@@ -77,8 +87,12 @@ def row(
     types = argument_types(schema.parameters)
     if isinstance(types, str):
         return f"tool {schema.name} left out of the table: {types}"
+    strings = frozenset(k for k, t in types.items() if t is str)
+    cwd = config.sandbox_cwd()
 
-    def run(ctx: Context, _target: Target, args: Args, _class: ResultClass) -> ToolResponse:
+    def run(ctx: Context, target: Target, args: Args, _class: ResultClass) -> ToolResponse:
+        if (why := through_link(ctx, schema.name, target)) is not None:
+            return error(why)
         return ctx.capped(manager.call(schema.name, args, epoch_of(ctx)))
 
     def check(args: Args) -> str | None:
@@ -90,14 +104,94 @@ def row(
         types,
         run,
         lambda _ctx, _target, args: summary(config, schema.name, args),
-        GrantKind.NONE,
-        lambda _args, _ws: "",
+        GrantKind.ARGS,
+        lambda args, _ws: string_fields(args, strings, cwd),
         writes=True,
         untrusted=not config.trusted,
         always=NO_ALWAYS,
         check=check,
         asks_by_default=True,
+        strings=strings,
+        facts=row_facts(types, schema, cwd, config.trusted),
     )
+
+
+def row_facts(
+    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool
+) -> dict[str, Any]:
+    """What a decision reads of an MCP row, for the request's log line: its arguments' types
+    and the required ones (the table's parser), the server's cwd (relative paths), whether it
+    writes and whether its answers are untrusted (the taint). Not its schema: the check against
+    it (`check`) is the one part replay cannot do again."""
+    names = {t: n for n, t in JSON_TYPES.items()}
+    required = schema.parameters.get("required", [])
+    return {
+        "types": {k: names[t] for k, t in sorted(types.items())},
+        "required": sorted(r for r in required if isinstance(r, str)),
+        "cwd": cwd,
+        "writes": True,
+        "untrusted": not trusted,
+    }
+
+
+def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
+    """The row `brokerd verify` decides an MCP call with, from its request line's facts (what
+    row_facts wrote), or why they cannot be one. It runs nothing and checks no schema."""
+    types, required, cwd = facts.get("types"), facts.get("required"), facts.get("cwd")
+    writes, untrusted = facts.get("writes"), facts.get("untrusted")
+    if (
+        split_name(name) is None
+        or facts.keys() != {"types", "required", "cwd", "writes", "untrusted"}
+        or not isinstance(types, dict)
+        or any(t not in JSON_TYPES for t in types.values())
+        or not isinstance(required, list)
+        or any(not isinstance(r, str) for r in required)
+        or not isinstance(cwd, str)
+        or not cwd.startswith("/")
+        or type(writes) is not bool
+        or type(untrusted) is not bool
+    ):
+        return f"the row facts logged for {name} are not what brokerd writes"
+    kinds = {k: JSON_TYPES[t] for k, t in types.items()}
+    strings = frozenset(k for k, t in kinds.items() if t is str)
+    parameters = {"type": "object", "properties": {k: {"type": t} for k, t in types.items()}}
+    return Tool(
+        ToolSchema(name, "", {**parameters, "required": required}),
+        kinds,
+        _unlisted,
+        lambda _ctx, _target, _args: name,
+        GrantKind.ARGS,
+        lambda args, _ws: string_fields(args, strings, cwd),
+        writes=writes,
+        untrusted=untrusted,
+        always=NO_ALWAYS,
+        asks_by_default=True,
+        strings=strings,
+        facts=facts,
+    )
+
+
+def through_link(ctx: Context, name: str, target: Target) -> str | None:
+    """Why the call is refused when an argument a `paths` constraint of `name` names runs
+    through a symlink (or anything the workspace's own opens refuse) in the workspace; None
+    when none does. A path that does not exist yet is fine: the server creates it."""
+    if not isinstance(target, Fields):
+        return None
+    named = {a.field for r in ctx.rules if r.tool == name for a in r.args if a.paths}
+    for field in sorted(named):
+        _present, value = target.get(field)
+        if value is None or value.path is None:
+            continue
+        try:
+            os.close(ctx.ws.open(value.path, os.O_PATH))
+        except PathRefused as exc:
+            if str(exc).endswith(describe(FileNotFoundError(errno.ENOENT, ""), "")):
+                continue  # not there yet: the server may create it
+            return (
+                f"refused: {name}'s {field} names {exc}: a grant's path is judged as written, "
+                "and the server would follow it; give the path it leads to"
+            )
+    return None
 
 
 class ServerRows:
@@ -132,7 +226,7 @@ class ServerRows:
 
     def grant_row(self, name: str) -> Tool | None:
         """The row a grant names: the listed one, or before the server was ever listed a row
-        that only says how its grants read (GrantKind.NONE), so that brokerd's start and each
+        that only says how its grants read (grant_only_row), so that brokerd's start and each
         re-read of the grants start no server."""
         if self.config.name in self.manager.tools.latest:
             return self.rows(name)
@@ -143,7 +237,8 @@ class ServerRows:
 
 
 def grant_only_row(name: str) -> Tool | None:
-    """For `<server>.<tool>`, a row that says only how its grants read (GrantKind.NONE)."""
+    """For `<server>.<tool>`, a row that says only how its grants read (GrantKind.ARGS, its
+    string arguments not known: a rule's `args` are checked against them once listed)."""
     if split_name(name) is None:
         return None
     return Tool(
@@ -151,20 +246,20 @@ def grant_only_row(name: str) -> Tool | None:
         {},
         _unlisted,
         lambda _ctx, _target, _args: name,
-        GrantKind.NONE,
+        GrantKind.ARGS,
         lambda _args, _ws: "",
         asks_by_default=True,
     )
 
 
 def _unlisted(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
-    raise AssertionError("a grant's row is never run")  # policy.decide looks up with get
+    raise AssertionError("a grant's or a replay's row is never run")
 
 
 class ReplayTable:
     """What `brokerd verify` replays with: brokerd's own rows, and grants of any MCP tool read
-    as grant_only_row reads them. It starts no server: ledger.replay does not decide an MCP
-    call again (the log holds no listing)."""
+    as grant_only_row reads them. It starts no server: ledger.replay decides an MCP call again
+    on the row its request line's facts give (replayed_row)."""
 
     def __init__(self, table: Table) -> None:
         self.table = table

@@ -12,11 +12,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from boxmaker.brokerd.targets import Fields
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
-# What a rule is matched against: a path's components, a name (note's file), a host, or ""
-# (a tool whose rules name the tool only).
-Target = tuple[str, ...] | str
+# What a rule is matched against: a path's components, a name (note's file), a host, "" (a tool
+# whose rules name the tool only), or an MCP call's string arguments, each normalised (Fields).
+Target = tuple[str, ...] | str | Fields
 Args = dict[str, Any]
 
 
@@ -27,6 +28,7 @@ class GrantKind(enum.StrEnum):
     PATHS = "paths"  # path prefixes (`paths`) and exact files (`files`) in the workspace
     NAMES = "names"  # one of the tool's fixed names (note: `files = ["notes"]`)
     HOSTS = "hosts"  # exact hosts, or "*" typed by the owner
+    ARGS = "args"  # an MCP tool: every call, or `args` constraints on named string arguments
 
 
 class Context(Protocol):
@@ -84,6 +86,10 @@ class Tool:
         classes: its rules may say `class`.
         ask_always: targets never better than ask, whatever the grants, with the reason.
         asks_by_default: no rule names it: it asks (else it is denied).
+        strings: GrantKind.ARGS: the arguments its schema has as strings, which its rules'
+            `args` may name; None while not known (an MCP server not listed yet).
+        facts: for a row known only at run time (an MCP tool's), what its decision read of it,
+            as JSON: the request's log line carries it, so `brokerd verify` decides again.
     """
 
     schema: ToolSchema
@@ -103,6 +109,8 @@ class Tool:
     classes: bool = False
     ask_always: Mapping[str, str] = field(default_factory=dict)
     asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
+    strings: frozenset[str] | None = None
+    facts: Mapping[str, Any] | None = None
 
     @property
     def needs_grant(self) -> bool:
@@ -121,7 +129,8 @@ class Tool:
 
 def brief_of(tool: Tool, target: Target) -> str:
     """What loopd is told while the owner is asked: the tool and the target, nothing read."""
-    shown = "/".join(target) or "." if isinstance(target, tuple) else target
+    shown = "" if isinstance(target, Fields) else target
+    shown = "/".join(shown) or "." if isinstance(shown, tuple) else shown
     return f"{tool.name} {shown}".rstrip() + ": waiting for the owner's answer"
 
 

@@ -9,7 +9,6 @@ import os
 import pwd
 import shutil
 import socket
-import sys
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -17,41 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import mcp
-
 from boxmaker.brokerd.mcp.config import McpServerConfig, parse_mcp
 from boxmaker.brokerd.mcp.manager import McpManager
+from tests.support.mcp_servers import SYSTEM_PYTHON, python_server, sandbox_python, site_packages
+
+__all__ = ["python_server", "sandbox_python", "site_packages"]  # moved to tests/support
 
 HOSTILE = Path(__file__).with_name("hostile_server.py")
-SYSTEM_PYTHON = "/usr/bin/python3"
-
-
-def sandbox_python() -> tuple[str, list[str]]:
-    """An interpreter of this Python's version the sandbox can run, and what to bind for it:
-    /usr is in every sandbox; a Python elsewhere (pyenv under /root) is often not readable by
-    the sandbox's uid, so the system's same version is preferred."""
-    exe = os.path.realpath(sys.executable)
-    if exe.startswith("/usr/"):
-        return exe, []
-    same = f"/usr/bin/python{sys.version_info.major}.{sys.version_info.minor}"
-    if os.path.exists(same):
-        return same, []
-    return exe, [sys.base_prefix]
-
-
-def site_packages() -> str:
-    """Where the SDK and the servers are installed (this venv's site-packages)."""
-    return os.path.dirname(os.path.dirname(mcp.__file__))
-
-
-def python_server(name: str, module: str, *args: str, **keys: Any) -> dict[str, Any]:
-    """The table of a server installed in this venv: its python, its site-packages read-only."""
-    python, binds = sandbox_python()
-    site = site_packages()
-    env = {"PYTHONPATH": site, **keys.pop("env", {})}
-    table = {"command": python, "args": ["-m", module, *args], "env": env}
-    table["ro_paths"] = [site, *binds, *keys.pop("ro_paths", [])]
-    return {name: {**table, **keys}}
 
 
 def hostile_server(name: str = "evil", *args: str, **keys: Any) -> dict[str, Any]:

@@ -59,7 +59,8 @@ def test_mcp_tools_are_rows_beside_brokerds_own(rig: Rig, table: Table) -> None:
     assert "evil.echo" in names
     row = table.get("time.get_current_time")
     assert row is not None
-    assert row.grant is GrantKind.NONE
+    assert row.grant is GrantKind.ARGS
+    assert row.strings == frozenset({"timezone"})
     assert row.writes
     assert row.untrusted
     assert table.get("time.nope") is None

@@ -1,0 +1,184 @@
+"""`brokerd verify` decides MCP calls again, from the row facts their request lines carry, with
+no server started: a log edited with its chain recomputed fails wherever a decision no longer
+follows from the grants, the call, the taint and the facts."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+
+from boxmaker.brokerd.cli import main as brokerd_main
+from boxmaker.brokerd.policy import call_hash
+from boxmaker.proto.hash import sha256_hex
+from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
+from tests.brokerd.mcp.servers import mcp_rig, python_server, sandbox_owned
+from tests.brokerd.mcp.test_arg_grants import GIT
+from tests.brokerd.mcp.test_arg_grants_live import broker_for, make_repo, nobody_answers
+from tests.support.cli import run_cli
+
+GRANTS = """
+[[grant]]
+tool = "git.git_status"
+mode = "allow"
+args = { repo_path = { paths = ["repo"] } }
+
+[[grant]]
+tool = "git.git_status"
+mode = "deny"
+args = { repo_path = { paths = ["secret"] } }
+"""
+CALLS = [  # session, repo_path: what each decides
+    ("s1", "repo"),  # allow; its result is untrusted, so s1 is tainted
+    ("s1", "/workspace/repo"),  # ask (the taint), unanswered
+    ("s2", "secret"),  # deny
+    ("s3", ""),  # ask: no rule covers the workspace itself
+    ("s4", 3),  # deny: bad request (the argument's type)
+]
+Records = list[dict[str, Any]]
+
+
+@pytest.fixture(scope="module")
+def log() -> Iterator[bytes]:
+    with mcp_rig() as rig:
+        make_repo(rig.workspace / "repo", "a.txt")
+        (rig.workspace / "secret").mkdir()
+        sandbox_owned(rig.workspace)
+        servers = python_server("git", "mcp_server_git", workspace="ro", env=GIT)
+        b = broker_for(rig, servers, GRANTS)
+        try:
+            for session, path in CALLS:
+                args = orjson.dumps({"repo_path": path}).decode()
+                b.call("git.git_status", args, nobody_answers, session=session)
+        finally:
+            b.close()
+        yield Path(b.config.log).read_bytes()
+
+
+def verify(tmp_path: Path, data: bytes) -> tuple[int, str]:
+    path = tmp_path / "decisions.jsonl"
+    path.write_bytes(data)
+    out = run_cli(brokerd_main, ["verify", "--log", str(path)])
+    return out.status, out.stdout + out.stderr
+
+
+def forged(log: bytes, edit: Callable[[Records], None]) -> bytes:
+    """The log edited, every hash of its chain recomputed: an edit the chain alone cannot see
+    (as tests/brokerd/test_log.py forges brokerd's own lines)."""
+    records, _ = verify_chain(log)
+    edit(records)
+    data, prev = b"", GENESIS_PREV
+    for seq, obj in enumerate(records):
+        fields = {k: v for k, v in obj.items() if k not in ("type", "seq", "prev")}
+        line = encode_line(str(obj["type"]), seq, prev, fields)
+        data, prev = data + line, sha256_hex(line)
+    return data
+
+
+def of(records: Records, kind: str, session: str | None = None) -> Records:
+    ids = {r["id"] for r in records if r["type"] == "request" and session in (None, r["session"])}
+    return [r for r in records if r["type"] == kind and r.get("id") in ids]
+
+
+def test_every_mcp_decision_is_decided_again(log: bytes, tmp_path: Path) -> None:
+    records, _ = verify_chain(log)
+    assert [d["mode"] for d in of(records, "decision")] == ["allow", "ask", "deny", "ask", "deny"]
+    facts = of(records, "request")[0]["row"]
+    assert facts == {
+        "types": {"repo_path": "string"},
+        "required": ["repo_path"],
+        "cwd": "/workspace",
+        "writes": True,
+        "untrusted": True,
+    }
+    status, said = verify(tmp_path, log)
+    assert status == 0, said
+    assert "7 decision(s) replay the same\n" in said  # 5 decisions, 2 approvals
+    assert "not decided again" not in said
+
+
+def _decision(session: str, mode: str, nth: int = 0) -> Callable[[Records], None]:
+    def edit(records: Records) -> None:
+        of(records, "decision", session)[nth]["mode"] = mode
+
+    return edit
+
+
+def _untrusted_off(records: Records) -> None:
+    of(records, "result", "s1")[0]["untrusted"] = False
+
+
+def _reads_only(records: Records) -> None:
+    of(records, "request", "s1")[1]["row"]["writes"] = False
+
+
+def _facts(value: Any) -> Callable[[Records], None]:
+    def edit(records: Records) -> None:
+        of(records, "request", "s3")[0]["row"] = value
+
+    return edit
+
+
+def _no_deny_rule(records: Records) -> None:
+    start = next(r for r in records if r["type"] == "start")
+    start["grants"] = GRANTS[: GRANTS.index("[[grant]]", 2)]
+
+
+def _secret_made_repo(records: Records) -> None:
+    req = of(records, "request", "s2")[0]
+    req["arguments"] = req["canonical"] = '{"repo_path":"repo"}'
+    req["hash"] = call_hash("git.git_status", {"repo_path": "repo"})
+
+
+@pytest.mark.parametrize(
+    ("edit", "says"),
+    [
+        (_decision("s2", "allow"), "replay decides deny"),  # a denied call made allowed
+        (_decision("s1", "allow", 1), "replay decides ask"),  # the taint's ask dropped
+        (_decision("s3", "allow"), "replay decides ask"),  # an uncovered call made allowed
+        (_untrusted_off, "replay decides allow"),  # the taint's source hidden
+        (_reads_only, "replay decides allow"),  # the row's facts edited alone
+        (_no_deny_rule, "replay decides ask"),  # the grants edited
+        (_secret_made_repo, "replay decides allow"),  # the arguments edited, hash and all
+        (_facts({"types": 3}), "the row facts logged for git.git_status are not"),
+        (_facts({}), "the row facts logged for git.git_status are not"),
+    ],
+)
+def test_a_forged_mcp_line_fails_verify(
+    log: bytes, tmp_path: Path, edit: Callable[[Records], None], says: str
+) -> None:
+    data = forged(log, edit)
+    verify_chain(data)  # the chain holds...
+    status, said = verify(tmp_path, data)
+    assert status == 1, said  # ...the replay does not
+    assert "verify: FAILED: line" in said
+    assert says in said, said
+
+
+def test_a_log_without_row_facts_still_verifies(log: bytes, tmp_path: Path) -> None:
+    """A log from before the facts were written: its MCP calls are counted, not decided."""
+
+    def old(records: Records) -> None:
+        for r in of(records, "request"):
+            del r["row"]
+
+    status, said = verify(tmp_path, forged(log, old))
+    assert status == 0, said
+    assert "2 decision(s) replay the same; 5 MCP call(s) not decided again" in said
+
+
+def test_a_schema_refusal_is_counted_not_decided(log: bytes, tmp_path: Path) -> None:
+    """The log holds the arguments' types, not the server's schema: a `bad request` deny that
+    only the schema could give is counted as not decided again (docs/mcp.md, Known limits)."""
+
+    def refused(records: Records) -> None:
+        d = of(records, "decision", "s3")[0]
+        d["mode"], d["reason"] = "deny", "bad request: git.git_status: '' is too short"
+        records.remove(of(records, "approval", "s3")[0])
+
+    status, said = verify(tmp_path, forged(log, refused))
+    assert status == 0, said
+    assert "5 decision(s) replay the same; 1 MCP call(s) not decided again" in said

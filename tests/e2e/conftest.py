@@ -1,0 +1,27 @@
+"""One tool-model stack for the package's tool-model tests (test_tool_model.py and
+test_tool_model_mcp.py): the qwen-coder profile with brokerd, a fetch rule naming 127.0.0.1, and
+mcp-server-time allowed. One start of the 1.1 GB model for both modules; every test talks in a
+session of its own, so one test's taint (a fetched page, an MCP result) is not another's."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+
+from boxmaker.verify.device import Run
+from tests.support.mcp_servers import python_server
+from tests.support.tool_model import tool_model_run
+
+MCP_TIME_TOOL = "time.get_current_time"
+# The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
+FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
+# An MCP tool with no rule is asked about: allowed here, so the MCP test needs no approval.
+MCP_TIME_GRANT = f'[[grant]]\ntool = "{MCP_TIME_TOOL}"\nmode = "allow"\n'
+
+
+@pytest.fixture(scope="package")
+def tool_model() -> Iterator[Run]:
+    mcp = {"mcp": python_server("time", "mcp_server_time")}
+    with tool_model_run(FETCH_GRANT + "\n" + MCP_TIME_GRANT, mcp) as runner:
+        yield runner
