@@ -132,6 +132,20 @@ if OLD=$("${CTL[@]}" pid 2>/dev/null) && [ -n "$OLD" ] && kill -0 "$OLD" 2>/dev/
   ! kill -0 "$OLD" 2>/dev/null \
     || fail "supervisord (pid $OLD) did not stop within 60 s; see $BOXMAKER_RUN/supervisord.log"
 fi
+# The local llama-server's port must be free (another checkout's `make run` may hold 18080):
+# said here, in seconds, rather than as the server's bind error after its start retries.
+if [ -z "${UPSTREAM:-}" ]; then
+  "$PY" - "$BOXMAKER_LLAMA_PORT" <<'PYEOF' || exit 1
+import socket, sys
+try:
+    with socket.socket() as s:  # SO_REUSEADDR: a closed server's TIME_WAIT is no holder
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError as e:
+    sys.exit(f"run: port {sys.argv[1]} for the local llama-server is taken ({e.strerror}): "
+             "another `make run` or server holds it; set BOXMAKER_LLAMA_PORT=<a free port>")
+PYEOF
+fi
 "$ROOT/.venv/bin/supervisord" -c "$CONF" \
   || fail "supervisord did not start; see $BOXMAKER_RUN/supervisord.log"
 # From here a failed start stops what it started, so nothing is left running half-way.
