@@ -182,8 +182,9 @@ def measure_way(
                 check = Check(task, Status.FAIL, f"{type(exc).__name__}: {exc}", "")
             took.append(time.monotonic() - started)
             ok[task] += check.status is Status.PASS
+            shown = check.line().replace(" (expected: )", "")[:400]
             with lock:
-                print(f"[{name}] {i + 1:2} {took[-1]:4.0f} s {check.line()[:300]}", flush=True)
+                print(f"[{name}] {i + 1:2} {took[-1]:4.0f} s {shown}", flush=True)
     session = run.sessions[0]
     base = run.stack.home / "sessions" / session / "0.baseline.json"
     baseline = Baseline.from_bytes(base.read_bytes(), str(base))
