@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import io
 import os
+import signal
 import sys
 import tempfile
 import threading
@@ -198,6 +199,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--runs", type=int, default=10, help="conversations per task and way")
     args = parser.parse_args(argv)
     profile = load_profile(args.model)
+    # A background run (nohup ... &) ignores SIGINT: stop it with SIGTERM, which stops its stacks.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     print(f"load before: {load()}", flush=True)
     (call_name, call_core), (direct_name, direct_core) = WAYS.items()
     first = Stack(config_for(profile, call_core, 0), None, None, profile)

@@ -43,7 +43,7 @@ def health(host: str, port: int) -> tuple[bool, str]:
         message = json.loads(body)["error"]["message"]
     except (ValueError, KeyError, TypeError):
         message = body.decode("utf-8", "replace").strip()[:80]
-    return False, f"/health answers {resp.status}: {message!r} (the model is loading)"
+    return False, f"/health answers {resp.status}: {message!r}"
 
 
 def restarted(run: Path, program: str, seen: list[int]) -> str | None:
