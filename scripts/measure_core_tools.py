@@ -37,7 +37,7 @@ from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.session.baseline import Baseline, budget_text
-from boxmaker.verify import checks
+from boxmaker.verify import checks, device
 from boxmaker.verify.checks import Check, Status
 from boxmaker.verify.device import Run, _read
 from boxmaker.verify.profile import Profile, load_profile
@@ -197,7 +197,12 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="measure_core_tools")
     parser.add_argument("--model", default="qwen-coder")
     parser.add_argument("--runs", type=int, default=10, help="conversations per task and way")
+    parser.add_argument("--turn-bound", type=float, default=device.TURN_BOUND,
+                        help="seconds for one conversation's turn (verify-device's bound): a "
+                        "turn cut by it is a FAIL that says nothing of the model; raise it on "
+                        "a loaded machine")  # fmt: skip
     args = parser.parse_args(argv)
+    device.TURN_BOUND = args.turn_bound  # Run.say reads it at each turn
     profile = load_profile(args.model)
     # A background run (nohup ... &) ignores SIGINT: stop it with SIGTERM, which stops its stacks.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
