@@ -69,11 +69,13 @@ run: install
 
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
-# CONFIG=loopd.toml UPSTREAM=host:port for the owner's. Exit 1 if a check FAILs.
+# CONFIG=loopd.toml UPSTREAM=host:port for the owner's; TURN_S=<seconds> one turn's bound
+# (300). Exit 1 if a check FAILs.
 verify-device: install
 	@$(if $(CONFIG),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
 	  $(PY) -m boxmaker.verify $(if $(CONFIG),--config "$(CONFIG)") \
-	  $(if $(UPSTREAM),--upstream "$(UPSTREAM)") $(if $(MODEL),--model "$(MODEL)")
+	  $(if $(UPSTREAM),--upstream "$(UPSTREAM)") $(if $(MODEL),--model "$(MODEL)") \
+	  $(if $(TURN_S),--turn-bound "$(TURN_S)")
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.

@@ -13,6 +13,8 @@
 #   BROKERD_CONFIG=path.toml  brokerd's config (default conf/brokerd.local.toml): its workspace
 #                        is created, and conf/grants.local.toml copied to its grants when missing
 #   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
+#   BOXMAKER_START_S     how long to wait for the stack to be ready (default: the profile's
+#                        start_s: 180 s for local, 600 s for qwen-coder)
 #   BOXMAKER_RUN         the run folder (default: the checkout's run/); the tests use a temporary
 #                        one, with CONFIG naming sockets in it (make status/ctl/stop honor it too)
 #
@@ -130,6 +132,20 @@ if OLD=$("${CTL[@]}" pid 2>/dev/null) && [ -n "$OLD" ] && kill -0 "$OLD" 2>/dev/
   ! kill -0 "$OLD" 2>/dev/null \
     || fail "supervisord (pid $OLD) did not stop within 60 s; see $BOXMAKER_RUN/supervisord.log"
 fi
+# The local llama-server's port must be free (another checkout's `make run` may hold 18080):
+# said here, in seconds, rather than as the server's bind error after its start retries.
+if [ -z "${UPSTREAM:-}" ]; then
+  "$PY" - "$BOXMAKER_LLAMA_PORT" <<'PYEOF' || exit 1
+import socket, sys
+try:
+    with socket.socket() as s:  # SO_REUSEADDR: a closed server's TIME_WAIT is no holder
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", int(sys.argv[1])))
+except OSError as e:
+    sys.exit(f"run: port {sys.argv[1]} for the local llama-server is taken ({e.strerror}): "
+             "another `make run` or server holds it; set BOXMAKER_LLAMA_PORT=<a free port>")
+PYEOF
+fi
 "$ROOT/.venv/bin/supervisord" -c "$CONF" \
   || fail "supervisord did not start; see $BOXMAKER_RUN/supervisord.log"
 # From here a failed start stops what it started, so nothing is left running half-way.
@@ -138,44 +154,14 @@ stop_started() {
   "${CTL[@]}" shutdown >/dev/null 2>&1 || true
 }
 
-# Wait (bounded) for llama-server to answer /health and for inferproxy's and loopd's sockets
-# (loopd binds its socket once its self-test has passed); a program that supervisord gives up on
-# (FATAL: it kept exiting; or EXITED) ends the wait at once, in one line with its log's last lines
-# (boxmaker/verify/programs.py, as `make verify-device` does).
-"$PY" - "$PROGRAMS" <<'PYEOF' || { stop_started; exit 1; }
-import http.client, os, sys, time
-from pathlib import Path
-from boxmaker.verify.programs import gave_up
-programs = sys.argv[1].split()
-run = os.environ["BOXMAKER_RUN"]
-host, _, port = os.environ["BOXMAKER_UPSTREAM"].rpartition(":")
-socks = [os.path.join(run, "infer.sock"), os.environ["BOXMAKER_SOCKET"]]
-started = time.monotonic()
-deadline = started + 180
-said = started
-health = "no answer yet"
-while time.monotonic() < deadline:
-    if (line := gave_up(Path(run), programs)) is not None:
-        sys.exit(f"run: cannot start: {line}")
-    try:
-        conn = http.client.HTTPConnection(host, int(port), timeout=2)
-        conn.request("GET", "/health")
-        status = conn.getresponse().status
-        health = "ready" if status == 200 else f"/health answers {status} (loading the model)"
-    except OSError as e:
-        health = f"not answering ({e})"
-    missing = [os.path.basename(p) for p in socks if not os.path.exists(p)]
-    if health == "ready" and not missing:
-        sys.exit(0)
-    if time.monotonic() - said >= 5:  # every wait over a second says what it waits for
-        said = time.monotonic()
-        waits = [f"llama-server at {host}:{port}: {health}"] if health != "ready" else []
-        waits += [f"{name} (loopd binds it once its self-test passes)" for name in missing]
-        print(f"run: waiting {said - started:.0f} s for " + "; ".join(waits), file=sys.stderr)
-    time.sleep(0.5)
-sys.exit(f"run: not ready after 180 s (llama-server at {host}:{port}: {health}; still missing: "
-         f"{', '.join(missing) or 'nothing'}); see the logs in {run}/")
-PYEOF
+# Wait (bounded by the profile's start_s, or BOXMAKER_START_S) for llama-server to answer /health
+# and for inferproxy's and loopd's sockets (loopd binds its socket once its self-test has passed),
+# saying every few seconds what it waits for (llama-server's /health says while it loads the
+# model). A program that supervisord gives up on, or a llama-server that exits after it had
+# started, ends the wait at once, in one line with its log's last lines
+# (boxmaker/verify/ready.py; boxmaker/verify/programs.py, as `make verify-device` does).
+"$PY" -m boxmaker.verify.ready "${BOXMAKER_START_S:-$PROFILE_START_S}" $PROGRAMS \
+  || { stop_started; exit 1; }
 "${CTL[@]}" status
 
 # bxctl finds this run's sockets and home in run.env (boxmaker/bxctl/stack.py): no flags needed.

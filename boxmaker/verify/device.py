@@ -292,13 +292,18 @@ def _describe(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
+    global TURN_BOUND, CLOCK_SLACK_S  # --turn-bound: read by every check at its turn
     parser = argparse.ArgumentParser(prog="verify-device", description=__doc__.split("\n")[0])
     parser.add_argument("--config", type=Path, help="loopd's config for the owner's server")
     parser.add_argument("--upstream", help="host:port of that llama-server (with --config)")
     parser.add_argument("--model", help=f"a model profile, conf/profiles/<name>.toml (default "
                         f"{DEFAULT}), or a .gguf for the local llama-server with {DEFAULT}'s "
                         "flags")  # fmt: skip
+    parser.add_argument("--turn-bound", type=float, default=TURN_BOUND, metavar="SECONDS",
+                        help=f"one turn's bound (default {TURN_BOUND:g}); a turn cut by it is a "
+                        "FAIL, so raise it on a machine busier than 2 shared cores")  # fmt: skip
     args = parser.parse_args(argv)
+    TURN_BOUND, CLOCK_SLACK_S = args.turn_bound, 2 * args.turn_bound
     name, model = DEFAULT, None
     if args.model and ("/" in args.model or args.model.endswith(".gguf")):
         model = Path(args.model)

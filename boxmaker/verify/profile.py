@@ -3,7 +3,9 @@
 
 A profile names the model file in the cache and the script that fetches it, the llama-server
 flags that must agree with loopd's [expect] (alias, template, -c, -np, -t), loopd's config and
-brokerd's config and starter grants. Paths are relative to the profile file's folder.
+brokerd's config and starter grants, and how long `make run` waits for it all to be ready
+(`start_s`, default 180 s; boxmaker/verify/ready.py). Paths are relative to the profile file's
+folder.
 
     python -m boxmaker.verify.profile NAME    prints the profile as shell assignments (run.sh)
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[2]
 PROFILES = REPO / "conf" / "profiles"
 DEFAULT = "local"
+START_S = 180.0  # make run's readiness wait when a profile says no `start_s`
 CACHE = Path(os.environ.get("BOXMAKER_CACHE") or Path.home() / ".cache" / "boxmaker")
 
 
@@ -40,6 +43,7 @@ class Profile:
     loopd_config: Path
     brokerd_config: Path
     grants: Path
+    start_s: float = START_S  # make run's readiness bound: the model loads, loopd's self-test
 
     def llama_env(self) -> dict[str, str]:
         """conf/programs/llama-server.conf's profile variables (BOXMAKER_MODEL aside)."""
@@ -82,6 +86,7 @@ def load_profile(name: str) -> Profile:
             loopd_config=rel(loopd["config"]),
             brokerd_config=rel(brokerd["config"]),
             grants=rel(brokerd["grants"]),
+            start_s=float(model.get("start_s", START_S)),
         )
     except (OSError, tomllib.TOMLDecodeError, KeyError, TypeError, ValueError) as exc:
         raise ProfileError(f"{path}: {type(exc).__name__}: {exc}") from exc
@@ -99,6 +104,7 @@ def main(argv: list[str]) -> int:
         "PROFILE_LOOPD_CONFIG": str(p.loopd_config),
         "PROFILE_BROKERD_CONFIG": str(p.brokerd_config),
         "PROFILE_GRANTS": str(p.grants),
+        "PROFILE_START_S": f"{p.start_s:g}",
         **p.llama_env(),
     }
     for key, value in shell.items():

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import tempfile
@@ -86,3 +87,31 @@ def test_run_sh_fails_at_once_on_a_dead_upstream() -> None:
         assert took < 30, f"took {took:.0f} s"
     finally:
         shutil.rmtree(run, ignore_errors=True)
+
+
+def test_run_sh_says_the_llama_port_is_taken() -> None:
+    """Another checkout's `make run` on 18080: one line naming the port and BOXMAKER_LLAMA_PORT,
+    before anything starts (issue 28 item 2; it started and waited on the other's server)."""
+    ensure_built()
+    run = Path(tempfile.mkdtemp(prefix="bx-ff-", dir="/tmp"))
+    model = run / "model.gguf"
+    model.write_bytes(b"never read: nothing starts\n")
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        env = {k: v for k, v in os.environ.items() if k not in ("BOXMAKER_SOCKET", "UPSTREAM")}
+        env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), MODEL=str(model),
+                   CONFIG=str(write_local_config(run)))  # fmt: skip
+        try:
+            p = subprocess.run(
+                ["bash", str(REPO / "scripts" / "run.sh")], env=env, stdin=subprocess.DEVNULL,
+                capture_output=True, text=True, timeout=BOUND, check=False,
+            )  # fmt: skip
+            assert p.returncode == 1, p.stdout + p.stderr
+            last = p.stderr.strip().splitlines()[-1]
+            assert last.startswith(f"run: port {port} for the local llama-server is taken ("), last
+            assert "set BOXMAKER_LLAMA_PORT=<a free port>" in last, last
+            assert not (run / "supervisord.pid").exists()  # nothing was started
+        finally:
+            shutil.rmtree(run, ignore_errors=True)
