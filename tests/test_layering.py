@@ -61,7 +61,7 @@ RULES: dict[str, frozenset[str]] = {
     CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
-    FRAMED: frozenset({PROTO}),  # the one framed-socket client of broker.sock and owner.sock
+    FRAMED: frozenset({PROTO}),  # the framed connection of broker.sock and owner.sock, both ends
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
@@ -112,7 +112,7 @@ RULES: dict[str, frozenset[str]] = {
     # grants, policy, ledger, tools.kind, tools.spec, taint, netcheck) sit below its shells; it
     # never imports loopd, nor loopd it. What it knows of a tool is the tool's row (tools.kind),
     # gathered in tools.table.
-    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION})
+    BROKERD: frozenset({PROTO, CLI, DAEMON, SESSION, FRAMED})  # conn.py: a Framed of its own
     | frozenset({f"{BROKERD}.{m}" for m in ("config", "grants", "policy", "paths", "taint")})
     | frozenset({f"{BROKERD}.{m}" for m in ("ledger", "amend", "targets")})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})

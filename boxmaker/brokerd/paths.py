@@ -369,3 +369,19 @@ def read_grants(path: str) -> bytes:
             f"[broker] grants: {path}: no such file (write one: docs/brokerd.md)"
         )
     return data
+
+
+def closed_folder(path: Path, uid: int, gid: int) -> str | None:
+    """The first folder from `/` down to `path` that `uid` may not pass through (no x bit for
+    it), as `<folder> is mode 0700, owner 0`; None when every one lets it through."""
+    for folder in [*reversed(path.parents), path]:
+        try:
+            st = folder.stat()
+        except OSError:
+            return None  # bwrap will say what is wrong with it
+        bit = (
+            stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid else stat.S_IXOTH
+        )
+        if not st.st_mode & bit:
+            return f"{folder} is mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid}"
+    return None

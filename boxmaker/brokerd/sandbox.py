@@ -35,7 +35,6 @@ import pwd
 import selectors
 import shutil
 import signal
-import stat
 import subprocess
 import time
 from collections.abc import Callable
@@ -43,7 +42,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
-from boxmaker.brokerd.paths import clear_set_id
+from boxmaker.brokerd.paths import clear_set_id, closed_folder
 from boxmaker.brokerd.quota import WriteQuota
 
 MOUNT_POINT = "/workspace"
@@ -243,7 +242,7 @@ class Sandbox:
             return "brokerd runs as root and no unprivileged uid is set for the sandbox"
         if not self.workspace.is_dir():
             return f"the workspace {self.workspace} is not a directory"
-        if self.run_as is not None and (closed := _closed_folder(self.workspace, *self.run_as)):
+        if self.run_as is not None and (closed := closed_folder(self.workspace, *self.run_as)):
             return (
                 f"the sandbox's uid {self.run_as[0]} cannot reach the workspace {self.workspace}: "
                 f"{closed}; let it pass (chmod o+x) or put the workspace under folders it can"
@@ -387,19 +386,3 @@ def _kill_group(proc: subprocess.Popen[bytes]) -> None:
     # the kernel kills every process of a pid namespace whose init has died.
     with contextlib.suppress(ProcessLookupError):
         os.killpg(proc.pid, signal.SIGKILL)
-
-
-def _closed_folder(path: Path, uid: int, gid: int) -> str | None:
-    """The first folder from `/` down to `path` that `uid` may not pass through (no x bit for
-    it), as `<folder> is mode 0700, owner 0`; None when every one lets it through."""
-    for folder in [*reversed(path.parents), path]:
-        try:
-            st = folder.stat()
-        except OSError:
-            return None  # bwrap will say what is wrong with it
-        bit = (
-            stat.S_IXUSR if st.st_uid == uid else stat.S_IXGRP if st.st_gid == gid else stat.S_IXOTH
-        )
-        if not st.st_mode & bit:
-            return f"{folder} is mode {stat.S_IMODE(st.st_mode):04o}, owner {st.st_uid}"
-    return None

@@ -11,13 +11,7 @@ import pytest
 
 from boxmaker.verify.device import Run
 from tests.support.mcp_servers import python_server
-from tests.support.tool_model import tool_model_run
-
-MCP_TIME_TOOL = "time.get_current_time"
-# The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
-FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
-# An MCP tool with no rule is asked about: allowed here, so the MCP test needs no approval.
-MCP_TIME_GRANT = f'[[grant]]\ntool = "{MCP_TIME_TOOL}"\nmode = "allow"\n'
+from tests.support.tool_model import FETCH_GRANT, MCP_TIME_GRANT, tool_model_run
 
 
 @pytest.fixture(scope="package")

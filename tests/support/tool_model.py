@@ -25,6 +25,12 @@ from boxmaker.verify.profile import load_profile
 from boxmaker.verify.stack import Stack
 from tests.support.llama import ensure_tool_model
 
+MCP_TIME_TOOL = "time.get_current_time"  # mcp-server-time's, as brokerd lists it
+# The tests' fetch rule: an IP address named in a rule is the only way fetch reaches loopback.
+FETCH_GRANT = '[[grant]]\ntool = "fetch"\nmode = "ask"\nhosts = ["127.0.0.1"]\n'
+# An MCP tool with no rule is asked about: allowed here, so the MCP test needs no approval.
+MCP_TIME_GRANT = f'[[grant]]\ntool = "{MCP_TIME_TOOL}"\nmode = "allow"\n'
+
 
 class _Stack(Stack):
     """The profile's stack, with tables of the test's own merged into brokerd's config (an
