@@ -25,7 +25,6 @@ import orjson
 import pytest
 
 from boxmaker.bxctl.cli import main
-from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto.ids import SESSION_ID_RE
 from tests.support.cli import run_cli
 from tests.support.config import MODEL
@@ -147,16 +146,7 @@ def sparse_tokens(request: Recorded) -> Reply:
 @pytest.fixture
 def stack() -> Iterator[ServeEnv]:
     with serve_env() as env:
-        model = env.model
-
-        def chat(request: Recorded) -> Reply:
-            body = request.json
-            assert isinstance(body, dict)
-            if body["messages"][-1].get("content") == LONG:
-                return story(request)
-            return model(request)
-
-        env.fake.on("POST", CHAT_PATH, chat)
+        env.answer_message(LONG, story)
         # A token per 32 bytes: a 20,000-character paste then fits the fake's 2,048-token slot,
         # so these tests see the terminal, not loopd's measure of a message (issue 29.3).
         env.fake.on("POST", "/tokenize", sparse_tokens)

@@ -9,7 +9,6 @@ from typing import Any
 
 import pytest
 
-from boxmaker.loopd.llama.request import CHAT_PATH
 from tests.bxctl.test_chat_pty import PROMPT_READY, TURN_S, open_chat, session_of, wait_users
 from tests.support.config import MODEL
 from tests.support.recorded import Recorded
@@ -41,16 +40,7 @@ def slow(_request: Recorded) -> Reply:
 @pytest.fixture
 def stack() -> Iterator[ServeEnv]:
     with serve_env() as env:
-        model = env.model
-
-        def chat(request: Recorded) -> Reply:
-            body = request.json
-            assert isinstance(body, dict)
-            if body["messages"][-1].get("content") == SLOW:
-                return slow(request)
-            return model(request)
-
-        env.fake.on("POST", CHAT_PATH, chat)
+        env.answer_message(SLOW, slow)
         env.start()
         yield env
 

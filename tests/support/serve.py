@@ -22,7 +22,7 @@ import os
 import shutil
 import socket
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -203,6 +203,20 @@ class ServeEnv:
         self.socket = folder / "run" / "loop.sock"
         self.home = folder / "home"
         self.daemons: list[Daemon] = []
+
+    def answer_message(self, content: str, reply: Callable[[Recorded], Reply]) -> None:
+        """Completions whose last message is `content` get `reply`; the rest the scripted
+        model's answers, as before."""
+        model = self.model
+
+        def chat(request: Recorded) -> Reply:
+            body = request.json
+            assert isinstance(body, dict)
+            if body["messages"][-1].get("content") == content:
+                return reply(request)
+            return model(request)
+
+        self.fake.on("POST", CHAT_PATH, chat)
 
     def write_config(self, compact: dict[str, Any] | None = None, **channel: Any) -> Path:
         path = self.folder / "loopd.toml"

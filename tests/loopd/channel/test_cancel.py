@@ -12,7 +12,6 @@ from typing import Any
 
 import pytest
 
-from boxmaker.loopd.llama.request import CHAT_PATH
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone
 from boxmaker.proto.channel import cancel_frame
 from boxmaker.proto.wire import WireError
@@ -54,16 +53,7 @@ def slow(_request: Recorded) -> Reply:
 @pytest.fixture
 def env() -> Iterator[ServeEnv]:
     with serve_env() as e:
-        model = e.model
-
-        def chat(request: Recorded) -> Reply:
-            body = request.json
-            assert isinstance(body, dict)
-            if body["messages"][-1].get("content") == SLOW:
-                return slow(request)
-            return model(request)
-
-        e.fake.on("POST", CHAT_PATH, chat)
+        e.answer_message(SLOW, slow)
         e.start()
         yield e
 
