@@ -33,6 +33,7 @@ CLI = "boxmaker._cli"
 DEFAULTS = "boxmaker._defaults"
 TOML = "boxmaker._toml"
 FRAMED = "boxmaker._framed"
+CLIENT = "boxmaker._client"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
 KINDS = "boxmaker.loopd._kinds"
@@ -62,6 +63,8 @@ RULES: dict[str, frozenset[str]] = {
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
     FRAMED: frozenset({PROTO}),  # the framed connection of broker.sock and owner.sock, both ends
+    # the clients every program shares: loop.sock's channel client, owner.sock's owner client
+    CLIENT: frozenset({PROTO, DEFAULTS, FRAMED}),
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
@@ -150,7 +153,8 @@ RULES: dict[str, frozenset[str]] = {
     ),
     f"{BROKERD}.tools.kind": frozenset({PROTO, f"{BROKERD}.targets"}),  # [core]: a row
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
-    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED}),  # never the daemons
+    # never the daemons
+    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT}),
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules

@@ -23,17 +23,16 @@ from collections.abc import Callable
 from pathlib import Path
 
 from boxmaker._cli import Environment
-from boxmaker._framed import FramedClient
+from boxmaker._client.channel import Canceller
+from boxmaker._client.owner import OwnerClient, OwnerRefused
 from boxmaker.proto import ApprovalNeededEvent, ChannelBody
-from boxmaker.proto.broker import OWNER_KINDS, Answer, Claim, HeldCall
+from boxmaker.proto.broker import HeldCall
 from boxmaker.proto.errors import ProtocolError
 from boxmaker.proto.frame import Frame
 
-from .client import Canceller
 from .escape import one_line, visible
 from .terminal import echo
 
-OWNER_TIMEOUT_S = 10.0  # brokerd answers claim and answer at once
 WORDS = {"y": "yes", "yes": "yes", "a": "always", "always": "always", "n": "no", "no": "no"}
 
 Show = Callable[[Frame, ChannelBody], None]
@@ -45,12 +44,12 @@ def ask_owner(
     """Claims the call, asks, answers brokerd. Returns what was answered ("" for nothing)."""
     err = env.stderr
     try:
-        with FramedClient(str(path), OWNER_KINDS, OWNER_TIMEOUT_S) as owner:
-            (claimed,) = owner.exchange("claim", Claim(event.id).to_json())
-            if claimed.kind != "call":
-                err.write(f"[approval: brokerd says {claimed.body.get('message')}]\n")
+        with OwnerClient(path) as owner:
+            try:
+                held = owner.claim(event.id)
+            except OwnerRefused as refused:
+                err.write(f"[approval: brokerd says {refused}]\n")
                 return ""
-            held = HeldCall.from_json(claimed.body)
             err.write(layout(held))
             err.flush()
             line = _read_answer(env, canceller)
@@ -62,11 +61,11 @@ def ask_owner(
                 return ""
             typed = line.strip().lower()
             answer = WORDS.get(typed, "" if not typed else "no")
-            (reply,) = owner.exchange("answer", Answer(event.id, held.hash, answer).to_json())
+            took = owner.answer(event.id, held.hash, answer)
     except (OSError, ProtocolError) as exc:
         err.write(f"[approval: cannot reach brokerd's owner.sock at {path}: {exc}; denied]\n")
         return ""
-    granted = reply.kind == "answered" and answer in ("yes", "always")
+    granted = took and answer in ("yes", "always")
     err.write(f"[approval: {answer or 'empty'}: {'approved' if granted else 'denied'}]\n")
     err.flush()
     return answer

@@ -34,13 +34,7 @@ from typing import TextIO
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus, isatty
-from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
-from boxmaker.proto import ChannelBody, Turn, TurnDone
-from boxmaker.proto.frame import Frame
-from boxmaker.proto.wire import WireError
-
-from .approve import approving
-from .client import (
+from boxmaker._client.channel import (
     CONNECT_MS,
     SILENCE_MS,
     Canceller,
@@ -51,6 +45,12 @@ from .client import (
     check_socket,
     new_session_id,
 )
+from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
+from boxmaker.proto import ChannelBody, Turn, TurnDone
+from boxmaker.proto.frame import Frame
+from boxmaker.proto.wire import WireError
+
+from .approve import approving
 from .lineinput import Lines, PipeLines, TerminalLines
 from .render import Piece, Renderer, Stream, use_color
 from .stack import OWNER_SOCKET_ENV, Stack, find_stack

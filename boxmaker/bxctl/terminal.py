@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from boxmaker._cli import Environment
+from boxmaker._client.channel import Canceller, Show
 from boxmaker.proto import ApprovalNeededEvent, ChannelBody
 from boxmaker.proto.frame import Frame
 from boxmaker.session.errors import SessionError
 
-from .client import Canceller, Show
 from .history import Entry, describe, last_exchange, read_entries, turns_and_last
 from .lineinput import history_file
 from .stack import OWNER_SOCKET_ENV, Stack, tools_line

@@ -369,7 +369,7 @@ def test_a_reader_that_goes_away_ends_the_chat_without_a_traceback(tmp_path: Pat
 
 
 def test_new_session_ids_carry_the_time_and_sort_by_age() -> None:
-    from boxmaker.bxctl.client import new_session_id
+    from boxmaker._client.channel import new_session_id
 
     older, newer = new_session_id(1_796_000_000.0), new_session_id(1_796_000_001.0)
     assert re.fullmatch(r"20261130T\d{6}Z-[0-9a-f]{8}", older), older
