@@ -197,18 +197,20 @@ class MattermostClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.rest_timeout_ms / 1000
         what = f"{method} {path}"
-        last = "no answer"
+        last, last_status = "no answer", None
         attempt = 0
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._error(f"{what}: {last} within {self.limits.rest_timeout_ms} ms")
+                limit = self.limits.rest_timeout_ms
+                raise self._error(f"{what}: {last} within {limit} ms", last_status)
             try:
                 r = await self._http.request(
                     method, path, json=body, params=params, timeout=remaining
                 )
             except httpx.HTTPError as e:
                 last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                last_status = None
                 wait = self._backoff_s(attempt)
             else:
                 if r.status_code < 400:
@@ -218,9 +220,9 @@ class MattermostClient:
                     wait = self._backoff_s(attempt) if asked is None else asked
                     if loop.time() + wait > deadline:
                         raise self._error(f"{what}: rate limited, retry in {wait:.1f} s", 429)
-                    last = "429 rate limited"
+                    last, last_status = "429 rate limited", 429
                 elif r.status_code >= 500:
-                    last = f"{r.status_code} {self._server_says(r)}"
+                    last, last_status = f"{r.status_code} {self._server_says(r)}", r.status_code
                     wait = self._backoff_s(attempt)
                 else:
                     raise self._error(

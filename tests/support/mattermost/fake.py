@@ -119,6 +119,7 @@ class FakeMattermost(routes.Routes):
         self._limited: list[tuple[int, float | None, bool]] = []  # (n left, wait, reset header)
         self._drop_after: int | None = None
         self._lose = 0
+        self._lost_answers = 0
         self._deaf = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -138,6 +139,7 @@ class FakeMattermost(routes.Routes):
 
     def _run(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # this thread's own
         self._loop = loop
         self._server = loop.run_until_complete(
             asyncio.start_server(self._serve, "127.0.0.1", self._port)
@@ -145,6 +147,10 @@ class FakeMattermost(routes.Routes):
         self._port = self._server.sockets[0].getsockname()[1]
         ready.set()
         loop.run_forever()
+        tasks = asyncio.all_tasks(loop)  # connections still open at stop: end them in the loop
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
@@ -246,6 +252,10 @@ class FakeMattermost(routes.Routes):
     def lose_next(self, n_events: int) -> None:
         """The next n events take a seq but are never sent nor kept: the client sees a gap."""
         self._call(lambda: setattr(self, "_lose", n_events))
+
+    def lose_answers(self, n: int) -> None:
+        """The next n REST requests are carried out, then their connection drops unanswered."""
+        self._call(lambda: setattr(self, "_lost_answers", n))
 
     def go_deaf(self) -> None:
         """Open sockets send nothing more (no pongs either); new upgrades are held unanswered."""
@@ -351,6 +361,10 @@ class FakeMattermost(routes.Routes):
             status, body = routes.unauthorized()
         else:
             status, body = self.route(req.method, req.path, req.query, req.body)
+        if self._lost_answers:  # done, but the answer never arrives: the client must retry
+            self._lost_answers -= 1
+            writer.transport.abort()
+            return
         _write(writer, status, body, _OK_LIMIT_HEADERS)
 
     async def _websocket(
