@@ -12,6 +12,7 @@ import traceback
 from collections.abc import Callable, Coroutine, Iterator
 from typing import Any, TypeVar
 
+import httpx
 import pytest
 
 from boxmaker.gatewayd.mattermost import (
@@ -461,5 +462,50 @@ def test_close_ends_events_while_reconnecting(mm: FakeMattermost) -> None:
         await r.close()
         assert time.monotonic() - start < SLACK
         assert r.error is None
+
+    run(body)
+
+
+def _mocked(handler: Callable[[httpx.Request], httpx.Response]) -> MattermostClient:
+    """A client whose REST calls go to `handler` (httpx's own mock transport), not a socket."""
+    client = MattermostClient("http://mm.invalid", "sekrit-token", LIMITS)
+    client._http = httpx.AsyncClient(
+        base_url="http://mm.invalid/api/v4", transport=httpx.MockTransport(handler)
+    )
+    return client
+
+
+@pytest.mark.parametrize(
+    ("answer", "says"),
+    [
+        (
+            httpx.Response(200, text="<html>a proxy's page</html>"),
+            "200 with a body that is not JSON",
+        ),
+        (httpx.Response(302, headers={"Location": "https://x/"}), "give the server's final url"),
+    ],
+)
+def test_an_answer_that_is_not_the_api_is_one_clear_error(
+    answer: httpx.Response, says: str
+) -> None:
+    async def body() -> None:
+        client = _mocked(lambda _: answer)
+        with pytest.raises(MattermostError, match=says):
+            await client.me()
+        await client.close()
+
+    run(body)
+
+
+def test_socket_failures_are_counted_and_redacted(mm: FakeMattermost) -> None:
+    async def body() -> None:
+        r = Run(mm)
+        await r.until("connected", lambda: bool(r.connected()), reconnect_s())
+        mm.go_deaf()
+        bound = (LIMITS.ping_interval_ms + LIMITS.pong_timeout_ms) / 1000 + SLACK
+        await r.until("a failure noted", lambda: r.client.socket_failures > 0, bound)
+        mm.wake()
+        await r.close()
+        assert r.client.last_socket_error == f"no pong within {LIMITS.pong_timeout_ms} ms"
 
     run(body)
