@@ -16,7 +16,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.support.mattermost.fake import FakeMattermost
+from tests.support.mattermost.fake import KEEP_AWAY, FakeMattermost
 from tests.support.mattermost.fixtures import fixture_files, http_message, load, text
 
 NOT_SERVED = "not served: "
@@ -421,3 +421,29 @@ def test_lose_next_leaves_a_gap(mm: FakeMattermost) -> None:
         mm.post_as(mm.owner["id"], dm, "lost")
         mm.post_as(mm.owner["id"], dm, "seen")
         assert json.loads(_recv(ws))["seq"] == 2
+
+
+def test_stop_then_start_is_a_restarted_server_on_the_same_port(mm: FakeMattermost) -> None:
+    dm = mm.direct_channel(mm.owner["id"])
+    kept = mm.post_as(mm.owner["id"], dm, "kept")
+    with _ws(mm) as ws:
+        cid = json.loads(_recv(ws))["data"]["connection_id"]
+    url = mm.url
+    mm.stop()
+    mm.start()
+    assert mm.url == url
+    with _resume(mm, cid, 1) as ws:
+        hello = json.loads(_recv(ws))
+    assert hello["event"] == "hello"
+    assert hello["data"]["connection_id"] != cid
+    assert mm.posts(dm) == [kept]
+
+
+def test_connections_away_are_kept_for_a_while_not_for_ever(mm: FakeMattermost) -> None:
+    first = ""
+    for _ in range(KEEP_AWAY + 2):
+        with _ws(mm) as ws:
+            first = first or json.loads(_recv(ws))["data"]["connection_id"]
+        mm.wait_for("the socket gone", lambda: mm.live_sockets() == 0, 10)
+    assert first not in mm.connection_ids()
+    assert len(mm.connection_ids()) == KEEP_AWAY + 1

@@ -37,6 +37,7 @@ from .wire import broadcast, event_frame, new_id
 T = TypeVar("T")
 SERVER_VERSION = "10.11.0.fake.0.false"  # <CurrentVersion>.<BuildNumber>.<ConfigHash>.<licensed>
 DEAD_QUEUE = 128  # web_conn.go's deadQueueSize
+KEEP_AWAY = 16  # connections kept for a resume while no socket holds them (oldest go first)
 
 
 @dataclass(eq=False)  # kept in a set, by identity
@@ -130,6 +131,12 @@ class FakeMattermost(routes.Routes):
     # ---- life ----
 
     def start(self) -> None:
+        """Listen (again: after stop(), on the same port, as a restarted server would, with its
+        connections and pending ids forgotten and its posts kept)."""
+        self._conns.clear()
+        self._peers.clear()
+        self._hung.clear()
+        self._pending.clear()
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self._thread.start()
@@ -425,6 +432,9 @@ class FakeMattermost(routes.Routes):
                     self._send(peer, text)
                 return conn
             del self._conns[cid]
+        away = [c for c in self._conns.values() if c.peer is None]
+        for old in away[: max(0, len(away) - KEEP_AWAY)]:  # the server expires idle ones too
+            del self._conns[old.id]
         conn = _Conn(new_id(), self.bot["id"], queue=deque(maxlen=self.replay_limit))
         self._conns[conn.id] = conn
         conn.peer = peer
