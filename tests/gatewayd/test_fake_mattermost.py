@@ -413,6 +413,19 @@ def test_the_replay_queue_is_bounded() -> None:
             assert json.loads(_recv(ws))["event"] == "hello"
 
 
+def test_the_pretty_style_is_the_same_event_spelled_otherwise() -> None:
+    with FakeMattermost(style="pretty") as mm:
+        dm = mm.direct_channel(mm.owner["id"])
+        with _ws(mm) as ws:
+            hello = _recv(ws)
+            mm.post_as(mm.owner["id"], dm, "hi")
+            raw = _recv(ws)
+    assert hello.startswith('{\n  "broadcast": {')
+    event = json.loads(raw)
+    assert (event["event"], event["seq"]) == ("posted", 1)
+    assert isinstance(event["data"]["post"], str)
+
+
 def test_lose_next_leaves_a_gap(mm: FakeMattermost) -> None:
     dm = mm.direct_channel(mm.owner["id"])
     with _ws(mm) as ws:

@@ -23,6 +23,7 @@ from boxmaker.gatewayd.mattermost import (
     Posted,
 )
 from tests.support.mattermost.fake import FakeMattermost
+from tests.support.mattermost.wire import STYLES
 
 T = TypeVar("T")
 SLACK = 3.0  # scheduling on a busy 2-core machine, added to every bound the limits give
@@ -124,6 +125,29 @@ def test_first_hello_is_lossy_and_posts_arrive_parsed(mm: FakeMattermost) -> Non
         assert post.mentions == (mm.bot["id"],)
 
     run(body)
+
+
+@pytest.mark.parametrize("style", STYLES)
+def test_other_events_between_posts_keep_the_sequence(style: str) -> None:
+    """typing, status_change, reactions, edits: read, dropped, and counted in the seq."""
+    with FakeMattermost(style=style) as mm:
+        dm = mm.direct_channel(mm.owner["id"])
+
+        async def body() -> None:
+            r = Run(mm)
+            await r.until("connected", lambda: bool(r.connected()), reconnect_s())
+            for i in range(3):
+                mm.set_status(mm.owner["id"], "online")
+                mm.emit("typing", {"parent_id": "", "user_id": mm.owner["id"]}, channel_id=dm)
+                post = mm.post_as(mm.owner["id"], dm, f"m{i}")
+                mm.delete_post(post["id"])
+            await r.until("3 posts", lambda: len(r.posted()) == 3, SLACK)
+            await r.close()
+            assert r.posted() == ["m0", "m1", "m2"]
+            assert len(r.connected()) == 1  # no loss said: every seq was there
+            assert r.client.state.next_seq == 13
+
+        run(body)
 
 
 def test_a_seq_gap_is_a_lossy_connected(mm: FakeMattermost) -> None:

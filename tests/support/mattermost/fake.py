@@ -32,7 +32,7 @@ from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from . import routes
-from .wire import broadcast, event_frame, new_id
+from .wire import STYLES, broadcast, event_frame, new_id
 
 T = TypeVar("T")
 SERVER_VERSION = "10.11.0.fake.0.false"  # <CurrentVersion>.<BuildNumber>.<ConfigHash>.<licensed>
@@ -98,6 +98,7 @@ class FakeMattermost(routes.Routes):
         bot_is_bot: bool = True,
         max_post_size: int = 16383,
         replay_limit: int = DEAD_QUEUE,
+        style: str = "server",
     ) -> None:
         super().__init__(
             bot_user_id=bot_user_id or new_id(),
@@ -109,6 +110,9 @@ class FakeMattermost(routes.Routes):
         )
         self.token = token or f"tok{new_id()}"
         self.replay_limit = replay_limit
+        if style not in STYLES:
+            raise ValueError(f"style {style!r}: one of {STYLES}")
+        self.style = style  # how socket events are spelled (wire.event_frame)
         self.url = ""
         self.requests: list[Request_] = []  # every REST request, in order
         self.upgrades: list[Request_] = []  # every socket upgrade asked for, in order
@@ -308,7 +312,7 @@ class FakeMattermost(routes.Routes):
             conn.next_seq += 1
             if self._lose:
                 continue
-            text = event_frame(event, data, bcast, seq)
+            text = event_frame(event, data, bcast, seq, self.style)
             conn.queue.append((seq, text))
             if conn.peer is not None:
                 self._send(conn.peer, text)
@@ -439,7 +443,7 @@ class FakeMattermost(routes.Routes):
         self._conns[conn.id] = conn
         conn.peer = peer
         hello_data = {"server_version": SERVER_VERSION, "connection_id": conn.id}
-        hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0)
+        hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0, self.style)
         conn.next_seq = 1
         conn.queue.append((0, hello))
         self._send(peer, hello)
