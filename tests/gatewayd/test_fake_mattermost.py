@@ -159,6 +159,17 @@ def test_posted_has_the_captured_shape(mm: FakeMattermost) -> None:
     assert event["data"]["channel_type"] == "D"
 
 
+def test_a_dm_without_mention_has_the_dm_captures_keys_exactly(mm: FakeMattermost) -> None:
+    dm = mm.direct_channel(mm.owner["id"])
+    with _ws(mm) as ws:
+        _recv(ws)
+        mm.post_as(mm.owner["id"], dm, "hello")
+        event = json.loads(_recv(ws))
+    captured = json.loads(text("ws/posted.dm.wire.captured.txt"))
+    assert sorted(event["data"]) == sorted(captured["data"])
+    assert event["data"]["channel_display_name"] == f"@{mm.owner['username']}"
+
+
 def test_a_channel_post_without_mention_has_no_mentions_key(mm: FakeMattermost) -> None:
     town = mm.open_channel("town")
     with _ws(mm) as ws:

@@ -122,7 +122,7 @@ def test_first_hello_is_lossy_and_posts_arrive_parsed(mm: FakeMattermost) -> Non
         post = r.items[1]
         assert isinstance(post, Posted)
         assert (post.post.message, post.channel_type, post.seq) == ("hi <there> & you", "D", 1)
-        assert post.mentions == (mm.bot["id"],)
+        assert post.mentions == ()  # a DM names no one unless the text does
 
     run(body)
 
