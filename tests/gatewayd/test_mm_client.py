@@ -27,10 +27,18 @@ from tests.support.mattermost.wire import STYLES
 
 T = TypeVar("T")
 SLACK = 3.0  # scheduling on a busy 2-core machine, added to every bound the limits give
-LIMITS = ClientLimits(
+LIMITS = ClientLimits(  # keepalive loose enough that a busy machine drops no socket by mistake
+    ping_interval_ms=1_000,
+    pong_timeout_ms=2_000,
+    silence_ms=10_000,
+    rest_timeout_ms=4_000,
+    backoff_max_ms=400,
+    backoff_base_ms=100,
+)
+QUICK = ClientLimits(  # for the dead-socket tests, which a spurious drop cannot fool
     ping_interval_ms=300,
     pong_timeout_ms=400,
-    silence_ms=10_000,  # past every bound below: the pong test must be the pings' catch
+    silence_ms=10_000,  # past the pong test's bound: only the pings can pass it
     rest_timeout_ms=4_000,
     backoff_max_ms=400,
     backoff_base_ms=100,
@@ -214,11 +222,11 @@ def test_a_server_that_cannot_resume_gives_a_new_id_and_lossy(
 def test_a_deaf_socket_is_caught_by_the_pong_timeout(mm: FakeMattermost) -> None:
     """Deaf: no events, no pongs. Caught within ping interval + pong timeout, then resumed."""
     dm = mm.direct_channel(mm.owner["id"])
-    lim = LIMITS
+    lim = QUICK
 
     async def body() -> None:
-        r = Run(mm)
-        await r.until("connected", lambda: bool(r.connected()), reconnect_s())
+        r = Run(mm, lim)
+        await r.until("connected", lambda: bool(r.connected()), reconnect_s(lim))
         upgrades = len(mm.upgrades)
         mm.go_deaf()
         mm.post_as(mm.owner["id"], dm, "said while deaf")
@@ -227,9 +235,9 @@ def test_a_deaf_socket_is_caught_by_the_pong_timeout(mm: FakeMattermost) -> None
         assert took >= lim.pong_timeout_ms / 1000 * 0.9  # not before the pong was due
         # the upgrade is held unanswered too: the open timeout (pong_timeout) ends each try
         tries = len(mm.upgrades)
-        await r.until("a retry", lambda: len(mm.upgrades) > tries, reconnect_s())
+        await r.until("a retry", lambda: len(mm.upgrades) > tries, reconnect_s(lim))
         mm.wake()
-        await r.until("the post", lambda: r.posted() == ["said while deaf"], reconnect_s())
+        await r.until("the post", lambda: r.posted() == ["said while deaf"], reconnect_s(lim))
         await r.close()
         assert r.connected()[-1].lossless  # resumed: the queue held it
 
@@ -523,13 +531,14 @@ def test_an_answer_that_is_not_the_api_is_one_clear_error(
 
 def test_socket_failures_are_counted_and_redacted(mm: FakeMattermost) -> None:
     async def body() -> None:
-        r = Run(mm)
-        await r.until("connected", lambda: bool(r.connected()), reconnect_s())
+        r = Run(mm, QUICK)
+        await r.until("connected", lambda: bool(r.connected()), reconnect_s(QUICK))
         mm.go_deaf()
-        bound = (LIMITS.ping_interval_ms + LIMITS.pong_timeout_ms) / 1000 + SLACK
+        bound = (QUICK.ping_interval_ms + QUICK.pong_timeout_ms) / 1000 + SLACK
         await r.until("a failure noted", lambda: r.client.socket_failures > 0, bound)
+        first = r.client.last_socket_error  # read now: the held upgrades fail next
         mm.wake()
         await r.close()
-        assert r.client.last_socket_error == f"no pong within {LIMITS.pong_timeout_ms} ms"
+        assert first == f"no pong within {QUICK.pong_timeout_ms} ms"
 
     run(body)
