@@ -545,3 +545,17 @@ def test_socket_failures_are_counted_and_redacted(mm: FakeMattermost) -> None:
         assert first == f"no pong within {QUICK.pong_timeout_ms} ms"
 
     run(body)
+
+
+@pytest.mark.parametrize(
+    ("url", "ws"),
+    [
+        ("https://chat.example.com", "wss://chat.example.com/api/v4/websocket"),
+        ("https://chat.example.com/mm/", "wss://chat.example.com/mm/api/v4/websocket"),
+        ("http://127.0.0.1:8065", "ws://127.0.0.1:8065/api/v4/websocket"),
+    ],
+)
+def test_the_socket_url_follows_the_server_url(url: str, ws: str) -> None:
+    client = MattermostClient(url, "t")
+    assert client.state.url(client._ws_url) == ws
+    assert str(client._http.base_url) == url.rstrip("/") + "/api/v4/"
