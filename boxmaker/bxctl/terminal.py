@@ -20,7 +20,8 @@ from boxmaker.proto import ApprovalNeededEvent, ChannelBody
 from boxmaker.proto.frame import Frame
 from boxmaker.session.errors import SessionError
 
-from .history import Entry, describe, last_exchange, read_entries, turns_and_last
+from .escape import continued
+from .history import CONTINUED, Entry, describe, last_exchange, read_entries, turns_and_last
 from .lineinput import history_file
 from .stack import OWNER_SOCKET_ENV, Stack, tools_line
 
@@ -89,7 +90,10 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
         turns, last = turns_and_last(entries)
         lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
         for record in last_exchange(entries):
-            lines += [f"  {_shortened(line, session)}" for line in describe(record)]
+            lines += [
+                continued(_shortened(line, session), "  ", "  " + CONTINUED)
+                for line in describe(record)
+            ]
     if stack.run is not None:
         lines.append(tools_line(stack.run))
     if stack.owner_socket is not None:

@@ -212,6 +212,23 @@ def _enc_bool_or_absent(v: object, path: str) -> bool:
 BOOL_OR_ABSENT = Codec("boolean", _dec_bool, _enc_bool_or_absent, absent_is_none=True)
 
 
+def _enc_str_or_absent(v: object, path: str) -> str:
+    if v is None:  # to_obj leaves the key out before it gets here
+        raise _bad(path, "str", v)
+    return _enc_str(v, path)
+
+
+def _enc_uint_or_absent(v: object, path: str) -> int:
+    if v is None:
+        raise _bad(path, "int", v)
+    return _enc_uint(v, path)
+
+
+# A string / a whole number that may be left out, as BOOL_OR_ABSENT.
+STR_OR_ABSENT = Codec("string", _dec_str, _enc_str_or_absent, absent_is_none=True)
+UINT_OR_ABSENT = Codec("integer", _dec_uint, _enc_uint_or_absent, absent_is_none=True)
+
+
 def _pattern(name: str, check: Callable[[str], bool], expected: str) -> Codec:
     """A string codec that also checks the string's shape."""
 

@@ -123,7 +123,7 @@ def test_say_puts_only_the_answer_on_stdout(tmp_path: Path) -> None:
     assert r.status == ExitStatus.OK
     assert r.stdout == "It is noon.\n"
     assert r.stderr == (
-        "session s1\nLet me think.\n[tool clock: done, public, truncated]\n"
+        "session s1\n[reasoning] Let me think.\n[tool clock: done, public, truncated]\n"
         "[waiting for the inference server]\n"
     )
     assert fake.turns[0]["content"] == "time?"
@@ -331,7 +331,7 @@ def test_not_dimmed_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
     reply = [event(ReasoningEvent("hmm")), event(ContentEvent("Hi.")), done("Hi.")]
     with FakeLoopd(tmp_path / "loop.sock", [reply]) as fake:
         r = chat(fake.path, "--session", "s1", stdin="hi\n")
-    assert r.stdout == "session s1\nhmm\nHi.\n"
+    assert r.stdout == "session s1\n[reasoning] hmm\nHi.\n"  # marked: not dimmed
 
 
 def test_python_dash_m_chat_say_as_a_subprocess(tmp_path: Path) -> None:
