@@ -59,6 +59,7 @@ from .terminal import (
     HISTORY_NAME,
     LOCAL_HELP,
     StopOnInterrupt,
+    drop_typeahead,
     greeting,
     history_path,
     quit_line,
@@ -313,6 +314,9 @@ def _loop(
         env.stdout.write("\n" + quit_line(chat.session, stack))
         env.stdout.flush()
         return ExitStatus.OK
+    finally:
+        if terminal:  # typed after the chat's last read: never the shell's next command
+            drop_typeahead(env.stdin.fileno())
 
 
 def _turns(

@@ -9,8 +9,10 @@ mode, which prompt_toolkit never uses). Multi-line messages: Esc then Enter (or 
 starts a new line, and a message that begins with `\"\"\"` goes on over Enter until a line ends
 with `\"\"\"` (Ollama's way); the quotes are not sent.
 
-Ctrl-C with text typed clears it; at an empty prompt, or a second time, it raises
-KeyboardInterrupt (the chat quits). Ctrl-D on an empty line is the end of input.
+Ctrl-C with text typed clears it; at an empty prompt it raises KeyboardInterrupt (the chat
+quits). Ctrl-R searches the history: Enter accepts the match (it is then at the prompt, to edit
+or send with Enter), Ctrl-C or Ctrl-G ends the search. Ctrl-D on an empty line is the end of
+input.
 
 Elsewhere (a pipe, a file, `--json`) a message is one line of stdin, as it always was: nothing
 is edited, joined or quoted, so scripts see no change.
@@ -90,13 +92,17 @@ class TerminalLines:
 
     def __init__(self, history: Path | None, prompt: str = "> ") -> None:
         from prompt_toolkit import PromptSession
+        from prompt_toolkit.filters import is_searching
         from prompt_toolkit.history import FileHistory, History, InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
         bindings = KeyBindings()
+        # Not while Ctrl-R searches: there Enter accepts the match (prompt_toolkit's own
+        # binding; a second Enter sends it) and Ctrl-C ends the search (issue 39 item 1: the
+        # chat's Enter took the search's and left an empty `(reverse-i-search)` prompt).
+        editing = ~is_searching
 
-        @bindings.add("enter")
+        @bindings.add("enter", filter=editing)
         def _enter(event: KeyPressEvent) -> None:
             buffer = event.current_buffer
             if open_quote(buffer.text):
@@ -104,17 +110,17 @@ class TerminalLines:
             else:
                 buffer.validate_and_handle()
 
-        @bindings.add("escape", "enter")
+        @bindings.add("escape", "enter", filter=editing)
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
-        @bindings.add("c-c")
+        @bindings.add("c-c", filter=editing)
         def _interrupt(event: KeyPressEvent) -> None:
-            """With text typed, the first Ctrl-C clears it (as a shell does); at an empty
-            prompt, or the second time, the chat is told (KeyboardInterrupt)."""
+            """With text typed, Ctrl-C clears it (as a shell does); only at an empty prompt is
+            the chat told (KeyboardInterrupt): a second Ctrl-C after new text was typed clears
+            that text too, never quits with it (issue 39 item 1)."""
             buffer = event.current_buffer
-            if buffer.text and not self._cleared:
-                self._cleared = True
+            if buffer.text:
                 buffer.reset()
             else:
                 event.app.exit(exception=KeyboardInterrupt())
@@ -133,7 +139,6 @@ class TerminalLines:
         self._prompt = prompt
 
     def read(self) -> str | None:
-        self._cleared = False
         try:
             text = self._session.prompt(self._prompt)
         except EOFError:

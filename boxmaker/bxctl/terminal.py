@@ -40,8 +40,10 @@ typing:
   Esc Enter, Alt-Enter a new line in the message
   \"\"\" ... \"\"\"          several lines: Enter goes on until a line ends in \"\"\"
   Up, Down, Ctrl-R     the messages of earlier chats (kept in the history file, 0600)
+  Ctrl-R               search them; Enter takes the match, Ctrl-C ends the search
   Ctrl-C               stop the answer being written (at an approval: no, and stop);
-                       at an empty prompt, or twice, quit
+                       with text typed, clear it; at an empty prompt, or twice in an
+                       answer, quit
 """
 STOPPING = "\n[stopping the answer; Ctrl-C again quits]\n"
 
@@ -150,6 +152,13 @@ def quit_line(session: str, stack: Stack) -> str:
         else f"bxctl chat --session {session}"
     )
     return f"session {session}: to go on with it, run `{how}`\n"
+
+
+def drop_typeahead(fd: int) -> None:
+    """Discards what was typed on the terminal and not read yet (issue 39 item 1: what the
+    owner typed as the chat quit ran as shell commands)."""
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcflush(fd, termios.TCIFLUSH)
 
 
 @contextlib.contextmanager

@@ -396,3 +396,61 @@ def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
         assert "Enter sends" not in shown
     finally:
         term.close()
+
+
+def test_ctrl_r_then_enter_takes_the_match_and_enter_sends_it(stack: ServeEnv) -> None:
+    """Issue 39 item 1: the chat's Enter took the search's, leaving an empty search prompt."""
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("hello world\r")
+        done = term.wait_output(r"ok\r\n", timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=done.end())
+        mark = len(term.output)
+        term.send(b"\x12")  # Ctrl-R
+        term.wait_output(r"reverse-i-search", since=mark)
+        term.send("hel")
+        term.wait_output(r"lo world", since=mark)  # the match, its "hel" highlighted
+        term.send(b"\r")  # takes the match: it is at the prompt now
+        term.send(b"\r")  # sends it
+        assert wait_users(stack, sid, 2) == ["hello world", "hello world"]
+        again = term.wait_output(r"ok\r\n", since=mark, timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=again.end())
+        mark = len(term.output)
+        term.send(b"\x12")  # Ctrl-R, then Ctrl-C: the search ends, the chat goes on
+        term.wait_output(r"reverse-i-search", since=mark)
+        term.send("hel")
+        term.wait_output(r"lo world", since=mark)
+        term.send(b"\x03")
+        term.send("third\r")
+        assert wait_users(stack, sid, 3)[-1] == "third"
+    finally:
+        term.close()
+
+
+@pytest.mark.parametrize("between", ["def", "x", "new text", "d\x7fe", "\x1b[Dq"])
+def test_a_second_ctrl_c_after_new_text_clears_it_and_never_quits(
+    stack: ServeEnv, between: str
+) -> None:
+    """Issue 39 item 1: Ctrl-C cleared "abc", new text was typed, and a second Ctrl-C quit the
+    chat with it; now it clears that text too: only an empty prompt's Ctrl-C quits."""
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("abc")
+        term.wait_output(r"abc")
+        term.send(b"\x03")  # clears abc
+        term.send(between)
+        term.send(b"\x03")  # clears what was typed since: the chat goes on
+        term.send("sent\r")
+        assert wait_users(stack, sid, 1) == ["sent"]
+        done = term.wait_output(r"ok\r\n", timeout=TURN_S)
+        assert term.status is None
+        term.wait_output(PROMPT_READY, since=done.end())
+        term.send(b"\x03")  # at an empty prompt: quit
+        term.wait_output(rf"session {sid}: to go on with it")
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
