@@ -18,6 +18,11 @@ JSON object per line, so every line of stdout parses (`{"event": ...}`, then
 answers by retrying (no_such_session for a new --session id) is not printed. With `--say`, the
 exit status says whether the turn succeeded.
 
+In a chat, a message sent while the loopd that answered before is not running (a restart) waits
+for it, saying so every few seconds, up to `--wait-loopd-ms` ($BOXMAKER_CHAT_WAIT_LOOPD_MS, 60 s),
+and is sent when it is back; a connection nobody took is the only one tried again, so no turn
+runs twice.
+
 Whatever the mode, a loopd that is not running, a connection that closes before its final frame,
 or a malformed frame is one line on stderr and exit 1; a bad --session id is exit 2. So is a
 loopd that does not accept within `--connect-timeout-ms` ($BOXMAKER_CHAT_CONNECT_MS, 5 s) or
@@ -27,6 +32,7 @@ says nothing for `--silence-ms` ($BOXMAKER_CHAT_SILENCE_MS, 15 min) during a tur
 from __future__ import annotations
 
 import argparse
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
@@ -40,6 +46,7 @@ from boxmaker._client.channel import (
     Canceller,
     ChatError,
     ChatSession,
+    NotRunning,
     Show,
     bad_session_id,
     check_socket,
@@ -74,6 +81,10 @@ HELPS = ("/help", "/?")
 COMPACT = "/compact"
 CONNECT_ENV = "BOXMAKER_CHAT_CONNECT_MS"
 SILENCE_ENV = "BOXMAKER_CHAT_SILENCE_MS"
+WAIT_ENV = "BOXMAKER_CHAT_WAIT_LOOPD_MS"
+WAIT_MS = 60_000  # a loopd restart took 11-22 s in the trial (issue 39 item 5)
+WAIT_SAY_S = 5.0  # how often the wait says it still waits
+WAIT_POLL_S = 0.2  # how often it tries loop.sock: a connect attempt is cheap
 MAX_MS = 86_400_000  # a day: any bound past it is a typo
 
 
@@ -153,6 +164,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{CONNECT_MS})",
     )
     parser.add_argument(
+        "--wait-loopd-ms",
+        type=int,
+        metavar="MS",
+        help=f"in a chat, when loopd is not running as a message is sent (a restart), wait up to "
+        f"MS for it to come back, then send (default: ${WAIT_ENV}, else {WAIT_MS})",
+    )
+    parser.add_argument(
         "--silence-ms",
         type=int,
         metavar="MS",
@@ -226,6 +244,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             "--connect-timeout-ms", args.connect_timeout_ms, CONNECT_ENV, CONNECT_MS, env.environ
         )
         silence_ms = _ms("--silence-ms", args.silence_ms, SILENCE_ENV, SILENCE_MS, env.environ)
+        wait_ms = _ms("--wait-loopd-ms", args.wait_loopd_ms, WAIT_ENV, WAIT_MS, env.environ)
     except ValueError as e:
         env.stderr.write(f"{PROG}: {e}\n")
         return ExitStatus.USAGE
@@ -283,7 +302,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         else:
             prompt = "> " if env.stdin_isatty and not args.json else ""
             lines = PipeLines(env.stdin, env.stdout, prompt)
-        return _loop(chat, env, show, lines, stack, terminal=terminal)
+        return _loop(chat, env, show, lines, stack, terminal=terminal, wait_ms=wait_ms)
     except ChatError as e:
         view.cut()
         env.stderr.write(f"{PROG}: {e}\n")
@@ -304,12 +323,13 @@ def _loop(
     stack: Stack,
     *,
     terminal: bool,
+    wait_ms: int = WAIT_MS,
 ) -> ExitStatus:
     """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal). A
     Ctrl-C anywhere (at the prompt, a second one in a turn, or one between a turn's end and the
     next prompt) quits with the line that names the session."""
     try:
-        return _turns(chat, env, show, lines, stack, terminal=terminal)
+        return _turns(chat, env, show, lines, stack, terminal=terminal, wait_ms=wait_ms)
     except KeyboardInterrupt:
         env.stdout.write("\n" + quit_line(chat.session, stack))
         env.stdout.flush()
@@ -327,7 +347,9 @@ def _turns(
     stack: Stack,
     *,
     terminal: bool,
+    wait_ms: int = WAIT_MS,
 ) -> ExitStatus:
+    reached = False  # some turn of this chat reached loopd
     while True:
         content = lines.read()  # KeyboardInterrupt: Ctrl-C at an empty prompt, or twice
         if content is None:
@@ -348,4 +370,49 @@ def _turns(
             continue
         tty = env.stdin.fileno() if terminal else None  # typed ahead: shown at the next prompt
         with StopOnInterrupt(chat.canceller, env.stderr, tty):  # a second Ctrl-C: KeyboardInterrupt
-            chat.turn(content, show, compact=word == COMPACT)
+            # a loopd that answered before and is gone now is restarting: wait for it
+            wait = wait_ms if reached else 0
+            _turn_when_up(chat, content, show, env.stderr, wait, compact=word == COMPACT)
+            reached = True
+
+
+def _turn_when_up(
+    chat: ChatSession, content: str, show: Show, err: TextIO, wait_ms: int, *, compact: bool
+) -> None:
+    """`chat.turn`, waiting up to `wait_ms` for a loopd that is not running when the message
+    is sent (a restart: issue 39 item 5), saying so every WAIT_SAY_S, then sending it. Only a
+    connection nobody took is tried again: the turn was never sent, so it cannot run twice."""
+    until: float | None = None
+    said = 0.0
+    while True:
+        try:
+            chat.turn(content, show, compact=compact)
+            if until is not None:
+                err.write("[loopd is back: the message was sent]\n")
+                err.flush()
+            return
+        except NotRunning as e:
+            now = time.monotonic()
+            if not wait_ms:
+                raise
+            if until is None:
+                until, said = now + wait_ms / 1000, now
+                err.write(
+                    f"[{e}]\n[waiting up to {_s(wait_ms)} for loopd to come back, then the "
+                    "message is sent; Ctrl-C quits]\n"
+                )
+                err.flush()
+            elif now >= until:
+                raise ChatError(
+                    f"{e}; waited {_s(wait_ms)} for it (--wait-loopd-ms or ${WAIT_ENV} sets the "
+                    "bound); the message was not sent"
+                ) from None
+            elif now - said >= WAIT_SAY_S:
+                said = now
+                err.write(f"[still waiting for loopd: {round(until - now)} s left]\n")
+                err.flush()
+            time.sleep(WAIT_POLL_S)
+
+
+def _s(ms: int) -> str:
+    return f"{ms / 1000:g} s"
