@@ -56,6 +56,7 @@ from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
 from boxmaker.proto import ChannelBody, Turn, TurnDone
 from boxmaker.proto.frame import Frame
 from boxmaker.proto.wire import WireError
+from boxmaker.session.errors import SessionError
 
 from .approve import approving
 from .lineinput import Lines, PipeLines, TerminalLines
@@ -295,10 +296,10 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR
         if terminal:
             try:
-                lines: Lines = TerminalLines(history_path(args.history, stack, env))
-            except OSError as e:
+                lines: Lines = TerminalLines(history_path(args.history, stack, env), env.stderr)
+            except (OSError, SessionError) as e:
                 env.stderr.write(f"{PROG}: no history this time: {e}\n")
-                lines = TerminalLines(None)
+                lines = TerminalLines(None, env.stderr)
         else:
             prompt = "> " if env.stdin_isatty and not args.json else ""
             lines = PipeLines(env.stdin, env.stdout, prompt)

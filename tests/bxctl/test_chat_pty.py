@@ -454,3 +454,55 @@ def test_a_second_ctrl_c_after_new_text_clears_it_and_never_quits(
         assert term.wait_exit() == 0
     finally:
         term.close()
+
+
+def test_a_full_disk_under_the_history_is_one_line_and_the_chat_goes_on(stack: ServeEnv) -> None:
+    """Issue 38 item 3: prompt_toolkit's FileHistory raised in the key handler: a traceback and
+    "Press ENTER to continue..." at every line. The file is held over its size limit here
+    (RLIMIT_FSIZE: EFBIG, as ENOSPC, from the write)."""
+    history = stack.folder / "history"
+    history.write_bytes(b"\n# old\n+earlier message\n" * 40)  # over the 512-byte limit below
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(stack.folder),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(stack.socket),
+        "BOXMAKER_HOME": str(stack.home),
+        "BOXMAKER_RUN": str(stack.folder / "no-run"),
+        "BOXMAKER_CHAT_HISTORY": str(history),
+        "PYTHONDONTWRITEBYTECODE": "1",  # no .pyc cut at the limit for later runs to load
+    }
+    limited = Pty(["/bin/sh", "-c", 'ulimit -f 1 && exec "$0" chat', bxctl], environ)
+    try:
+        sid = session_of(limited)
+        limited.wait_output(PROMPT_READY)
+        limited.send("first\r")
+        limited.wait_output(
+            rf"\[history: cannot write {re.escape(str(history))}: File too large; this chat's "
+            r"messages are kept in memory only from now on\]"
+        )
+        limited.send("second\r")
+        assert wait_users(stack, sid, 2) == ["first", "second"]
+        limited.send(b"\x1b[A")  # Up: still recalled, from memory
+        limited.wait_output(r"second")
+        shown = limited.output
+        assert "Press ENTER" not in shown and "Traceback" not in shown
+        assert shown.count("[history: cannot write") == 1
+    finally:
+        limited.close()
+
+
+def test_a_fifo_as_the_history_file_never_hangs_the_chat(stack: ServeEnv) -> None:
+    """Issue 38 item 2: a FIFO as the history hung every terminal chat before its prompt."""
+    history = stack.folder / "history"
+    os.mkfifo(history)
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(r"bxctl chat: no history this time: .*history: is a FIFO")
+        term.wait_output(PROMPT_READY)
+        term.send("hi\r")
+        assert wait_users(stack, sid, 1) == ["hi"]
+    finally:
+        term.close()
