@@ -257,6 +257,16 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.USAGE
     stack = find_stack(args.socket, args.owner_socket, env.environ)
     terminal = args.say is None and not args.json and real_terminal(env)
+    # stdin typed on a terminal, stdout into a file or a pipe: the greeting and the prompt go to
+    # the terminal on stderr (issue 39 item 7: they went into the file)
+    redirected = (
+        args.say is None
+        and not args.json
+        and not terminal
+        and env.stdin_isatty
+        and not isatty(env.stdout)
+        and isatty(env.stderr)
+    )
     new = args.session is None
     chat = ChatSession(
         path=stack.socket,
@@ -283,6 +293,9 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         header.write(
             _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
         )
+        if redirected:  # `bxctl chat > file` typed on a terminal: greeted there, not in the file
+            env.stderr.write(greeting(chat.session, new, stack))
+            env.stderr.flush()
     header.flush()
     try:
         check_socket(chat.path, chat.hint)
@@ -302,7 +315,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
                 lines = TerminalLines(None, env.stderr)
         else:
             prompt = "> " if env.stdin_isatty and not args.json else ""
-            lines = PipeLines(env.stdin, env.stdout, prompt)
+            lines = PipeLines(env.stdin, env.stderr if redirected else env.stdout, prompt)
         return _loop(chat, env, show, lines, stack, terminal=terminal, wait_ms=wait_ms)
     except ChatError as e:
         view.cut()

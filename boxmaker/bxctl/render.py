@@ -38,7 +38,8 @@ What each event becomes:
 |                     | summary is written (<n> tokens); starting the new epoch]`,          |
 |                     | `[compacting: pre-warming: ...]` (then the prompt's `progress`)     |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
-|                     | `[compaction failed: <why>]` (and a `/compact`'s error that only   |
+|                     | `[compaction failed: <why>]`, or `[nothing to fold yet: <why>]`     |
+|                     | when there was none to fold (and a `/compact`'s error that only    |
 |                     | repeats it is `[nothing was folded: ...]`, not `error session_full`) |
 | `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
 |                     | in place as it grows and cleared by what comes next; elsewhere      |
@@ -80,6 +81,8 @@ from .escape import one_line, streamed
 
 CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
 NOTHING_FOLDED = "[nothing was folded: the conversation goes on as it was]"
+# loopd's reasons for a fold it did not try (loopd/turn/compact.py): the session is fine
+NOT_NEEDED = ("nothing to fold: ", "the fold would cut only ")
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
@@ -167,6 +170,9 @@ def status_line(event: TurnEvent) -> str | None:
             )
         case CompactingEvent():  # the summary's size as it grows: a live line (_live)
             return None
+        case CompactedEvent(error=error) if error.startswith(NOT_NEEDED):
+            # not a failure: there was nothing (or too little) to fold (issue 39 item 7)
+            return f"[nothing to fold yet: {one_line(error)}]"
         case CompactedEvent(error=error) if error:
             return f"[compaction failed: {one_line(error)}]"
         case CompactedEvent(epoch=epoch, before=before, after=after, elapsed_ms=ms):

@@ -506,3 +506,32 @@ def test_a_fifo_as_the_history_file_never_hangs_the_chat(stack: ServeEnv) -> Non
         assert wait_users(stack, sid, 1) == ["hi"]
     finally:
         term.close()
+
+
+def test_a_chat_into_a_file_greets_and_prompts_on_the_terminal(stack: ServeEnv) -> None:
+    """Issue 39 item 7: `bxctl chat > file` on a terminal showed no greeting and no prompt:
+    both went into the file."""
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    into = stack.folder / "answers.txt"
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(stack.folder),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(stack.socket),
+        "BOXMAKER_HOME": str(stack.home),
+        "BOXMAKER_RUN": str(stack.folder / "no-run"),
+    }
+    term = Pty(["/bin/sh", "-c", 'exec "$0" chat > "$1"', bxctl, str(into)], environ)
+    try:
+        sid = session_of(term)  # the greeting, on the terminal
+        term.wait_output(r"Enter sends")
+        term.wait_output(r"> $")  # the prompt, on the terminal
+        term.send("hi\r")
+        assert wait_users(stack, sid, 1) == ["hi"]
+        wait_for(lambda: "ok\n" in into.read_text() or None, "the answer in the file", TURN_S)
+        term.send(b"\x04")  # Ctrl-D: the end of input
+        assert term.wait_exit() == 0
+        assert into.read_text() == f"session {sid}\nok\n"  # the file holds the chat's data only
+        assert "ok" not in term.output.split("Enter sends", 1)[1]
+    finally:
+        term.close()

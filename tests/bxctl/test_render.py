@@ -348,12 +348,31 @@ def test_a_compact_that_folded_nothing_is_not_an_error_line() -> None:
 
     why = "nothing to fold: the epoch holds 2 turns and keep_turns is 2"
     r = Renderer(dim=False, split=False, live=True)
-    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[compaction failed: {why}]\n"
+    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[nothing to fold yet: {why}]\n"
     pieces = r.error(WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {why}"))
     assert [(p.to, p.text) for p in pieces] == [(Stream.EVENTS, NOTHING_FOLDED + "\n")]
     # a turn's own session_full (a message that says what to do) is still an error
     other = r.error(WireError(ErrorCode.SESSION_FULL, "the session is full: run /compact"))
     assert other[-1].to is Stream.ERRORS
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        "nothing to fold: the epoch holds 0 turns and keep_turns is 2",
+        "nothing to fold: the epoch holds 1 turns and keep_turns is 2",
+        "nothing to fold: the epoch holds 2 turns and keep_turns is 4",
+        "the fold would cut only 3% of the context, under [compact] min_cut 20% (x)",
+        "the fold would cut only 0% of the context, under [compact] min_cut 5% (y)",
+    ],
+)
+def test_nothing_to_fold_never_says_compaction_failed(why: str) -> None:
+    """Issue 39 item 7: `/compact` with nothing to fold said "compaction failed"."""
+    line = status_line(CompactedEvent(0, 90, 90, 3, why))
+    assert line == f"[nothing to fold yet: {why}]"
+    assert status_line(CompactedEvent(0, 90, 90, 3, "the summary was empty")) == (
+        "[compaction failed: the summary was empty]"
+    )
 
 
 def test_a_result_after_an_approval_gets_a_line_of_its_own() -> None:
