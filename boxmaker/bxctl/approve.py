@@ -184,7 +184,7 @@ def ask(
 
 def _read_answer(
     env: Environment, canceller: Canceller | None, until: float | None
-) -> str | None | _Timeout:
+) -> str | _Timeout | None:
     """A line of stdin ("" at EOF), None when Ctrl-C interrupted it, TIMEOUT past `until`."""
     if canceller is not None:
         canceller.asking = True

@@ -32,7 +32,6 @@ says nothing for `--silence-ms` ($BOXMAKER_CHAT_SILENCE_MS, 15 min) during a tur
 from __future__ import annotations
 
 import argparse
-import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TextIO
@@ -46,7 +45,6 @@ from boxmaker._client.channel import (
     Canceller,
     ChatError,
     ChatSession,
-    NotRunning,
     Show,
     bad_session_id,
     check_socket,
@@ -59,6 +57,7 @@ from boxmaker.proto.wire import WireError
 from boxmaker.session.errors import SessionError
 
 from .approve import approving
+from .comeback import WAIT_ENV, WAIT_MS, turn_when_up
 from .lineinput import Lines, PipeLines, TerminalLines
 from .render import Piece, Renderer, Stream, use_color
 from .stack import OWNER_SOCKET_ENV, Stack, find_stack
@@ -82,10 +81,6 @@ HELPS = ("/help", "/?")
 COMPACT = "/compact"
 CONNECT_ENV = "BOXMAKER_CHAT_CONNECT_MS"
 SILENCE_ENV = "BOXMAKER_CHAT_SILENCE_MS"
-WAIT_ENV = "BOXMAKER_CHAT_WAIT_LOOPD_MS"
-WAIT_MS = 60_000  # a loopd restart took 11-22 s in the trial (issue 39 item 5)
-WAIT_SAY_S = 5.0  # how often the wait says it still waits
-WAIT_POLL_S = 0.2  # how often it tries loop.sock: a connect attempt is cheap
 MAX_MS = 86_400_000  # a day: any bound past it is a typo
 
 
@@ -386,47 +381,5 @@ def _turns(
         with StopOnInterrupt(chat.canceller, env.stderr, tty):  # a second Ctrl-C: KeyboardInterrupt
             # a loopd that answered before and is gone now is restarting: wait for it
             wait = wait_ms if reached else 0
-            _turn_when_up(chat, content, show, env.stderr, wait, compact=word == COMPACT)
+            turn_when_up(chat, content, show, env.stderr, wait, compact=word == COMPACT)
             reached = True
-
-
-def _turn_when_up(
-    chat: ChatSession, content: str, show: Show, err: TextIO, wait_ms: int, *, compact: bool
-) -> None:
-    """`chat.turn`, waiting up to `wait_ms` for a loopd that is not running when the message
-    is sent (a restart: issue 39 item 5), saying so every WAIT_SAY_S, then sending it. Only a
-    connection nobody took is tried again: the turn was never sent, so it cannot run twice."""
-    until: float | None = None
-    said = 0.0
-    while True:
-        try:
-            chat.turn(content, show, compact=compact)
-            if until is not None:
-                err.write("[loopd is back: the message was sent]\n")
-                err.flush()
-            return
-        except NotRunning as e:
-            now = time.monotonic()
-            if not wait_ms:
-                raise
-            if until is None:
-                until, said = now + wait_ms / 1000, now
-                err.write(
-                    f"[{e}]\n[waiting up to {_s(wait_ms)} for loopd to come back, then the "
-                    "message is sent; Ctrl-C quits]\n"
-                )
-                err.flush()
-            elif now >= until:
-                raise ChatError(
-                    f"{e}; waited {_s(wait_ms)} for it (--wait-loopd-ms or ${WAIT_ENV} sets the "
-                    "bound); the message was not sent"
-                ) from None
-            elif now - said >= WAIT_SAY_S:
-                said = now
-                err.write(f"[still waiting for loopd: {round(until - now)} s left]\n")
-                err.flush()
-            time.sleep(WAIT_POLL_S)
-
-
-def _s(ms: int) -> str:
-    return f"{ms / 1000:g} s"

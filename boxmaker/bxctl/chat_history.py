@@ -58,9 +58,7 @@ class BoundedFileHistory(History):
 
     def _drop(self, why: str) -> None:
         self._off = True
-        self.dropped = (
-            f"[history: {why}; this chat's messages are kept in memory only from now on]"
-        )
+        self.dropped = f"[history: {why}; this chat's messages are kept in memory only from now on]"
 
     def load_history_strings(self) -> Iterable[str]:
         try:

@@ -99,9 +99,9 @@ class TerminalLines:
         from prompt_toolkit import PromptSession
         from prompt_toolkit.filters import is_searching
         from prompt_toolkit.history import History, InMemoryHistory
+        from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
         from .chat_history import BoundedFileHistory
-        from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
         bindings = KeyBindings()
         # Not while Ctrl-R searches: there Enter accepts the match (prompt_toolkit's own

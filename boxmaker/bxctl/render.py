@@ -139,7 +139,9 @@ def status_line(event: TurnEvent) -> str | None:
             return f"[tool {one_line(name)}: running]"
         case ToolResultEvent(name=name, class_=cls, truncated=truncated, outcome=outcome):
             said = one_line((outcome or "done").replace("_", " "))  # a loopd that does not say
-            return f"[tool {one_line(name)}: {said}, {cls.value}{', truncated' if truncated else ''}]"
+            return (
+                f"[tool {one_line(name)}: {said}, {cls.value}{', truncated' if truncated else ''}]"
+            )
         case ApprovalNeededEvent(tool=tool):
             # loopd's words are only relayed: the summary shown for approval is brokerd's own
             # (approve.py), never this one, which a compromised loopd could make lie.
@@ -165,8 +167,8 @@ def status_line(event: TurnEvent) -> str | None:
             )
         case CompactingEvent(reason=reason, tokens=tokens, written=0):
             return (
-                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({one_line(reason)}); "
-                "the model writes a summary]"
+                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context "
+                f"({one_line(reason)}); the model writes a summary]"
             )
         case CompactingEvent():  # the summary's size as it grows: a live line (_live)
             return None

@@ -26,10 +26,10 @@ from typing import Any, ClassVar
 from ._codec import (
     BOOL,
     BOOL_OR_ABSENT,
-    STR_OR_ABSENT,
     OPT_STR,
     SESSION_ID,
     STR,
+    STR_OR_ABSENT,
     UINT,
     JsonObj,
     enum_codec,

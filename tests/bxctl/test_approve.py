@@ -85,7 +85,8 @@ def test_list_show_and_answer_with_a_reask(stack: tuple[ServeEnv, Brokerd]) -> N
     status, out, err = approve(broker, first.id, "--show")
     assert status == 0, err
     assert out.startswith("[approval] brokerd holds a call of write_file: ")
-    assert "\x1b" not in out and "\\x1b[8m hidden" in out  # escaped as the chat shows it
+    assert "\x1b" not in out
+    assert "\\x1b[8m hidden" in out
 
     # anything but y/n/a asks again, naming the answers; then y approves
     status, out, err = approve(broker, first.id, stdin="maybe\n\ny\n")
@@ -105,7 +106,9 @@ def test_list_show_and_answer_with_a_reask(stack: tuple[ServeEnv, Brokerd]) -> N
     status, out, _ = approve(broker)
     assert (status, out) == (0, "no call is waiting for an answer\n")
     status, _, err = approve(broker, second.id, "--yes")  # answered already: brokerd says so
-    assert status == 1 and "no call" in err and "waiting for an answer" in err
+    assert status == 1
+    assert "no call" in err
+    assert "waiting for an answer" in err
 
 
 def test_a_call_longer_than_the_screen_is_shown_whole_or_not_asked(
@@ -120,7 +123,8 @@ def test_a_call_longer_than_the_screen_is_shown_whole_or_not_asked(
     monkeypatch.setenv("BOXMAKER_APPROVAL_MAX_LINES", "200")
     # not a terminal, no pager: not claimed, the call still waits, and the way to read it named
     status, out, err = approve(broker, call.id, stdin="y\n")
-    assert status == 1 and out == ""
+    assert status == 1
+    assert out == ""
     assert "more than the 200 shown at once" in err
     assert f"bxctl approve --show {call.id} > file" in err
     status, out, _ = approve(broker)
@@ -152,4 +156,5 @@ def test_the_tool_line_says_timed_out_when_nobody_answers(
     frames = finished(client, BOUND_S + SHORT_WAIT_MS / 1000)
     assert outcomes(frames) == ["timed_out", "refused", "failed"]
     status, _, err = approve(broker, call.id, "--yes")  # too late
-    assert status == 1 and "waiting for an answer" in err
+    assert status == 1
+    assert "waiting for an answer" in err

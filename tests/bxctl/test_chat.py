@@ -435,7 +435,9 @@ def test_a_message_during_a_loopd_restart_waits_and_is_sent(tmp_path: Path, gone
     first = FakeLoopd(path, [HELLO])
     proc = _chat_process(path)
     try:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         proc.stdin.write(b"one\n")
         proc.stdin.flush()
         _read_until(proc.stdout, b"Hello.\n")
@@ -464,7 +466,9 @@ def test_the_wait_for_loopd_is_bounded(tmp_path: Path) -> None:
     first = FakeLoopd(path, [HELLO])
     proc = _chat_process(path, BOXMAKER_CHAT_WAIT_LOOPD_MS="1500")
     try:
-        assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
         proc.stdin.write(b"one\n")
         proc.stdin.flush()
         _read_until(proc.stdout, b"Hello.\n")

@@ -84,7 +84,8 @@ def test_history_swapped_for_something_else_is_not_read(
     make(path)
     store = BoundedFileHistory(path)
     assert finishes(lambda: list(store.load_history_strings())) == []
-    assert store.dropped is not None and str(path) in store.dropped
+    assert store.dropped is not None
+    assert str(path) in store.dropped
     finishes(lambda: store.store_string("hello"))  # and never written through
     assert path.is_symlink() or not path.is_file()
 
@@ -127,7 +128,8 @@ def test_a_history_over_its_bound_is_not_read(tmp_path: Path) -> None:
         f.truncate(MAX_BYTES + 1)
     store = BoundedFileHistory(path)
     assert list(store.load_history_strings()) == []
-    assert store.dropped is not None and "over its bound" in store.dropped
+    assert store.dropped is not None
+    assert "over its bound" in store.dropped
 
 
 @pytest.mark.parametrize(("name", "make"), NOT_FILES, ids=[n for n, _ in NOT_FILES])

@@ -366,14 +366,12 @@ class TurnLoop:
         )
 
 
-# brokerd's words for a call it did not run (brokerd/broker.py): the owner's answers that deny
-_DENIED = ("(no)", "(empty)", "(closed)")
+_DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies on
 
 
 def outcome_of(plan: Resolution, outcome: ToolOutcome | None, content: str) -> str:
-    """What became of a call, for the channel's tool_result (issue 39 item 6): `done`, or why
-    it did not (`denied`, `timed_out`, `refused`, `cancelled`, `failed`), from the result loopd
-    recorded: its own note, or brokerd's `error: denied: ...` / `error: cancelled: ...`."""
+    """What became of a call, for tool_result (issue 39 item 6), from what loopd recorded: its
+    own note, or brokerd's `error: denied: ...` / `error: cancelled: ...` (brokerd/broker.py)."""
     if isinstance(plan, Answer):
         return "refused" if plan.error else "done"
     if not isinstance(outcome, ToolResponse) or not content.startswith("error: "):
@@ -386,9 +384,7 @@ def outcome_of(plan: Resolution, outcome: ToolOutcome | None, content: str) -> s
         return "denied" if answer.startswith(_DENIED) else "refused"
     if said.startswith("denied: "):
         return "refused"
-    if said.startswith("cancelled: "):
-        return "cancelled"
-    return "failed"
+    return "cancelled" if said.startswith("cancelled: ") else "failed"
 
 
 def _response_problem(response: ToolResponse) -> str | None:
