@@ -93,6 +93,16 @@ def _find(owner: OwnerClient, call_id: str) -> HeldCall | None:
     return next((h for h in owner.pending() if h.id == call_id), None)
 
 
+def _peek(path: Path, call_id: str) -> HeldCall | None:
+    """The held call, read without claiming it (its own connection); None when brokerd cannot
+    list it (a `pending` of many large calls may not fit a frame)."""
+    try:
+        with OwnerClient(path) as owner:
+            return _find(owner, call_id)
+    except (OSError, ProtocolError, OwnerRefused):
+        return None
+
+
 def ask_owner(
     path: Path, event: ApprovalNeededEvent, env: Environment, canceller: Canceller | None = None
 ) -> str:
@@ -100,18 +110,22 @@ def ask_owner(
     Returns what was answered ("" for nothing)."""
     err = env.stderr
     try:
+        seen = _peek(path, event.id)
+        if seen is not None:
+            ok, need, limit = fits(seen, err, env)
+            if not ok:  # not claimed: it stays held for `bxctl approve`
+                err.write(_too_long(seen, need, limit))
+                err.flush()
+                return ""
         with OwnerClient(path) as owner:
-            held = _find(owner, event.id)
-            if held is not None:
-                ok, need, limit = fits(held, err, env)
-                if not ok:
-                    err.write(_too_long(held, need, limit))
-                    err.flush()
-                    return ""
             try:
                 held = owner.claim(event.id)
             except OwnerRefused as refused:
                 err.write(f"[approval: brokerd says {one_line(str(refused))}]\n")
+                return ""
+            if seen is None and not (found := fits(held, err, env))[0]:
+                # brokerd could not list it unclaimed: claimed now, so denied when this closes
+                err.write(_too_long(held, found[1], found[2], claimed=True))
                 return ""
             return ask(owner, held, env, err, canceller)
     except (OSError, ProtocolError) as exc:
@@ -119,11 +133,16 @@ def ask_owner(
         return ""
 
 
-def _too_long(held: HeldCall, need: int, limit: int) -> str:
+def _too_long(held: HeldCall, need: int, limit: int, *, claimed: bool = False) -> str:
+    size = f"({size_note(held.summary)}) takes {need:,} rows, more than the {limit:,}"
+    then = (
+        "denied (brokerd could not list it unclaimed for `bxctl approve`)"
+        if claimed
+        else f"see it whole and answer it with `bxctl approve {held.id}`{wait_note(held.wait_ms)}"
+    )
     return (
-        f"[approval: the call of {one_line(held.tool)} ({size_note(held.summary)}) takes {need:,} "
-        f"rows, more than the {limit:,} this terminal shows at once, so it is not asked here: "
-        f"see it whole and answer it with `bxctl approve {held.id}`{wait_note(held.wait_ms)}]\n"
+        f"[approval: the call of {one_line(held.tool)} {size} this terminal shows at once, so "
+        f"it is not asked here: {then}]\n"
     )
 
 

@@ -206,7 +206,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             if asked is not None and (asked.mode != "allow" or asked.answer is not None):
                 tool = one_line(calls[i].name if asked.tool == calls[i].name else asked.tool)
                 line = f"approval of {tool}: {visible(decisions.describe(asked)).text}"
-                out.write(record_line(asked.time, line) + "\n")
+                out.write(record_line(one_line(asked.time), line) + "\n")
     out.flush()
     return ExitStatus.OK
 
