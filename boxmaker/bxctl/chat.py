@@ -66,7 +66,9 @@ from .terminal import (
     HISTORY_NAME,
     LOCAL_HELP,
     StopOnInterrupt,
+    columns,
     drop_typeahead,
+    fitted,
     greeting,
     history_path,
     quit_line,
@@ -283,13 +285,13 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         except ChatError as e:
             env.stderr.write(f"{PROG}: {e}\n")
             return ExitStatus.ERROR
-        header.write(greeting(chat.session, new, stack))
+        header.write(greeting(chat.session, new, stack, columns(header)))
     else:
         header.write(
             _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
         )
         if redirected:  # `bxctl chat > file` typed on a terminal: greeted there, not in the file
-            env.stderr.write(greeting(chat.session, new, stack))
+            env.stderr.write(greeting(chat.session, new, stack, columns(env.stderr)))
             env.stderr.flush()
     header.flush()
     try:
@@ -374,7 +376,8 @@ def _turns(
         if not word:
             continue
         if word in HELPS:
-            env.stdout.write(LOCAL_HELP)
+            help_lines = fitted(LOCAL_HELP.splitlines(), columns(env.stdout))
+            env.stdout.write("".join(f"{line}\n" for line in help_lines))
             env.stdout.flush()
             continue
         tty = env.stdin.fileno() if terminal else None  # typed ahead: shown at the next prompt

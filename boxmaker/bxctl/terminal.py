@@ -10,6 +10,7 @@ import difflib
 import os
 import signal
 import termios
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -70,9 +71,9 @@ def history_path(arg: Path | None, stack: Stack, env: Environment) -> Path:
     return history_file(state / "boxmaker" / HISTORY_NAME)
 
 
-def greeting(session: str, new: bool, stack: Stack) -> str:
+def greeting(session: str, new: bool, stack: Stack, width: int | None = None) -> str:
     """A terminal chat's first lines: new or resumed (with the last exchange), where approvals
-    are answered, and how to type."""
+    are answered, and how to type; wrapped at spaces to `width` when given."""
     lines: list[str] = []
     entries: list[Entry] = []
     known = False
@@ -103,7 +104,37 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
     else:
         lines.append(f"[approvals: cannot be answered in this chat; use {stack.owner_hint()}]")
     lines.append(TYPING)
-    return "".join(f"{line}\n" for line in lines)
+    return "".join(f"{line}\n" for line in fitted(lines, width))
+
+
+def fitted(lines: list[str], width: int | None) -> list[str]:
+    """`lines` wrapped at spaces to `width` columns (issue 39 item 7: at 40 columns every line
+    broke mid-word), each further piece indented; a word longer than the width (a path) stays
+    whole. None: as they are."""
+    if width is None:
+        return lines
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
+    return out
+
+
+def columns(stream: TextIO) -> int | None:
+    """The width of the terminal `stream` writes to; None when it is not one."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 RESUME_LINE_CHARS = 400  # a line of the last exchange on resume; `bxctl history` has it whole
