@@ -21,7 +21,7 @@ from boxmaker.proto import ApprovalNeededEvent, ChannelBody
 from boxmaker.proto.frame import Frame
 from boxmaker.session.errors import SessionError
 
-from .escape import continued
+from .escape import continued, one_line
 from .history import CONTINUED, Entry, describe, last_exchange, read_entries, turns_and_last
 from .lineinput import history_file
 from .stack import OWNER_SOCKET_ENV, Stack, tools_line
@@ -98,7 +98,7 @@ def greeting(session: str, new: bool, stack: Stack, width: int | None = None) ->
                 for line in describe(record)
             ]
     if stack.run is not None:
-        lines.append(tools_line(stack.run))
+        lines.append(one_line(tools_line(stack.run)))  # from a log file
     if stack.owner_socket is not None:
         lines.append(f"[approvals: asked here, answered on brokerd's {stack.owner_socket}]")
     else:
@@ -157,7 +157,7 @@ def _did_you_mean(home: Path, session: str) -> str:
     close = difflib.get_close_matches(session, names, n=1, cutoff=0.8)
     if not close:
         return ""
-    return f" (no session of that id in {home}; did you mean {close[0]}?)"
+    return f" (no session of that id in {home}; did you mean {one_line(close[0])}?)"
 
 
 def unanswerable(show: Show, err: TextIO, stack: Stack) -> Show:
