@@ -17,18 +17,16 @@ ELSEWHERE = {"decisions.py", "verify_broker.py", "repair.py"}
 READS = {"open", "read_text", "read_bytes"}
 
 
+def _is_read(f: ast.expr) -> bool:
+    if isinstance(f, ast.Name):
+        return f.id == "open"
+    is_os = isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "os"
+    return isinstance(f, ast.Attribute) and f.attr in READS and not is_os
+
+
 def bare_reads(source: str) -> list[int]:
-    lines = []
-    for node in ast.walk(ast.parse(source)):
-        if not isinstance(node, ast.Call):
-            continue
-        f = node.func
-        if isinstance(f, ast.Name) and f.id == "open":
-            lines.append(node.lineno)
-        elif isinstance(f, ast.Attribute) and f.attr in READS:
-            if not (isinstance(f.value, ast.Name) and f.value.id == "os"):
-                lines.append(node.lineno)
-    return lines
+    calls = [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.Call)]
+    return [n.lineno for n in calls if _is_read(n.func)]
 
 
 @pytest.mark.parametrize(
