@@ -46,7 +46,7 @@ def stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
     yield from _stack(60_000)  # longer than any wait below
 
 
-SHORT_WAIT_MS = 4_000
+SHORT_WAIT_MS = 10_000  # long enough to see the question and type a wrong answer on a busy box
 
 
 @pytest.fixture
