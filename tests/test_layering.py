@@ -204,6 +204,7 @@ R1_CORES = [
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
     "boxmaker.bxctl.escape",
+    "boxmaker.bxctl.prompt",
     f"{WORKERS}.wire",
     f"{VERIFY}.checks",
     f"{CACHE}.policy",

@@ -71,6 +71,11 @@ class ChatError(Exception):
     """A turn could not be run or finished; str() is one line for stderr."""
 
 
+class NotRunning(ChatError):
+    """No loopd took the connection (no socket file, nothing listening): the turn was never
+    sent, so sending it again later is safe."""
+
+
 def socket_from(arg: Path | None, environ: Mapping[str, str]) -> Path:
     """`--socket`, else $BOXMAKER_SOCKET when set and not empty, else /run/loop/loop.sock."""
     if arg is not None:
@@ -115,8 +120,8 @@ def turn_frame(
         raise ChatError(f"the message cannot be sent: {e}") from None
 
 
-def not_running(path: Path, why: str, hint: str = START_HINT) -> ChatError:
-    return ChatError(f"loopd is not running ({why} at {path}); {hint}")
+def not_running(path: Path, why: str, hint: str = START_HINT) -> NotRunning:
+    return NotRunning(f"loopd is not running ({why} at {path}); {hint}")
 
 
 def check_socket(path: Path, hint: str = START_HINT) -> None:

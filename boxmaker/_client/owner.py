@@ -56,5 +56,9 @@ class OwnerClient:
 
     def answer(self, call_id: str, call_hash: str, answer: str) -> bool:
         """Answers a claimed call ("yes", "no", "always"); True when brokerd took the answer."""
+        return self.answered(call_id, call_hash, answer) is None
+
+    def answered(self, call_id: str, call_hash: str, answer: str) -> str | None:
+        """`answer`, saying why brokerd did not take it (its error's message), None when it did."""
         (reply,) = self._conn.exchange("answer", Answer(call_id, call_hash, answer).to_json())
-        return reply.kind == "answered"
+        return None if reply.kind == "answered" else str(reply.body.get("message"))

@@ -10,7 +10,8 @@ took the call (`claim`) without answering is a denial.
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+import time
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from boxmaker.proto.broker import ANSWERS, HeldCall
@@ -21,6 +22,7 @@ class Held:
     call: HeldCall  # what the owner is shown, whole (proto.broker says each field)
     answer: str | None = None  # yes | no | always | empty | closed | timeout
     done: threading.Event = field(default_factory=threading.Event)
+    until: float | None = None  # time.monotonic() when brokerd stops waiting (wait sets it)
 
     @property
     def id(self) -> str:
@@ -31,7 +33,11 @@ class Held:
         return self.call.hash
 
     def view(self) -> dict[str, Any]:
-        return self.call.to_json()
+        """The call as the owner is sent it, with how long brokerd still waits, when known."""
+        if self.until is None:
+            return self.call.to_json()
+        left = max(0, round((self.until - time.monotonic()) * 1000))
+        return replace(self.call, wait_ms=left).to_json()
 
 
 class Approvals:
@@ -39,14 +45,16 @@ class Approvals:
         self._held: dict[str, Held] = {}
         self._lock = threading.Lock()
 
-    def hold(self, call: HeldCall) -> Held:
-        held = Held(call)
+    def hold(self, call: HeldCall, timeout_s: float | None = None) -> Held:
+        held = Held(call, until=None if timeout_s is None else time.monotonic() + timeout_s)
         with self._lock:
             self._held[held.id] = held
         return held
 
     def wait(self, held: Held, timeout_s: float) -> str:
         """The answer, or "timeout"; the call is no longer held afterwards."""
+        if held.until is not None:  # the wait the owner was told of, from when it was held
+            timeout_s = max(0.0, held.until - time.monotonic())
         held.done.wait(timeout_s)
         with self._lock:
             self._held.pop(held.id, None)

@@ -189,7 +189,7 @@ class Broker:
             answer = f"too large to show whole ({len(summary)} characters): it cannot be approved"
             self.log.append("approval", id=call_id, hash=decided.hash, answer=answer, mode="deny")
             return answer
-        held = self.approvals.hold(prompt)
+        held = self.approvals.hold(prompt, self.config.approval_timeout_ms / 1000)
         with contextlib.suppress(OSError):
             brief = brief_of(tool, target)  # what loopd may see: nothing read from a file
             notify(held, f"{brief}\n{decided.tainted}" if decided.tainted else brief)

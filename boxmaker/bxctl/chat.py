@@ -18,6 +18,11 @@ JSON object per line, so every line of stdout parses (`{"event": ...}`, then
 answers by retrying (no_such_session for a new --session id) is not printed. With `--say`, the
 exit status says whether the turn succeeded.
 
+In a chat, a message sent while the loopd that answered before is not running (a restart) waits
+for it, saying so every few seconds, up to `--wait-loopd-ms` ($BOXMAKER_CHAT_WAIT_LOOPD_MS, 60 s),
+and is sent when it is back; a connection nobody took is the only one tried again, so no turn
+runs twice.
+
 Whatever the mode, a loopd that is not running, a connection that closes before its final frame,
 or a malformed frame is one line on stderr and exit 1; a bad --session id is exit 2. So is a
 loopd that does not accept within `--connect-timeout-ms` ($BOXMAKER_CHAT_CONNECT_MS, 5 s) or
@@ -49,8 +54,10 @@ from boxmaker._defaults import DEFAULT_SOCKET, SOCKET_ENV
 from boxmaker.proto import ChannelBody, Turn, TurnDone
 from boxmaker.proto.frame import Frame
 from boxmaker.proto.wire import WireError
+from boxmaker.session.errors import SessionError
 
 from .approve import approving
+from .comeback import WAIT_ENV, WAIT_MS, turn_when_up
 from .lineinput import Lines, PipeLines, TerminalLines
 from .render import Piece, Renderer, Stream, use_color
 from .stack import OWNER_SOCKET_ENV, Stack, find_stack
@@ -59,6 +66,9 @@ from .terminal import (
     HISTORY_NAME,
     LOCAL_HELP,
     StopOnInterrupt,
+    columns,
+    drop_typeahead,
+    fitted,
     greeting,
     history_path,
     quit_line,
@@ -152,6 +162,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         f"{CONNECT_MS})",
     )
     parser.add_argument(
+        "--wait-loopd-ms",
+        type=int,
+        metavar="MS",
+        help=f"in a chat, when loopd is not running as a message is sent (a restart), wait up to "
+        f"MS for it to come back, then send (default: ${WAIT_ENV}, else {WAIT_MS})",
+    )
+    parser.add_argument(
         "--silence-ms",
         type=int,
         metavar="MS",
@@ -225,6 +242,7 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             "--connect-timeout-ms", args.connect_timeout_ms, CONNECT_ENV, CONNECT_MS, env.environ
         )
         silence_ms = _ms("--silence-ms", args.silence_ms, SILENCE_ENV, SILENCE_MS, env.environ)
+        wait_ms = _ms("--wait-loopd-ms", args.wait_loopd_ms, WAIT_ENV, WAIT_MS, env.environ)
     except ValueError as e:
         env.stderr.write(f"{PROG}: {e}\n")
         return ExitStatus.USAGE
@@ -236,6 +254,16 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         return ExitStatus.USAGE
     stack = find_stack(args.socket, args.owner_socket, env.environ)
     terminal = args.say is None and not args.json and real_terminal(env)
+    # stdin typed on a terminal, stdout into a file or a pipe: the greeting and the prompt go to
+    # the terminal on stderr (issue 39 item 7: they went into the file)
+    redirected = (
+        args.say is None
+        and not args.json
+        and not terminal
+        and env.stdin_isatty
+        and not isatty(env.stdout)
+        and isatty(env.stderr)
+    )
     new = args.session is None
     chat = ChatSession(
         path=stack.socket,
@@ -257,11 +285,14 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
         except ChatError as e:
             env.stderr.write(f"{PROG}: {e}\n")
             return ExitStatus.ERROR
-        header.write(greeting(chat.session, new, stack))
+        header.write(greeting(chat.session, new, stack, columns(header)))
     else:
         header.write(
             _json_line({"session": chat.session}) if args.json else f"session {chat.session}\n"
         )
+        if redirected:  # `bxctl chat > file` typed on a terminal: greeted there, not in the file
+            env.stderr.write(greeting(chat.session, new, stack, columns(env.stderr)))
+            env.stderr.flush()
     header.flush()
     try:
         check_socket(chat.path, chat.hint)
@@ -275,14 +306,14 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             return ExitStatus.OK if isinstance(final, TurnDone) else ExitStatus.ERROR
         if terminal:
             try:
-                lines: Lines = TerminalLines(history_path(args.history, stack, env))
-            except OSError as e:
+                lines: Lines = TerminalLines(history_path(args.history, stack, env), env.stderr)
+            except (OSError, SessionError) as e:
                 env.stderr.write(f"{PROG}: no history this time: {e}\n")
-                lines = TerminalLines(None)
+                lines = TerminalLines(None, env.stderr)
         else:
             prompt = "> " if env.stdin_isatty and not args.json else ""
-            lines = PipeLines(env.stdin, env.stdout, prompt)
-        return _loop(chat, env, show, lines, stack, terminal=terminal)
+            lines = PipeLines(env.stdin, env.stderr if redirected else env.stdout, prompt)
+        return _loop(chat, env, show, lines, stack, terminal=terminal, wait_ms=wait_ms)
     except ChatError as e:
         view.cut()
         env.stderr.write(f"{PROG}: {e}\n")
@@ -303,16 +334,20 @@ def _loop(
     stack: Stack,
     *,
     terminal: bool,
+    wait_ms: int = WAIT_MS,
 ) -> ExitStatus:
     """One turn per message, until the end of input, /quit, or Ctrl-C (on a terminal). A
     Ctrl-C anywhere (at the prompt, a second one in a turn, or one between a turn's end and the
     next prompt) quits with the line that names the session."""
     try:
-        return _turns(chat, env, show, lines, stack, terminal=terminal)
+        return _turns(chat, env, show, lines, stack, terminal=terminal, wait_ms=wait_ms)
     except KeyboardInterrupt:
         env.stdout.write("\n" + quit_line(chat.session, stack))
         env.stdout.flush()
         return ExitStatus.OK
+    finally:
+        if terminal:  # typed after the chat's last read: never the shell's next command
+            drop_typeahead(env.stdin.fileno())
 
 
 def _turns(
@@ -323,7 +358,9 @@ def _turns(
     stack: Stack,
     *,
     terminal: bool,
+    wait_ms: int = WAIT_MS,
 ) -> ExitStatus:
+    reached = False  # some turn of this chat reached loopd
     while True:
         content = lines.read()  # KeyboardInterrupt: Ctrl-C at an empty prompt, or twice
         if content is None:
@@ -339,9 +376,13 @@ def _turns(
         if not word:
             continue
         if word in HELPS:
-            env.stdout.write(LOCAL_HELP)
+            help_lines = fitted(LOCAL_HELP.splitlines(), columns(env.stdout))
+            env.stdout.write("".join(f"{line}\n" for line in help_lines))
             env.stdout.flush()
             continue
         tty = env.stdin.fileno() if terminal else None  # typed ahead: shown at the next prompt
         with StopOnInterrupt(chat.canceller, env.stderr, tty):  # a second Ctrl-C: KeyboardInterrupt
-            chat.turn(content, show, compact=word == COMPACT)
+            # a loopd that answered before and is gone now is restarting: wait for it
+            wait = wait_ms if reached else 0
+            turn_when_up(chat, content, show, env.stderr, wait, compact=word == COMPACT)
+            reached = True

@@ -9,6 +9,11 @@ in-process.
         closes early or goes silent past the bound, a frame is malformed, or (with --say) the
         turn ends in an error; 2 for a bad session id or bound.
 
+    bxctl approve [<id>] [--owner-socket <path>] [--show | --yes | --no]
+        Lists the calls brokerd holds for the owner's answer; with an id, shows that call whole
+        (paged when longer than the terminal) and asks y/n/a on owner.sock (approve.py). Exit 0,
+        1 when brokerd cannot be reached, refuses, or the call got no answer, 2 for bad usage.
+
     bxctl sessions [--home <path>] [--json]
         Lists the sessions on disk, newest first, each checked as verify checks one. Exit 0, or
         1 when a session's log does not verify.
@@ -47,7 +52,7 @@ from typing import TYPE_CHECKING
 
 from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded
 
-from . import chat, history, repair, sessions, verify, verify_broker
+from . import approve, chat, history, repair, sessions, verify, verify_broker
 
 if TYPE_CHECKING:
     pass
@@ -59,6 +64,7 @@ Run = Callable[[argparse.Namespace, Environment], ExitStatus]
 # name -> (help, add_arguments, run)
 COMMANDS: dict[str, tuple[str, Callable[[argparse.ArgumentParser], None], Run]] = {
     "chat": (chat.HELP, chat.add_arguments, chat.run),
+    "approve": (approve.HELP, approve.add_arguments, approve.run),
     "sessions": (sessions.HELP, sessions.add_arguments, sessions.run),
     "history": (history.HELP, history.add_arguments, history.run),
     "verify": (verify.HELP, verify.add_arguments, verify.run),

@@ -53,7 +53,7 @@ from boxmaker.session.paths import session_dir
 
 from . import decisions
 from .decisions import Asked, Matcher
-from .escape import one_line, visible
+from .escape import continued, one_line, visible
 from .stack import home_for
 
 HELP = (
@@ -143,6 +143,16 @@ def describe(record: LogRecord) -> Iterator[str]:
             yield f"[session started on slot {slot}]"
 
 
+CONTINUED = "| "  # before each further line of one record's text
+
+
+def record_line(time: str, line: str) -> str:
+    """`  <time>  <line>`; a line of several (a message with newlines) goes on under the text,
+    each further line marked, so text from the model or a tool can never print as a record line
+    of its own, a forged `approval of shell: ... approved` included (issue 37 item 5)."""
+    return continued(line, f"  {time}  ", " " * (len(time) + 4) + CONTINUED)
+
+
 def entry_json(entry: Entry) -> dict[str, Any]:
     line = orjson.loads(encode_line(entry.record, entry.seq, "0" * 64))
     line.pop("prev", None)
@@ -191,12 +201,12 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             epoch = entry.epoch
             out.write(f"epoch {epoch}\n")
         for line in describe(entry.record):
-            out.write(f"  {entry.record.time}  {line}\n")
+            out.write(record_line(entry.record.time, line) + "\n")
         for i, asked in approvals:
             if asked is not None and (asked.mode != "allow" or asked.answer is not None):
                 tool = one_line(calls[i].name if asked.tool == calls[i].name else asked.tool)
                 line = f"approval of {tool}: {visible(decisions.describe(asked)).text}"
-                out.write(f"  {asked.time}  {line}\n")
+                out.write(record_line(one_line(asked.time), line) + "\n")
     out.flush()
     return ExitStatus.OK
 

@@ -9,8 +9,10 @@ mode, which prompt_toolkit never uses). Multi-line messages: Esc then Enter (or 
 starts a new line, and a message that begins with `\"\"\"` goes on over Enter until a line ends
 with `\"\"\"` (Ollama's way); the quotes are not sent.
 
-Ctrl-C with text typed clears it; at an empty prompt, or a second time, it raises
-KeyboardInterrupt (the chat quits). Ctrl-D on an empty line is the end of input.
+Ctrl-C with text typed clears it; at an empty prompt it raises KeyboardInterrupt (the chat
+quits). Ctrl-R searches the history: Enter accepts the match (it is then at the prompt, to edit
+or send with Enter), Ctrl-C or Ctrl-G ends the search. Ctrl-D on an empty line is the end of
+input.
 
 Elsewhere (a pipe, a file, `--json`) a message is one line of stdin, as it always was: nothing
 is edited, joined or quoted, so scripts see no change.
@@ -19,9 +21,10 @@ is edited, joined or quoted, so scripts see no change.
 from __future__ import annotations
 
 import os
-import stat
 from pathlib import Path
 from typing import Protocol, TextIO
+
+from boxmaker.session.files import FILE_MODE, open_regular
 
 QUOTES = '"""'
 
@@ -68,18 +71,22 @@ def open_quote(text: str) -> bool:
 
 
 def history_file(path: Path) -> Path:
-    """Makes sure `path` is a regular file of ours, mode 0600, and returns it.
+    """Makes sure `path` is a regular file of ours, mode 0600, and returns it (issue 38 item
+    2: by the home-file rules, so a FIFO there cannot hang the chat before its first prompt).
 
     Raises:
-        OSError: it cannot be made (naming the file), or it is a symlink or not a regular file.
+        OSError: it cannot be made (naming the file); SessionError: it is a symlink, a FIFO, a
+            device or a folder (session.files.NotARegularFile).
     """
     path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:  # made 0600 from its first byte, never through a link
+        flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+        os.close(os.open(path, flags, FILE_MODE))
+    except FileExistsError:
+        pass
+    fd = open_regular(path)  # read-only: a FIFO opens (and is named as one) without a writer
     try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode):
-            raise OSError(f"{path}: not a regular file")
-        os.fchmod(fd, 0o600)  # one made before (or by another umask) is narrowed too
+        os.fchmod(fd, FILE_MODE)  # one made before (or by another umask) is narrowed too
     finally:
         os.close(fd)
     return path
@@ -88,15 +95,21 @@ def history_file(path: Path) -> Path:
 class TerminalLines:
     """prompt_toolkit's line editor with a history file; see the module's docstring."""
 
-    def __init__(self, history: Path | None, prompt: str = "> ") -> None:
+    def __init__(self, history: Path | None, err: TextIO, prompt: str = "> ") -> None:
         from prompt_toolkit import PromptSession
-        from prompt_toolkit.history import FileHistory, History, InMemoryHistory
+        from prompt_toolkit.filters import is_searching
+        from prompt_toolkit.history import History, InMemoryHistory
         from prompt_toolkit.key_binding import KeyBindings, KeyPressEvent
 
-        self._cleared = False  # this prompt's text was cleared by a Ctrl-C already
-        bindings = KeyBindings()
+        from .chat_history import BoundedFileHistory
 
-        @bindings.add("enter")
+        bindings = KeyBindings()
+        # Not while Ctrl-R searches: there Enter accepts the match (prompt_toolkit's own
+        # binding; a second Enter sends it) and Ctrl-C ends the search (issue 39 item 1: the
+        # chat's Enter took the search's and left an empty `(reverse-i-search)` prompt).
+        editing = ~is_searching
+
+        @bindings.add("enter", filter=editing)
         def _enter(event: KeyPressEvent) -> None:
             buffer = event.current_buffer
             if open_quote(buffer.text):
@@ -104,24 +117,26 @@ class TerminalLines:
             else:
                 buffer.validate_and_handle()
 
-        @bindings.add("escape", "enter")
+        @bindings.add("escape", "enter", filter=editing)
         def _newline(event: KeyPressEvent) -> None:
             event.current_buffer.insert_text("\n")
 
-        @bindings.add("c-c")
+        @bindings.add("c-c", filter=editing)
         def _interrupt(event: KeyPressEvent) -> None:
-            """With text typed, the first Ctrl-C clears it (as a shell does); at an empty
-            prompt, or the second time, the chat is told (KeyboardInterrupt)."""
+            """With text typed, Ctrl-C clears it (as a shell does); only at an empty prompt is
+            the chat told (KeyboardInterrupt): a second Ctrl-C after new text was typed clears
+            that text too, never quits with it (issue 39 item 1)."""
             buffer = event.current_buffer
-            if buffer.text and not self._cleared:
-                self._cleared = True
+            if buffer.text:
                 buffer.reset()
             else:
                 event.app.exit(exception=KeyboardInterrupt())
 
         store: History = InMemoryHistory()
+        self._file: BoundedFileHistory | None = None
+        self._err = err
         if history is not None:
-            store = FileHistory(str(history))
+            store = self._file = BoundedFileHistory(history)
         self._session: PromptSession[str] = PromptSession(
             history=store,
             multiline=False,  # Enter is bound above; a newline is inserted as text
@@ -133,9 +148,19 @@ class TerminalLines:
         self._prompt = prompt
 
     def read(self) -> str | None:
-        self._cleared = False
+        self._said()
         try:
             text = self._session.prompt(self._prompt)
         except EOFError:
             return None
+        finally:
+            self._said()
         return unquote(text)
+
+    def _said(self) -> None:
+        """The line saying the history file was dropped (issue 38 item 3), once, between
+        prompts: never from inside the editor's key handler."""
+        if self._file is not None and self._file.dropped:
+            self._err.write(self._file.dropped + "\n")
+            self._err.flush()
+            self._file.dropped = None

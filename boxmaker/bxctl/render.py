@@ -20,7 +20,8 @@ What each event becomes:
 | `content`           | its text, as it streams (ANSWER)                                    |
 | `reasoning`         | its text, as it streams, dimmed when colour is on                   |
 | `tool_call_started` | on a terminal `[tool <name>: running]`, completed in place by ...   |
-| `tool_result`       | `[tool <name>: done, <class>]`, `, truncated` when it was cut; not  |
+| `tool_result`       | `[tool <name>: <outcome>, <class>]` (done, denied, timed out, ...), |
+|                     | `, truncated` when it was cut; not                                  |
 |                     | on a terminal, only this line: one line per tool call either way   |
 | `queued`            | `[queued: <n> turn(s) ahead]`                                       |
 | `waiting`           | `[waiting: the inference slot is busy]` (or: for the server)        |
@@ -37,7 +38,8 @@ What each event becomes:
 |                     | summary is written (<n> tokens); starting the new epoch]`,          |
 |                     | `[compacting: pre-warming: ...]` (then the prompt's `progress`)     |
 | `compacted`         | `[compacted into epoch <e>: <n> -> <m> tokens in <t> ms]`, or       |
-|                     | `[compaction failed: <why>]` (and a `/compact`'s error that only   |
+|                     | `[compaction failed: <why>]`, or `[nothing to fold yet: <why>]`     |
+|                     | when there was none to fold (and a `/compact`'s error that only    |
 |                     | repeats it is `[nothing was folded: ...]`, not `error session_full`) |
 | `progress`          | on a terminal `[reading the prompt: <p> of <n> tokens]`, rewritten  |
 |                     | in place as it grows and cleared by what comes next; elsewhere      |
@@ -75,14 +77,17 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.wire import ErrorCode, WireError
 
-from .escape import one_line
+from .escape import one_line, streamed
 
 CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
 NOTHING_FOLDED = "[nothing was folded: the conversation goes on as it was]"
+# loopd's reasons for a fold it did not try (loopd/turn/compact.py): the session is fine
+NOT_NEEDED = ("nothing to fold: ", "the fold would cut only ")
 
 # SGR "faint" and "reset all": widely supported, and reset is safe after any attribute.
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
+REASONING_MARK = "[reasoning] "  # where reasoning starts, when it cannot be dimmed (NO_COLOR)
 
 
 def rewrite_above(up: int, text: str) -> str:
@@ -131,9 +136,12 @@ def status_line(event: TurnEvent) -> str | None:
                 else "[waiting for the inference server]"
             )
         case ToolCallStartedEvent(name=name):
-            return f"[tool {name}: running]"
-        case ToolResultEvent(name=name, class_=cls, truncated=truncated):
-            return f"[tool {name}: done, {cls.value}{', truncated' if truncated else ''}]"
+            return f"[tool {one_line(name)}: running]"
+        case ToolResultEvent(name=name, class_=cls, truncated=truncated, outcome=outcome):
+            said = one_line((outcome or "done").replace("_", " "))  # a loopd that does not say
+            return (
+                f"[tool {one_line(name)}: {said}, {cls.value}{', truncated' if truncated else ''}]"
+            )
         case ApprovalNeededEvent(tool=tool):
             # loopd's words are only relayed: the summary shown for approval is brokerd's own
             # (approve.py), never this one, which a compromised loopd could make lie.
@@ -141,7 +149,7 @@ def status_line(event: TurnEvent) -> str | None:
         case ThinkingCappedEvent(tokens=tokens):
             return f"[thinking capped at {_plural(tokens, 'token', 'tokens')}]"
         case RetryingEvent(attempt=attempt, after_ms=after_ms, error=error):
-            return f"[retrying (attempt {attempt}) in {after_ms} ms: {error}]"
+            return f"[retrying (attempt {attempt}) in {after_ms} ms: {one_line(error)}]"
         case CacheLossEvent(expected=expected, got=got):
             return f"[cache loss: expected {expected} cached tokens, got {got}]"
         case CacheSavedEvent(tokens=tokens, elapsed_us=us):
@@ -159,13 +167,16 @@ def status_line(event: TurnEvent) -> str | None:
             )
         case CompactingEvent(reason=reason, tokens=tokens, written=0):
             return (
-                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context ({reason}); "
-                "the model writes a summary]"
+                f"[compacting: {_plural(tokens, 'token', 'tokens')} in context "
+                f"({one_line(reason)}); the model writes a summary]"
             )
         case CompactingEvent():  # the summary's size as it grows: a live line (_live)
             return None
+        case CompactedEvent(error=error) if error.startswith(NOT_NEEDED):
+            # not a failure: there was nothing (or too little) to fold (issue 39 item 7)
+            return f"[nothing to fold yet: {one_line(error)}]"
         case CompactedEvent(error=error) if error:
-            return f"[compaction failed: {error}]"
+            return f"[compaction failed: {one_line(error)}]"
         case CompactedEvent(epoch=epoch, before=before, after=after, elapsed_ms=ms):
             return f"[compacted into epoch {epoch}: {before} -> {after} tokens in {ms} ms]"
         case ProgressEvent() | ContentEvent() | ReasoningEvent() | AnswerPartEvent():
@@ -208,6 +219,14 @@ class Renderer:
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
         self._reading = False  # a progress line is on the screen, the cursor at its end
         self._fold_failed: str | None = None  # why this turn's compaction folded nothing
+        self._last: dict[Stream, str] = {}  # the last character streamed on each stream
+
+    def _escaped(self, to: Stream, text: str) -> str:
+        """Streamed text from the model, escaped (escape.streamed) knowing what it follows."""
+        where = self._physical(to)
+        shown = streamed(text, self._last.get(where, ""))
+        self._last[where] = text[-1:]
+        return shown
 
     def _physical(self, to: Stream) -> Stream:
         return to if self._split else Stream.ANSWER
@@ -235,7 +254,7 @@ class Renderer:
         if not self._live:
             self._pending.append((event.name, None))
             return []
-        pieces = self._line(Stream.EVENTS, f"[tool {event.name}: running]")
+        pieces = self._line(Stream.EVENTS, status_line(event) or "")
         self._pending.append((event.name, self._lines))
         return pieces
 
@@ -284,11 +303,18 @@ class Renderer:
                 return []
             self._streamed = True
             self._run_started(Stream.ANSWER)
-            return [*self._start(Stream.ANSWER, _Run.CONTENT), Piece(Stream.ANSWER, event.text)]
+            start = self._start(Stream.ANSWER, _Run.CONTENT)
+            return [*start, Piece(Stream.ANSWER, self._escaped(Stream.ANSWER, event.text))]
         if isinstance(event, ReasoningEvent):
             if not event.text:
                 return []
-            text = f"{DIM}{event.text}{RESET}" if self._dim else event.text
+            shown = self._escaped(Stream.EVENTS, event.text)
+            if self._dim:
+                text = f"{DIM}{shown}{RESET}"
+            elif self._runs[self._physical(Stream.EVENTS)] is not _Run.REASONING:
+                text = REASONING_MARK + shown  # no colour: marked where it begins (issue 39.7)
+            else:
+                text = shown
             self._run_started(Stream.EVENTS)
             return [*self._start(Stream.EVENTS, _Run.REASONING), Piece(Stream.EVENTS, text)]
         if isinstance(event, ToolCallStartedEvent):
@@ -312,7 +338,8 @@ class Renderer:
         content = "".join(self._head) + done.content if done.content is not None else None
         if not self._streamed:
             if content:
-                pieces += self._line(Stream.ANSWER, content.rstrip("\n"))
+                shown = streamed(content.rstrip("\n"))
+                pieces += self._line(Stream.ANSWER, shown)
             else:
                 pieces += self._line(Stream.EVENTS, "[no answer: the reply had no content]")
         return pieces + self.close()
@@ -344,10 +371,11 @@ class Renderer:
                 pieces.append(Piece(where, "\n"))
                 self._runs[where] = _Run.NONE
         for name, at in self._pending:  # no result came: its line says so
+            line = f"[tool {one_line(name)}: no result]"
             if at is None:
-                pieces += self._line(Stream.EVENTS, f"[tool {name}: no result]")
+                pieces += self._line(Stream.EVENTS, line)
             else:
-                text = rewrite_above(self._lines - at + 1, f"[tool {name}: no result]")
+                text = rewrite_above(self._lines - at + 1, line)
                 pieces.append(Piece(Stream.EVENTS, text))
         self._pending, self._lines = [], 0
         self._streamed = False

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV, SOCKET_ENV
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import open_regular, read_regular
 
 RUN_ENV_NAME = "run.env"
 RUN_ENV = "BOXMAKER_RUN"
@@ -38,12 +40,11 @@ def checkout_run_folder() -> Path:
 
 def read_run_env(path: Path) -> dict[str, str]:
     """run.env's `NAME=value` lines (bash's printf %q quoting); {} when it cannot be read."""
-    try:
-        with path.open("rb") as f:
-            data = f.read(RUN_ENV_MAX_BYTES + 1)
-    except OSError:
+    try:  # the home-file rules: a FIFO or a link to /dev/zero there cannot hang or flood bxctl
+        data = read_regular(path, RUN_ENV_MAX_BYTES)
+    except (OSError, SessionError):
         return {}
-    if len(data) > RUN_ENV_MAX_BYTES:
+    if data is None:
         return {}
     found: dict[str, str] = {}
     for line in data.decode("utf-8", "replace").splitlines():
@@ -99,11 +100,12 @@ SUPERVISORD_PID = "supervisord.pid"  # conf/supervisord.conf's pidfile, in the r
 def supervisor_running(run: Path) -> bool:
     """Whether make run's supervisord is alive (its pidfile names a live process)."""
     try:
-        pid = int((run / SUPERVISORD_PID).read_text(encoding="ascii").strip())
+        data = read_regular(run / SUPERVISORD_PID, 64)
+        pid = int((data or b"").decode("ascii").strip())
         os.kill(pid, 0)
     except PermissionError:
         return True  # alive, another user's
-    except (OSError, ValueError):
+    except (OSError, ValueError, SessionError):
         return False
     return True
 
@@ -173,12 +175,17 @@ def tools_line(run: Path) -> str:
     line brokerd writes to `<run>/brokerd.log` (the last one: a restart writes another)."""
     path = run / BROKERD_LOG
     try:
-        with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - BROKERD_LOG_TAIL))
-            text = f.read().decode("utf-8", "replace")
+        fd = open_regular(path)
+        try:
+            size = os.lseek(fd, 0, os.SEEK_END)
+            os.lseek(fd, max(0, size - BROKERD_LOG_TAIL), os.SEEK_SET)
+            text = _read_up_to(fd, BROKERD_LOG_TAIL).decode("utf-8", "replace")
+        finally:
+            os.close(fd)
     except OSError as e:
         return f"[tools: unknown: {path}: {e.strerror or e}]"
+    except SessionError as e:
+        return f"[tools: unknown: {e}]"
     starts = [line for line in text.splitlines() if line.startswith(BROKERD_START)]
     if not starts:
         return f"[tools: none yet: brokerd has not started listening (see {path})]"
@@ -193,3 +200,13 @@ def tools_line(run: Path) -> str:
         f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
         f"the hosts the grants name; {shell}]"
     )
+
+
+def _read_up_to(fd: int, limit: int) -> bytes:
+    """At most `limit` bytes from `fd`'s position (a log that grows meanwhile is cut there)."""
+    chunks: list[bytes] = []
+    left = limit
+    while left > 0 and (chunk := os.read(fd, left)):
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)

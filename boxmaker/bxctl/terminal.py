@@ -10,6 +10,7 @@ import difflib
 import os
 import signal
 import termios
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, TextIO
@@ -20,7 +21,8 @@ from boxmaker.proto import ApprovalNeededEvent, ChannelBody
 from boxmaker.proto.frame import Frame
 from boxmaker.session.errors import SessionError
 
-from .history import Entry, describe, last_exchange, read_entries, turns_and_last
+from .escape import continued, one_line
+from .history import CONTINUED, Entry, describe, last_exchange, read_entries, turns_and_last
 from .lineinput import history_file
 from .stack import OWNER_SOCKET_ENV, Stack, tools_line
 
@@ -39,8 +41,10 @@ typing:
   Esc Enter, Alt-Enter a new line in the message
   \"\"\" ... \"\"\"          several lines: Enter goes on until a line ends in \"\"\"
   Up, Down, Ctrl-R     the messages of earlier chats (kept in the history file, 0600)
+  Ctrl-R               search them; Enter takes the match, Ctrl-C ends the search
   Ctrl-C               stop the answer being written (at an approval: no, and stop);
-                       at an empty prompt, or twice, quit
+                       with text typed, clear it; at an empty prompt, or twice in an
+                       answer, quit
 """
 STOPPING = "\n[stopping the answer; Ctrl-C again quits]\n"
 
@@ -67,9 +71,9 @@ def history_path(arg: Path | None, stack: Stack, env: Environment) -> Path:
     return history_file(state / "boxmaker" / HISTORY_NAME)
 
 
-def greeting(session: str, new: bool, stack: Stack) -> str:
+def greeting(session: str, new: bool, stack: Stack, width: int | None = None) -> str:
     """A terminal chat's first lines: new or resumed (with the last exchange), where approvals
-    are answered, and how to type."""
+    are answered, and how to type; wrapped at spaces to `width` when given."""
     lines: list[str] = []
     entries: list[Entry] = []
     known = False
@@ -89,15 +93,48 @@ def greeting(session: str, new: bool, stack: Stack) -> str:
         turns, last = turns_and_last(entries)
         lines.append(f"resumed {session}: {turns} turn{'s' if turns != 1 else ''}, last at {last}")
         for record in last_exchange(entries):
-            lines += [f"  {_shortened(line, session)}" for line in describe(record)]
+            lines += [
+                continued(_shortened(line, session), "  ", "  " + CONTINUED)
+                for line in describe(record)
+            ]
     if stack.run is not None:
-        lines.append(tools_line(stack.run))
+        lines.append(one_line(tools_line(stack.run)))  # from a log file
     if stack.owner_socket is not None:
         lines.append(f"[approvals: asked here, answered on brokerd's {stack.owner_socket}]")
     else:
         lines.append(f"[approvals: cannot be answered in this chat; use {stack.owner_hint()}]")
     lines.append(TYPING)
-    return "".join(f"{line}\n" for line in lines)
+    return "".join(f"{line}\n" for line in fitted(lines, width))
+
+
+def fitted(lines: list[str], width: int | None) -> list[str]:
+    """`lines` wrapped at spaces to `width` columns (issue 39 item 7: at 40 columns every line
+    broke mid-word), each further piece indented; a word longer than the width (a path) stays
+    whole. None: as they are."""
+    if width is None:
+        return lines
+    out: list[str] = []
+    for line in lines:
+        if len(line) <= width:
+            out.append(line)
+            continue
+        lead = " " * (len(line) - len(line.lstrip(" ")))
+        out += textwrap.wrap(
+            line,
+            width,
+            subsequent_indent=lead + "  ",
+            break_long_words=False,
+            break_on_hyphens=False,
+        ) or [line]
+    return out
+
+
+def columns(stream: TextIO) -> int | None:
+    """The width of the terminal `stream` writes to; None when it is not one."""
+    try:
+        return os.get_terminal_size(stream.fileno()).columns if stream.isatty() else None
+    except (AttributeError, OSError, ValueError):
+        return None
 
 
 RESUME_LINE_CHARS = 400  # a line of the last exchange on resume; `bxctl history` has it whole
@@ -120,7 +157,7 @@ def _did_you_mean(home: Path, session: str) -> str:
     close = difflib.get_close_matches(session, names, n=1, cutoff=0.8)
     if not close:
         return ""
-    return f" (no session of that id in {home}; did you mean {close[0]}?)"
+    return f" (no session of that id in {home}; did you mean {one_line(close[0])}?)"
 
 
 def unanswerable(show: Show, err: TextIO, stack: Stack) -> Show:
@@ -146,6 +183,13 @@ def quit_line(session: str, stack: Stack) -> str:
         else f"bxctl chat --session {session}"
     )
     return f"session {session}: to go on with it, run `{how}`\n"
+
+
+def drop_typeahead(fd: int) -> None:
+    """Discards what was typed on the terminal and not read yet (issue 39 item 1: what the
+    owner typed as the chat quit ran as shell commands)."""
+    with contextlib.suppress(termios.error, OSError):
+        termios.tcflush(fd, termios.TCIFLUSH)
 
 
 @contextlib.contextmanager

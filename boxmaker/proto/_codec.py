@@ -202,14 +202,19 @@ def _enc_bool(v: object, path: str) -> bool:
 BOOL = Codec("boolean", _dec_bool, _enc_bool)
 
 
-def _enc_bool_or_absent(v: object, path: str) -> bool:
-    if v is None:  # to_obj leaves the key out before it gets here
-        raise _bad(path, "bool", v)
-    return _enc_bool(v, path)
+def _or_absent(enc: Callable[[object, str], Any], name: str) -> Callable[[object, str], Any]:
+    def encode(v: object, path: str) -> Any:
+        if v is None:  # to_obj leaves the key out before it gets here
+            raise _bad(path, name, v)
+        return enc(v, path)
+
+    return encode
 
 
-# A boolean that may be left out: None in Python, no key in JSON (give the field `= None`).
-BOOL_OR_ABSENT = Codec("boolean", _dec_bool, _enc_bool_or_absent, absent_is_none=True)
+# A value that may be left out: None in Python, no key in JSON (give the field `= None`).
+BOOL_OR_ABSENT = Codec("boolean", _dec_bool, _or_absent(_enc_bool, "bool"), absent_is_none=True)
+STR_OR_ABSENT = Codec("string", _dec_str, _or_absent(_enc_str, "str"), absent_is_none=True)
+UINT_OR_ABSENT = Codec("integer", _dec_uint, _or_absent(_enc_uint, "int"), absent_is_none=True)
 
 
 def _pattern(name: str, check: Callable[[str], bool], expected: str) -> Codec:

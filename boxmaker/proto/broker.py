@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Self
 
-from ._codec import STR, UINT, from_obj, to_obj, wire
+from ._codec import STR, UINT, UINT_OR_ABSENT, from_obj, to_obj, wire
 
 BROKER_KINDS = frozenset({"list", "call", "tools", "approval_needed", "result", "error"})
 OWNER_KINDS = frozenset({"pending", "claim", "answer", "call", "answered", "error"})
@@ -81,6 +81,8 @@ class HeldCall(_Body):
     always: str = field(metadata=wire(STR))
     no_always: str = field(metadata=wire(STR))
     hash: str = field(metadata=wire(STR))
+    # how long brokerd still waits for the answer, as it sends this (issue 39 item 6)
+    wait_ms: int | None = field(default=None, metadata=wire(UINT_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

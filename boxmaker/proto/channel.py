@@ -29,6 +29,7 @@ from ._codec import (
     OPT_STR,
     SESSION_ID,
     STR,
+    STR_OR_ABSENT,
     UINT,
     JsonObj,
     enum_codec,
@@ -120,6 +121,10 @@ class ToolResultEvent:
     name: str = field(metadata=wire(STR))
     class_: ResultClass = field(metadata=wire(enum_codec(ResultClass), key="class"))
     truncated: bool = field(metadata=wire(BOOL))
+    # what became of the call (issue 39 item 6): done, denied (the owner said no), timed_out (no
+    # answer before brokerd's wait ended), refused (the grants or a bound), cancelled, failed;
+    # left out by a loopd that does not say
+    outcome: str | None = field(default=None, metadata=wire(STR_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

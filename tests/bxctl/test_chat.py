@@ -7,7 +7,9 @@ import re
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -123,7 +125,7 @@ def test_say_puts_only_the_answer_on_stdout(tmp_path: Path) -> None:
     assert r.status == ExitStatus.OK
     assert r.stdout == "It is noon.\n"
     assert r.stderr == (
-        "session s1\nLet me think.\n[tool clock: done, public, truncated]\n"
+        "session s1\n[reasoning] Let me think.\n[tool clock: done, public, truncated]\n"
         "[waiting for the inference server]\n"
     )
     assert fake.turns[0]["content"] == "time?"
@@ -331,7 +333,7 @@ def test_not_dimmed_when_stdout_is_not_a_terminal(tmp_path: Path) -> None:
     reply = [event(ReasoningEvent("hmm")), event(ContentEvent("Hi.")), done("Hi.")]
     with FakeLoopd(tmp_path / "loop.sock", [reply]) as fake:
         r = chat(fake.path, "--session", "s1", stdin="hi\n")
-    assert r.stdout == "session s1\nhmm\nHi.\n"
+    assert r.stdout == "session s1\n[reasoning] hmm\nHi.\n"  # marked: not dimmed
 
 
 def test_python_dash_m_chat_say_as_a_subprocess(tmp_path: Path) -> None:
@@ -400,3 +402,84 @@ def test_a_closed_stdin_is_one_line_not_a_traceback(tmp_path: Path) -> None:
     assert status == ExitStatus.USAGE
     assert err.getvalue().startswith("bxctl chat: standard input is closed")
     assert "Traceback" not in err.getvalue()
+
+
+def _chat_process(path: Path, **environ: str) -> subprocess.Popen[bytes]:
+    env = {**os.environ, "BOXMAKER_RUN": "/nonexistent/run", **environ}
+    return subprocess.Popen(
+        [sys.executable, "-m", "boxmaker.bxctl", "chat", "--socket", str(path), "--session", "s1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        env=env,
+    )
+
+
+def _read_until(stream: Any, text: bytes, bound_s: float = 30.0) -> bytes:
+    """What `stream` gave up to and including `text` (bounded; the reads block on a pipe)."""
+    got = b""
+    deadline = time.monotonic() + bound_s
+    while text not in got:
+        assert time.monotonic() < deadline, f"no {text!r} in {got!r}"
+        chunk = stream.read1(4096)
+        assert chunk, f"the stream ended before {text!r}: {got!r}"
+        got += chunk
+    return got
+
+
+@pytest.mark.parametrize("gone", ["stopped", "unlinked"])
+def test_a_message_during_a_loopd_restart_waits_and_is_sent(tmp_path: Path, gone: str) -> None:
+    """Issue 39 item 5: the first message after `restart loopd` ended the chat. Now the chat
+    says it waits, and sends the message when loopd is back."""
+    path = tmp_path / "loop.sock"
+    first = FakeLoopd(path, [HELLO])
+    proc = _chat_process(path)
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write(b"one\n")
+        proc.stdin.flush()
+        _read_until(proc.stdout, b"Hello.\n")
+        first.stop()  # loopd goes away: its socket file left behind (refused), or removed
+        if gone == "unlinked":
+            path.unlink()
+        proc.stdin.write(b"two\n")
+        proc.stdin.flush()
+        _read_until(proc.stderr, b"waiting up to 60 s for loopd to come back")
+        if gone == "stopped":
+            path.unlink()
+        with FakeLoopd(path, [HELLO]) as second:
+            assert second.wait_turns(1)[0]["content"] == "two"
+            _read_until(proc.stderr, b"[loopd is back: the message was sent]")
+            proc.stdin.close()
+            assert proc.wait(30) == 0
+    finally:
+        proc.kill()
+        proc.wait()
+        if first._thread.is_alive():
+            first.stop()
+
+
+def test_the_wait_for_loopd_is_bounded(tmp_path: Path) -> None:
+    path = tmp_path / "loop.sock"
+    first = FakeLoopd(path, [HELLO])
+    proc = _chat_process(path, BOXMAKER_CHAT_WAIT_LOOPD_MS="1500")
+    try:
+        assert proc.stdin is not None
+        assert proc.stdout is not None
+        assert proc.stderr is not None
+        proc.stdin.write(b"one\n")
+        proc.stdin.flush()
+        _read_until(proc.stdout, b"Hello.\n")
+        first.stop()
+        proc.stdin.write(b"two\n")
+        proc.stdin.close()
+        assert proc.wait(30) == 1
+        err = proc.stderr.read().decode()
+        assert "waiting up to 1.5 s for loopd" in err
+        assert "waited 1.5 s for it (--wait-loopd-ms or $BOXMAKER_CHAT_WAIT_LOOPD_MS" in err
+        assert "the message was not sent" in err
+    finally:
+        proc.kill()
+        proc.wait()

@@ -396,3 +396,143 @@ def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
         assert "Enter sends" not in shown
     finally:
         term.close()
+
+
+def test_ctrl_r_then_enter_takes_the_match_and_enter_sends_it(stack: ServeEnv) -> None:
+    """Issue 39 item 1: the chat's Enter took the search's, leaving an empty search prompt."""
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("hello world\r")
+        done = term.wait_output(r"ok\r\n", timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=done.end())
+        mark = len(term.output)
+        term.send(b"\x12")  # Ctrl-R
+        term.wait_output(r"reverse-i-search", since=mark)
+        term.send("hel")
+        term.wait_output(r"lo world", since=mark)  # the match, its "hel" highlighted
+        term.send(b"\r")  # takes the match: it is at the prompt now
+        term.send(b"\r")  # sends it
+        assert wait_users(stack, sid, 2) == ["hello world", "hello world"]
+        again = term.wait_output(r"ok\r\n", since=mark, timeout=TURN_S)
+        term.wait_output(PROMPT_READY, since=again.end())
+        mark = len(term.output)
+        term.send(b"\x12")  # Ctrl-R, then Ctrl-C: the search ends, the chat goes on
+        term.wait_output(r"reverse-i-search", since=mark)
+        term.send("hel")
+        term.wait_output(r"lo world", since=mark)
+        term.send(b"\x03")
+        term.send("third\r")
+        assert wait_users(stack, sid, 3)[-1] == "third"
+    finally:
+        term.close()
+
+
+@pytest.mark.parametrize("between", ["def", "x", "new text", "d\x7fe", "\x1b[Dq"])
+def test_a_second_ctrl_c_after_new_text_clears_it_and_never_quits(
+    stack: ServeEnv, between: str
+) -> None:
+    """Issue 39 item 1: Ctrl-C cleared "abc", new text was typed, and a second Ctrl-C quit the
+    chat with it; now it clears that text too: only an empty prompt's Ctrl-C quits."""
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        term.send("abc")
+        term.wait_output(r"abc")
+        term.send(b"\x03")  # clears abc
+        term.send(between)
+        term.send(b"\x03")  # clears what was typed since: the chat goes on
+        term.send("sent\r")
+        assert wait_users(stack, sid, 1) == ["sent"]
+        done = term.wait_output(r"ok\r\n", timeout=TURN_S)
+        assert term.status is None
+        term.wait_output(PROMPT_READY, since=done.end())
+        term.send(b"\x03")  # at an empty prompt: quit
+        term.wait_output(rf"session {sid}: to go on with it")
+        assert term.wait_exit() == 0
+    finally:
+        term.close()
+
+
+def test_a_full_disk_under_the_history_is_one_line_and_the_chat_goes_on(stack: ServeEnv) -> None:
+    """Issue 38 item 3: prompt_toolkit's FileHistory raised in the key handler: a traceback and
+    "Press ENTER to continue..." at every line. The file is held over its size limit here
+    (RLIMIT_FSIZE: EFBIG, as ENOSPC, from the write)."""
+    history = stack.folder / "history"
+    history.write_bytes(b"\n# old\n+earlier message\n" * 40)  # over the 512-byte limit below
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(stack.folder),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(stack.socket),
+        "BOXMAKER_HOME": str(stack.home),
+        "BOXMAKER_RUN": str(stack.folder / "no-run"),
+        "BOXMAKER_CHAT_HISTORY": str(history),
+        "PYTHONDONTWRITEBYTECODE": "1",  # no .pyc cut at the limit for later runs to load
+    }
+    limited = Pty(["/bin/sh", "-c", 'ulimit -f 1 && exec "$0" chat', bxctl], environ)
+    try:
+        sid = session_of(limited)
+        limited.wait_output(PROMPT_READY)
+        limited.send("first\r")
+        limited.wait_output(
+            rf"\[history: cannot write {re.escape(str(history))}: File too large; this chat's "
+            r"messages are kept in memory only from now on\]"
+        )
+        limited.send("second\r")
+        assert wait_users(stack, sid, 2) == ["first", "second"]
+        limited.send(b"\x1b[A")  # Up: still recalled, from memory
+        limited.wait_output(r"second")
+        shown = limited.output
+        assert "Press ENTER" not in shown
+        assert "Traceback" not in shown
+        assert shown.count("[history: cannot write") == 1
+    finally:
+        limited.close()
+
+
+def test_a_fifo_as_the_history_file_never_hangs_the_chat(stack: ServeEnv) -> None:
+    """Issue 38 item 2: a FIFO as the history hung every terminal chat before its prompt."""
+    history = stack.folder / "history"
+    os.mkfifo(history)
+    term = open_chat(stack)
+    try:
+        sid = session_of(term)
+        term.wait_output(r"bxctl chat: no history this time: .*history: is a FIFO")
+        term.wait_output(PROMPT_READY)
+        term.send("hi\r")
+        assert wait_users(stack, sid, 1) == ["hi"]
+    finally:
+        term.close()
+
+
+def test_a_chat_into_a_file_greets_and_prompts_on_the_terminal(stack: ServeEnv) -> None:
+    """Issue 39 item 7: `bxctl chat > file` on a terminal showed no greeting and no prompt:
+    both went into the file."""
+    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
+    into = stack.folder / "answers.txt"
+    environ = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(stack.folder),
+        "TERM": "xterm-256color",
+        "BOXMAKER_SOCKET": str(stack.socket),
+        "BOXMAKER_HOME": str(stack.home),
+        "BOXMAKER_RUN": str(stack.folder / "no-run"),
+    }
+    term = Pty(["/bin/sh", "-c", 'exec "$0" chat > "$1"', bxctl, str(into)], environ)
+    try:
+        sid = session_of(term)  # the greeting, on the terminal
+        term.wait_output(r"Enter sends")
+        term.wait_output(r"> $")  # the prompt, on the terminal
+        term.send("hi\r")
+        assert wait_users(stack, sid, 1) == ["hi"]
+        wait_for(lambda: "ok\n" in into.read_text() or None, "the answer in the file", TURN_S)
+        term.send(b"\x04")  # Ctrl-D: the end of input
+        assert term.wait_exit() == 0
+        assert into.read_text() == f"session {sid}\nok\n"  # the file holds the chat's data only
+        assert "ok" not in term.output.split("Enter sends", 1)[1]
+    finally:
+        term.close()

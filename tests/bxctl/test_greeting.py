@@ -39,3 +39,16 @@ def test_a_mistyped_session_id_names_the_closest(tmp_path: Path) -> None:
         f"new session {SID[:-1]} (no session of that id in {tmp_path}; did you mean {SID}?)"
     )
     assert greeting("notes", False, stack(tmp_path)).splitlines()[0] == "new session notes"
+
+
+def test_at_40_columns_the_first_lines_wrap_between_words(tmp_path: Path) -> None:
+    """Issue 39 item 7: at 40 columns every line broke mid-word."""
+    log = new_session(tmp_path, SID)
+    log.append(User(TIME, "tell me about the weather in Berlin and in Paris today please"))
+    log.close()
+    wide = greeting(SID, False, stack(tmp_path)).splitlines()
+    for width in (20, 32, 40, 41, 60):
+        lines = greeting(SID, False, stack(tmp_path), width).splitlines()
+        words = [w for line in wide for w in line.split()]
+        assert [w for line in lines for w in line.split()] == words  # no word cut
+        assert all(len(line) <= width or " " not in line.strip() for line in lines), lines

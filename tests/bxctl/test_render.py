@@ -194,8 +194,64 @@ def test_reasoning_is_dimmed_when_asked_and_never_shares_a_line_with_content() -
     out += r.event(ContentEvent("Answer."))
     out += r.done(TurnDone("Answer.", USAGE))
     assert text(out) == f"{DIM}think{RESET}{DIM}ing{RESET}\nAnswer.\n"
-    plain = Renderer(dim=False, split=False)
-    assert text(plain.event(ReasoningEvent("think"))) == "think"
+    plain = Renderer(dim=False, split=False)  # NO_COLOR: marked where it begins (issue 39.7)
+    shown = plain.event(ReasoningEvent("think")) + plain.event(ReasoningEvent("ing"))
+    assert text(shown) == "[reasoning] thinking"
+
+
+# Issue 37 item 5: whatever the model, a tool or a server wrote reaches the terminal escaped.
+HOSTILE = [
+    "\x1b[8m\x1b[30;40m",  # concealed, black on black: the next line unreadable
+    "\x1b[2K\x1b[1A",  # erase, cursor up
+    "done\rapprove read_file? ",  # back to column 0
+    "\x9b2K",  # C1 CSI
+    "\u202eexe.txt",  # right-to-left override
+    "\u3164\u3164",  # fillers
+    "\x1b]0;title\x07",  # OSC: the window's title
+]
+
+
+def raw(pieces: list[Piece]) -> str:
+    return "".join(p.text for p in pieces)
+
+
+@pytest.mark.parametrize("bad", HOSTILE)
+def test_text_from_elsewhere_is_escaped_in_every_line(bad: str) -> None:
+    r = Renderer(dim=True, split=False, live=True)
+    shown = [
+        raw(r.event(ContentEvent(f"hi {bad}"))),
+        raw(r.event(ReasoningEvent(f"hm {bad}"))),
+        raw(r.event(ToolCallStartedEvent(f"t{bad}"))),
+        raw(r.event(ToolResultEvent(f"t{bad}", ResultClass.PUBLIC, False, f"done{bad}"))),
+        raw(r.event(RetryingEvent(2, 100, f"oops {bad}"))),
+        raw(r.event(CompactedEvent(1, 10, 5, 3, f"no {bad}"))),
+        raw(r.done(TurnDone(f"hi {bad}", USAGE))),
+        raw(Renderer(dim=False, split=True, stream_content=False).done(TurnDone(bad, USAGE))),
+    ]
+    for piece in shown:
+        cleaned = piece.replace(DIM, "").replace(RESET, "").replace("\x1b[1A\r\x1b[2K", "")
+        cleaned = re.sub(r"\x1b\[\d+[AB]\r?|\r\x1b\[2K", "", cleaned)
+        assert "\x1b" not in cleaned, repr(piece)
+        assert "\r" not in cleaned, repr(piece)
+        assert "\x9b" not in cleaned
+        assert "\u202e" not in cleaned
+        assert "\u3164" not in cleaned
+
+
+@pytest.mark.parametrize(
+    ("outcome", "said"),
+    [
+        (None, "done"),
+        ("done", "done"),
+        ("denied", "denied"),
+        ("timed_out", "timed out"),
+        ("refused", "refused"),
+        ("failed", "failed"),
+    ],
+)
+def test_the_tool_line_says_what_became_of_the_call(outcome: str | None, said: str) -> None:
+    event = ToolResultEvent("write_file", ResultClass.PUBLIC, False, outcome)
+    assert status_line(event) == f"[tool write_file: {said}, public]"
 
 
 def test_progress_and_empty_text_show_nothing() -> None:
@@ -214,7 +270,7 @@ def test_split_streams_keep_their_own_line_state() -> None:
     out += r.event(WaitingEvent(True))
     out += r.done(TurnDone("The answer.", USAGE))
     assert text(out, A) == "The answer.\n"
-    assert text(out, E) == "hmm\n[waiting: the inference slot is busy]\n"
+    assert text(out, E) == "[reasoning] hmm\n[waiting: the inference slot is busy]\n"
 
 
 def test_an_answer_that_was_not_streamed_is_printed_at_the_end() -> None:
@@ -295,12 +351,31 @@ def test_a_compact_that_folded_nothing_is_not_an_error_line() -> None:
 
     why = "nothing to fold: the epoch holds 2 turns and keep_turns is 2"
     r = Renderer(dim=False, split=False, live=True)
-    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[compaction failed: {why}]\n"
+    assert r.event(CompactedEvent(0, 90, 90, 3, why))[-1].text == f"[nothing to fold yet: {why}]\n"
     pieces = r.error(WireError(ErrorCode.SESSION_FULL, f"nothing was folded: {why}"))
     assert [(p.to, p.text) for p in pieces] == [(Stream.EVENTS, NOTHING_FOLDED + "\n")]
     # a turn's own session_full (a message that says what to do) is still an error
     other = r.error(WireError(ErrorCode.SESSION_FULL, "the session is full: run /compact"))
     assert other[-1].to is Stream.ERRORS
+
+
+@pytest.mark.parametrize(
+    "why",
+    [
+        "nothing to fold: the epoch holds 0 turns and keep_turns is 2",
+        "nothing to fold: the epoch holds 1 turns and keep_turns is 2",
+        "nothing to fold: the epoch holds 2 turns and keep_turns is 4",
+        "the fold would cut only 3% of the context, under [compact] min_cut 20% (x)",
+        "the fold would cut only 0% of the context, under [compact] min_cut 5% (y)",
+    ],
+)
+def test_nothing_to_fold_never_says_compaction_failed(why: str) -> None:
+    """Issue 39 item 7: `/compact` with nothing to fold said "compaction failed"."""
+    line = status_line(CompactedEvent(0, 90, 90, 3, why))
+    assert line == f"[nothing to fold yet: {why}]"
+    assert status_line(CompactedEvent(0, 90, 90, 3, "the summary was empty")) == (
+        "[compaction failed: the summary was empty]"
+    )
 
 
 def test_a_result_after_an_approval_gets_a_line_of_its_own() -> None:

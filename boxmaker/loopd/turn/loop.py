@@ -330,7 +330,8 @@ class TurnLoop:
         for i, (call, p) in enumerate(zip(calls, plans, strict=True)):
             record = self._result(first + i, call, p, outcomes.get(i))
             yield from self._append(record)
-            yield Emit(ToolResultEvent(p.name, record.class_, record.truncated))
+            said = outcome_of(p, outcomes.get(i), record.content)
+            yield Emit(ToolResultEvent(p.name, record.class_, record.truncated, said))
         return plan.ends_turn
 
     def _note(self, call: ToolCall, content: str, number: int | None = None) -> ToolResult:
@@ -363,6 +364,27 @@ class TurnLoop:
             outcome.untrusted,
             outcome.truncated or cut,
         )
+
+
+_DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies on
+
+
+def outcome_of(plan: Resolution, outcome: ToolOutcome | None, content: str) -> str:
+    """What became of a call, for tool_result (issue 39 item 6), from what loopd recorded: its
+    own note, or brokerd's `error: denied: ...` / `error: cancelled: ...` (brokerd/broker.py)."""
+    if isinstance(plan, Answer):
+        return "refused" if plan.error else "done"
+    if not isinstance(outcome, ToolResponse) or not content.startswith("error: "):
+        return "failed" if not isinstance(outcome, ToolResponse) else "done"
+    said = content.removeprefix("error: ")
+    if said.startswith("denied: the owner did not approve ("):
+        answer = said.removeprefix("denied: the owner did not approve ")
+        if answer.startswith("(timeout)"):
+            return "timed_out"
+        return "denied" if answer.startswith(_DENIED) else "refused"
+    if said.startswith("denied: "):
+        return "refused"
+    return "cancelled" if said.startswith("cancelled: ") else "failed"
 
 
 def _response_problem(response: ToolResponse) -> str | None:

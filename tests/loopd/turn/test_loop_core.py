@@ -99,13 +99,15 @@ def test_a_tool_batch_emits_started_runs_then_appends_in_order() -> None:
     a = loop.send((ToolResponse("noon", ResultClass.PUBLIC, False, False),))
     assert isinstance(a, Append)
     assert a.record == ToolResult(a.record.time, 0, "a", "noon", ResultClass.PUBLIC, False, False)
-    assert loop.send(None) == Emit(ToolResultEvent("clock", ResultClass.PUBLIC, False))
+    assert loop.send(None) == Emit(ToolResultEvent("clock", ResultClass.PUBLIC, False, "done"))
     a = loop.send(None)
     assert isinstance(a, Append)
     assert isinstance(a.record, ToolResult)
     assert (a.record.call, a.record.tool_call_id) == (1, "b")
     assert a.record.content.startswith("error: there is no tool named")
-    assert loop.send(None) == Emit(ToolResultEvent("teleport", ResultClass.PUBLIC, False))
+    assert loop.send(None) == Emit(
+        ToolResultEvent("teleport", ResultClass.PUBLIC, False, "refused")
+    )
     assert isinstance(loop.send(None), Complete)
     assert loop.next_call == 2
 

@@ -84,7 +84,7 @@ def test_tool_turn_records_and_events_in_order(env: Env) -> None:
         tool_events = [e for e in t.events if isinstance(e, ToolCallStartedEvent | ToolResultEvent)]
         assert tool_events == [
             ToolCallStartedEvent("clock"),
-            ToolResultEvent("clock", ResultClass.PUBLIC, truncated=False),
+            ToolResultEvent("clock", ResultClass.PUBLIC, truncated=False, outcome="done"),
         ]
         # The tool's events come before the answer's content.
         assert t.events.index(tool_events[-1]) < t.events.index(ContentEvent("It is noon."))

@@ -136,7 +136,9 @@ def test_tool_result_cap_cuts_at_a_character_boundary(env: Env) -> None:
         (result,) = (r for r in log.records if isinstance(r, ToolResult))
         assert result.truncated
         assert result.content == "abcdefghi" + TRUNCATED_MARK
-        assert ToolResultEvent("echo", ResultClass.PUBLIC, truncated=True) in t.events
+        assert (
+            ToolResultEvent("echo", ResultClass.PUBLIC, truncated=True, outcome="done") in t.events
+        )
         # The next request carries the capped text, never the whole.
         last = chat_bodies(env.fake)[-1]["messages"]
         assert last[-1] == {"role": "tool", "tool_call_id": "call_0", "content": result.content}
