@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV, SOCKET_ENV
+from boxmaker.proto import brokerd_state
 
 RUN_ENV_NAME = "run.env"
 RUN_ENV = "BOXMAKER_RUN"
@@ -100,12 +101,9 @@ def supervisor_running(run: Path) -> bool:
     """Whether make run's supervisord is alive (its pidfile names a live process)."""
     try:
         pid = int((run / SUPERVISORD_PID).read_text(encoding="ascii").strip())
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # alive, another user's
     except (OSError, ValueError):
         return False
-    return True
+    return _alive(pid)
 
 
 def find_stack(
@@ -163,33 +161,48 @@ def home_for(arg: Path | None, environ: Mapping[str, str]) -> Path:
     return found if found is not None else DEFAULT_HOME
 
 
-BROKERD_LOG = "brokerd.log"
-BROKERD_LOG_TAIL = 65_536  # the start line is near the end: no need to read a long log whole
-BROKERD_START = "brokerd: listening on "
+BROKERD_STATE_ENV = "BOXMAKER_BROKERD_STATE"  # run.env: where make run's brokerd writes it
 
 
 def tools_line(run: Path) -> str:
-    """One line saying which tools make run's brokerd offers and why one is off, from the start
-    line brokerd writes to `<run>/brokerd.log` (the last one: a restart writes another)."""
-    path = run / BROKERD_LOG
+    """One line saying which tools make run's brokerd offers now and why one is off, or why it
+    offers none: from the state file this brokerd writes at each start (proto/brokerd_state.py;
+    run.env names it), so never an older brokerd's."""
+    named = read_run_env(run / RUN_ENV_NAME).get(BROKERD_STATE_ENV)
+    path = Path(named) if named else run / brokerd_state.NAME
+    logs = f"{run}/brokerd.err.log"
     try:
         with path.open("rb") as f:
-            size = f.seek(0, 2)
-            f.seek(max(0, size - BROKERD_LOG_TAIL))
-            text = f.read().decode("utf-8", "replace")
+            state = brokerd_state.decode(f.read(brokerd_state.MAX_BYTES + 1))
+    except FileNotFoundError:
+        return f"[tools: none yet: brokerd has not started (no {path}; see {logs})]"
     except OSError as e:
         return f"[tools: unknown: {path}: {e.strerror or e}]"
-    starts = [line for line in text.splitlines() if line.startswith(BROKERD_START)]
-    if not starts:
-        return f"[tools: none yet: brokerd has not started listening (see {path})]"
-    fields = starts[-1].removeprefix(BROKERD_START).split(", ")
-    workspace = next(
-        (f.removeprefix("workspace ") for f in fields if f.startswith("workspace ")), "?"
-    )
-    at = next((i for i, f in enumerate(fields) if f.startswith("shell")), None)
-    shell = "shell: unknown" if at is None else ", ".join(fields[at:])  # its reason may hold ", "
-    shell = "shell on (sandboxed)" if shell == "shell: sandbox ready" else shell
-    return (
-        f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
-        f"the hosts the grants name; {shell}]"
-    )
+    if state is None:
+        return f"[tools: unknown: {path} is not brokerd's state]"
+    if (why := brokerd_state.failure(state)) is not None:
+        return f"[tools: none: brokerd cannot start: {why}]"
+    if not _alive(state.get("pid")):
+        return f"[tools: none: brokerd is not running (it was {state['state']}); see {logs}]"
+    if state["state"] == brokerd_state.STARTING:
+        return "[tools: none yet: brokerd is starting]"
+    if state["state"] != brokerd_state.READY:
+        return f"[tools: none: brokerd is {state['state']}]"
+    names = [str(n) for n in state.get("tools", [])]
+    shell = str(state.get("shell", "unknown"))
+    shown = [n for n in names if n != "shell"]
+    if "shell" in names:
+        shown.append("shell (sandboxed)" if shell == "sandbox ready" else f"shell {shell}")
+    return f"[tools: {', '.join(shown) or 'none granted'}; workspace {state.get('workspace', '?')}]"
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except OSError:
+        return False
+    return True
