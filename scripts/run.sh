@@ -119,6 +119,12 @@ for path in (c.owner_socket, c.workspace, c.grants, state_path(c.socket)):
 # chat's tools line and make status read it.
 export BOXMAKER_BROKERD_STATE
 mkdir -p "$WORKSPACE"
+# As root, brokerd's sandbox runs commands as nobody (docs/decisions/sandbox.md), which must pass
+# through the run folder (0711: it can pass, not list) and write the workspace; else shell is off.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  chmod 0711 "$BOXMAKER_RUN"
+  chown nobody: "$WORKSPACE"
+fi
 [ -e "$GRANTS" ] || install -m 0600 "$PROFILE_GRANTS" "$GRANTS"
 cp conf/programs/brokerd.conf "$BOXMAKER_RUN/supervisord.d/"
 PROGRAMS="brokerd $PROGRAMS"

@@ -111,4 +111,5 @@ SHELL = Tool(
     ),
     check=_check,
     classes=True,
+    unavailable=lambda ctx: ctx.sandbox.probe(),
 )
