@@ -9,10 +9,12 @@ EXT_STAMP := .stamp-build
 .PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server tool-model record verify-device
 
 # The venv with the package (editable), its test dependencies and the build tools.
-$(VENV)/.stamp-install: pyproject.toml setup.py
+# Versions pinned by constraints.txt (scripts/constraints.py writes it), so every install is the
+# same; the mcp extra is brokerd's MCP client.
+$(VENV)/.stamp-install: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
+	$(PY) -m pip install --quiet --upgrade -c constraints.txt pip setuptools wheel Cython
+	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt -e '.[mcp,test]'
 	touch $@
 
 # bubblewrap is brokerd's sandbox for `shell` (docs/decisions/sandbox.md): installed as root,
