@@ -29,7 +29,7 @@ def test_any_string_reads_back_as_written(key: str, value: str) -> None:
 
 def test_del_and_controls_are_escaped() -> None:
     assert toml_string("a\x7fb") == '"a\\u007Fb"'
-    assert toml_string("\x00\x1f\t\n\"\\") == '"\\u0000\\u001F\\t\\n\\"\\\\"'
+    assert toml_string('\x00\x1f\t\n"\\') == '"\\u0000\\u001F\\t\\n\\"\\\\"'
     assert toml_string("é ✓ 😀") == '"é ✓ 😀"'
     with pytest.raises(TypeError, match="lone surrogate"):
         toml_string("\ud800")
@@ -44,6 +44,8 @@ def test_a_grants_rule_with_del_in_a_name_round_trips() -> None:
 
 
 def test_brokerd_writes_grants_with_the_one_writer() -> None:
-    source = Path(grants.__file__).read_text() + Path(grants.__file__).with_name("amend.py").read_text()
+    source = (
+        Path(grants.__file__).read_text() + Path(grants.__file__).with_name("amend.py").read_text()
+    )
     assert "toml_array_item" in source
     assert "orjson.dumps" not in source

@@ -197,6 +197,9 @@ def test_ctrl_c_in_the_wait_is_one_line_and_stops_what_it_started(run: Run) -> N
                          "brokerd to be ready", BOUND)  # fmt: skip
         if os.geteuid() == 0 and shutil.which("bwrap"):  # item 4: make run as root gives the
             assert ready["shell"] == "sandbox ready", ready  # sandbox its way into run/
+        # issue 39 item 7: under supervisord each daemon's line starts with its UTC time
+        stamped = r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z brokerd: listening on /"
+        assert re.match(stamped, (run.folder / "brokerd.log").read_text()), "no time on the line"
         started = [int(x) for x in run.ctl("pid", "all").stdout.split() if x.isdigit()]
         daemon = run.supervisord_pid()
         assert daemon is not None
