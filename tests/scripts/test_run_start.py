@@ -22,6 +22,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -74,9 +75,13 @@ class Run:
         path = self.folder / "supervisord.pid"
         return int(path.read_text()) if path.exists() else None
 
-    def brokerd_state(self) -> dict[str, object] | None:
+    def brokerd_state(self) -> dict[str, Any] | None:
         path = self.folder / "brokerd.state"
         return orjson.loads(path.read_bytes()) if path.exists() else None
+
+    def brokerd_ready(self) -> dict[str, Any] | None:
+        state = self.brokerd_state()
+        return state if state is not None and state["state"] == "ready" else None
 
 
 @pytest.fixture
@@ -193,8 +198,7 @@ def test_ctrl_c_in_the_wait_is_one_line_and_stops_what_it_started(run: Run) -> N
     try:
         # the wait's first progress line: supervisord and the programs have started
         read_until(r"run: waiting \d+ s of", BOUND)
-        ready = wait_for(lambda: (s := run.brokerd_state()) and s["state"] == "ready" and s,
-                         "brokerd to be ready", BOUND)  # fmt: skip
+        ready = wait_for(run.brokerd_ready, "brokerd to be ready", BOUND)
         if os.geteuid() == 0 and shutil.which("bwrap"):  # item 4: make run as root gives the
             assert ready["shell"] == "sandbox ready", ready  # sandbox its way into run/
         # issue 39 item 7: under supervisord each daemon's line starts with its UTC time
