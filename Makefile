@@ -67,8 +67,10 @@ soak: install
 # Starts llama-server, brokerd, inferproxy and loopd under supervisord (in run/) and opens bxctl
 # chat. MODEL=qwen-coder (a model profile, conf/profiles/; default local, SmolLM2) or
 # MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+# Ctrl-C during the start is run.sh's one line (exit 130), not also make's "Error 130".
 run: install
-	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh \
+	  || { s=$$?; [ $$s -eq 130 ] || exit $$s; }
 
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
