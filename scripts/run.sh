@@ -110,15 +110,27 @@ try:
     c = parse_config(open(sys.argv[1], "rb").read(), os.path.dirname(sys.argv[1]))
 except ConfigError as e:
     sys.exit(f"run: {sys.argv[1]}: {e}")
-for path in (c.owner_socket, c.workspace, c.grants):
+from boxmaker.brokerd.state import state_path
+for path in (c.owner_socket, c.workspace, c.grants, state_path(c.socket)):
     print(path)' "$BOXMAKER_BROKERD_CONFIG")
-{ read -r BOXMAKER_OWNER_SOCKET; read -r WORKSPACE; read -r GRANTS; } <<<"$BROKERD_PATHS"
+{ read -r BOXMAKER_OWNER_SOCKET; read -r WORKSPACE; read -r GRANTS; read -r BOXMAKER_BROKERD_STATE; } \
+  <<<"$BROKERD_PATHS"
+# Where brokerd says how its start went (ready, or failed and why): make run waits on it, the
+# chat's tools line and make status read it.
+export BOXMAKER_BROKERD_STATE
 mkdir -p "$WORKSPACE"
+# As root, brokerd's sandbox runs commands as nobody (docs/decisions/sandbox.md), which must pass
+# through the run folder (0711: it can pass, not list) and write the workspace; else shell is off.
+if [ "$(id -u)" = 0 ] && id nobody >/dev/null 2>&1; then
+  chmod 0711 "$BOXMAKER_RUN"
+  chown nobody: "$WORKSPACE"
+fi
 [ -e "$GRANTS" ] || install -m 0600 "$PROFILE_GRANTS" "$GRANTS"
 cp conf/programs/brokerd.conf "$BOXMAKER_RUN/supervisord.d/"
 PROGRAMS="brokerd $PROGRAMS"
-printf 'BOXMAKER_BROKERD_CONFIG=%q\nBOXMAKER_OWNER_SOCKET=%q\n' "$BOXMAKER_BROKERD_CONFIG" \
-  "$BOXMAKER_OWNER_SOCKET" >>"$BOXMAKER_RUN/run.env"
+printf 'BOXMAKER_BROKERD_CONFIG=%q\nBOXMAKER_OWNER_SOCKET=%q\nBOXMAKER_BROKERD_STATE=%q\n' \
+  "$BOXMAKER_BROKERD_CONFIG" "$BOXMAKER_OWNER_SOCKET" "$BOXMAKER_BROKERD_STATE" \
+  >>"$BOXMAKER_RUN/run.env"
 CONF=$ROOT/conf/supervisord.conf
 CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 
@@ -146,13 +158,17 @@ except OSError as e:
              "another `make run` or server holds it; set BOXMAKER_LLAMA_PORT=<a free port>")
 PYEOF
 fi
+rm -f "$BOXMAKER_BROKERD_STATE"  # a previous brokerd's state is no news of this one
 "$ROOT/.venv/bin/supervisord" -c "$CONF" \
   || fail "supervisord did not start; see $BOXMAKER_RUN/supervisord.log"
-# From here a failed start stops what it started, so nothing is left running half-way.
+# From here a failed start stops what it started, so nothing is left running half-way; so does
+# Ctrl-C (one line: the wait exits quietly on SIGINT, and bash runs the trap once it has).
 stop_started() {
-  echo "run: stopping what this run started (supervisorctl shutdown)" >&2
+  echo "run: ${1:-stopping what this run started} (supervisorctl shutdown)" >&2
   "${CTL[@]}" shutdown >/dev/null 2>&1 || true
 }
+trap 'trap "" INT TERM; stop_started "interrupted: stopping what this run started"; exit 130' \
+  INT TERM
 
 # Wait (bounded by the profile's start_s, or BOXMAKER_START_S) for llama-server to answer /health
 # and for inferproxy's and loopd's sockets (loopd binds its socket once its self-test has passed),
@@ -161,7 +177,8 @@ stop_started() {
 # started, ends the wait at once, in one line with its log's last lines
 # (boxmaker/verify/ready.py; boxmaker/verify/programs.py, as `make verify-device` does).
 "$PY" -m boxmaker.verify.ready "${BOXMAKER_START_S:-$PROFILE_START_S}" $PROGRAMS \
-  || { stop_started; exit 1; }
+  || { trap - INT TERM; stop_started; exit 1; }
+trap - INT TERM  # the stack is up: from here Ctrl-C is the chat's, and leaves it running
 "${CTL[@]}" status
 
 # bxctl finds this run's sockets and home in run.env (boxmaker/bxctl/stack.py): no flags needed.

@@ -3,8 +3,8 @@
     programs      each supervisord program's state (supervisorctl status)
     sockets       infer.sock and loop.sock, and whether something listens on each
     model         what llama-server says it serves (/props through inferproxy)
-    tools         which tools brokerd offers, and why one is off (its start line in brokerd.log)
-                  while supervisord runs
+    tools         which tools brokerd offers now, and why one is off, or why brokerd cannot
+                  start (the state file brokerd writes at each start) while supervisord runs
     sessions      how many sessions the home holds, and the newest
 
 It reads run/run.env (in $BOXMAKER_RUN when set, as for `make run`), which `make run` writes, and

@@ -61,7 +61,7 @@ RULES: dict[str, frozenset[str]] = {
     PROTO: frozenset(),  # shared by every process: the ground floor, stdlib and orjson only
     CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
-    TOML: frozenset(),  # the one TOML writer (verify-device's configs and the tests')
+    TOML: frozenset(),  # [core] the one TOML writer (configs, the grants brokerd adds)
     FRAMED: frozenset({PROTO}),  # the framed connection of broker.sock and owner.sock, both ends
     # the clients every program shares: loop.sock's channel client, owner.sock's owner client
     CLIENT: frozenset({PROTO, DEFAULTS, FRAMED}),
@@ -124,7 +124,7 @@ RULES: dict[str, frozenset[str]] = {
     # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
     f"{BROKERD}.paths": frozenset({SESSION}),
     f"{BROKERD}.targets": frozenset(),  # [core]: arguments made into what grants name
-    f"{BROKERD}.grants": frozenset({PROTO, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
+    f"{BROKERD}.grants": frozenset({PROTO, TOML, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
     f"{BROKERD}.policy": frozenset(
         {PROTO, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.targets"}
         | {f"{BROKERD}.tools.kind", f"{BROKERD}.tools.spec"}
@@ -133,7 +133,7 @@ RULES: dict[str, frozenset[str]] = {
         {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
         | {f"{BROKERD}.tools.kind"}  # the row an MCP request line's facts give
     ),
-    f"{BROKERD}.amend": frozenset({f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),  # "always"
+    f"{BROKERD}.amend": frozenset({TOML, f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
     f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"}),
     f"{BROKERD}.quota": frozenset({f"{BROKERD}.paths"}),  # shell's write quota: a workspace walk
@@ -188,6 +188,7 @@ FORBIDDEN_CALLS = frozenset({"open", "print", "input", "exec", "eval", "__import
 # STYLE.md R1's [core] modules: each must carry the marker, so the I/O check can't be dropped by
 # editing a docstring.
 R1_CORES = [
+    TOML,
     f"{BROKERD}.mcp.config",
     f"{BROKERD}.mcp.hosts",
     f"{BROKERD}.mcp.catalog",

@@ -4,5 +4,5 @@ workspace; a sandboxed shell and fetch), and appends every request, decision and
 own hash-chained log.
 
 loopd reaches it on broker.sock (loopd's uid only); the owner answers on owner.sock (the owner's
-uid only). docs/brokerd.md is the user's guide; docs/decisions/brokerd.md says why.
+uid only). docs/brokerd.md is the user's guide; docs/decisions/brokerd-*.md say why.
 """

@@ -16,8 +16,7 @@ import fcntl
 import os
 import secrets
 
-import orjson
-
+from boxmaker._toml import toml_array_item
 from boxmaker.brokerd.grants import GrantsError, Lookup, Mode, Rule, parse_grants
 from boxmaker.brokerd.tools.kind import Args, Target, Tool
 
@@ -32,12 +31,11 @@ def always_rule(table: Lookup, tool: Tool, target: Target, args: Args) -> Rule |
     if isinstance(got, str):
         return got
     key, value = got
-    text = (
-        f'[[grant]]\ntool = {orjson.dumps(tool.name).decode()}\nmode = "allow"\n'
-        f"{key} = {orjson.dumps([value]).decode()}\n"
-    )
     try:
+        text = toml_array_item("grant", {"tool": tool.name, "mode": "allow", key: [value]})
         (rule,) = parse_grants(text.encode(), table)
+    except TypeError as exc:  # a lone surrogate: no TOML (nor UTF-8) form
+        return f"nothing: {value!r} cannot be written as a grant ({exc})"
     except GrantsError as exc:
         return f"nothing: {value!r} cannot be written as a grant ({exc})"
     if rule.mode is not Mode.ALLOW or rule.covers(tool.name, target) < 0:

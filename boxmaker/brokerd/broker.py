@@ -156,6 +156,11 @@ class Broker:
         assert tool is not None  # a decision other than deny has all three
         assert args is not None
         assert target is not None
+        if d.mode is Mode.ASK and tool.unavailable and (off := tool.unavailable(CallContext(self))):
+            self.log.append(
+                "approval", id=call_id, hash=decided.hash, answer=f"not asked: {off}", mode="deny"
+            )
+            return error(f"refused: {tool.name} is off here: {off}; the owner was not asked")
         if d.mode is Mode.ASK:
             answer = self._ask(call_id, decided, notify)
             if answer not in APPROVING:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 from collections.abc import Sequence
 
@@ -13,6 +14,7 @@ from boxmaker.brokerd.ledger import replay
 from boxmaker.brokerd.mcp.config import parse_mcp
 from boxmaker.brokerd.mcp.rows import ReplayTable, replayed_row
 from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.state import FAILED, STARTING, state_path, write_state
 from boxmaker.brokerd.tools.table import TABLE
 from boxmaker.session.chain_files import read_chain
 
@@ -52,13 +54,22 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
             )
         )
         return ExitStatus.OK
+    config: BrokerConfig | None = None
     try:
         with open(args.config, "rb") as f:
             config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
+        write_state(state_path(config.socket), STARTING)
         refuse_paths_in_workspace(config)
         servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
+        if servers and importlib.util.find_spec("mcp") is None:
+            raise ConfigError(
+                f"[mcp.{next(iter(servers))}]: the MCP client is not installed; install the "
+                "extra (pip install 'boxmaker[mcp]'; make install does), or remove [mcp.*]"
+            )
     except (OSError, ConfigError) as exc:
         log.warn(f"serve: {args.config}: {exc}")
+        if config is not None:  # else where its state goes is not known
+            write_state(state_path(config.socket), FAILED, error=f"{args.config}: {exc}")
         return ExitStatus.USAGE
     from boxmaker.brokerd.serve import run
 

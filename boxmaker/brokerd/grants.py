@@ -36,8 +36,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-import orjson
-
+from boxmaker._toml import toml_array_item
 from boxmaker.brokerd.targets import BadTarget, Fields, normal_host
 from boxmaker.brokerd.tools.kind import GrantKind, Target, Tool
 
@@ -137,23 +136,19 @@ class Rule:  # hashable: the verdict keys a dict by rule
         return max((len(p) for p in self.paths if target[: len(p)] == p), default=-1)
 
     def to_toml(self) -> str:
-        lines = ["[[grant]]", f'tool = "{self.tool}"', f'mode = "{self.mode}"']
+        """The rule as the grants file holds it (boxmaker/_toml.py, the one TOML writer)."""
+        table: dict[str, Any] = {"tool": self.tool, "mode": str(self.mode)}
         keys: dict[str, list[str]] = {
             "paths": ["/".join(p) for p in self.paths],
             "files": list(self.files),
             "hosts": list(self.hosts),
         }
-        lines += [f"{k} = {orjson.dumps(v).decode()}" for k, v in keys.items() if v]
-        if self.args:  # an inline table of inline tables; a JSON string is a TOML string
-            fields = ", ".join(
-                f"{orjson.dumps(a.field).decode()} = {{ {k} = {orjson.dumps(v).decode()} }}"
-                for a in self.args
-                for k, v in a.to_json().items()
-            )
-            lines.append(f"args = {{ {fields} }}")
+        table |= {k: v for k, v in keys.items() if v}
+        if self.args:  # an inline table of inline tables
+            table["args"] = {a.field: a.to_json() for a in self.args}
         if self.class_ != "public":
-            lines.append(f'class = "{self.class_}"')
-        return "\n".join(lines) + "\n"
+            table["class"] = self.class_
+        return toml_array_item("grant", table)
 
     def to_json(self) -> dict[str, Any]:
         obj: dict[str, Any] = {

@@ -7,8 +7,8 @@ granted folder to a denied one: grants are decided on the path as written), and
 /proc/self/root-style magic links, at every step of the resolution, atomically. Python has no
 os.openat2, so it is called by number through ctypes (437 on x86_64 and aarch64). Where openat2
 is missing (Linux < 5.6), the fallback walks one component at a time with O_NOFOLLOW from the
-workspace's descriptor, refusing every symlink too. docs/decisions/brokerd.md says why both
-hold against a concurrent rename.
+workspace's descriptor, refusing every symlink too. docs/decisions/brokerd-workspace-paths.md
+says why both hold against a concurrent rename.
 
 What the resolution cannot see, the open file's fstat does: only regular files are read or
 replaced (a FIFO or a device is refused; opens use O_NONBLOCK so a FIFO never blocks), and a file

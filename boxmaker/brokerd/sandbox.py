@@ -243,15 +243,21 @@ class Sandbox:
         if not self.workspace.is_dir():
             return f"the workspace {self.workspace} is not a directory"
         if self.run_as is not None and (closed := closed_folder(self.workspace, *self.run_as)):
+            uid, gid = self.run_as
             return (
-                f"the sandbox's uid {self.run_as[0]} cannot reach the workspace {self.workspace}: "
-                f"{closed}; let it pass (chmod o+x) or put the workspace under folders it can"
+                f"the sandbox's uid {uid} cannot reach the workspace {self.workspace}: {closed}; "
+                f"let it pass (chmod o+x on that folder) and write the workspace (chown {uid}:{gid}"
+                f" {self.workspace}), or put the workspace under folders it can pass; then "
+                "restart brokerd"
             )
         # The workspace must be writable from inside: exit 3 is ours, anything else is bwrap's.
         result = self._spawn_and_collect(f"test -w {MOUNT_POINT} || exit 3", self.limits.timeout_ms)
         if result.exit_code == 3:
-            uid = self.run_as[0] if self.run_as is not None else os.geteuid()
-            return f"the sandbox's uid {uid} cannot write the workspace {self.workspace}"
+            uid, gid = self.run_as if self.run_as is not None else (os.geteuid(), os.getegid())
+            return (
+                f"the sandbox's uid {uid} cannot write the workspace {self.workspace}; let it "
+                f"(chown {uid}:{gid} {self.workspace}), then restart brokerd"
+            )
         if result.exit_code != 0:
             detail = result.output.strip().splitlines()
             cause = detail[-1] if detail else f"exit status {result.exit_code}"

@@ -20,6 +20,7 @@ import select
 import selectors
 import socket
 import threading
+from collections.abc import Callable
 from typing import Any, TypeVar
 
 from boxmaker._cli import ExitStatus
@@ -34,10 +35,9 @@ from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.mcp.config import McpServerConfig
-from boxmaker.brokerd.mcp.manager import McpManager
-from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import LogError
-from boxmaker.brokerd.tools.table import BUILTIN, Table
+from boxmaker.brokerd.state import FAILED, READY, STOPPED, state_path, write_state
+from boxmaker.brokerd.tools.table import BUILTIN, Family, Table
 from boxmaker.proto import ToolResponse
 from boxmaker.proto.broker import (
     BROKER_KINDS,
@@ -231,13 +231,23 @@ def run(
 ) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
-    # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
-    manager = McpManager(servers or {}, config.workspace, log.warn)
-    table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
+    manager = _Mcp(servers or {}, config.workspace, log)
+    table = Table(BUILTIN, manager.families)
+    state = state_path(config.socket)
     try:
         broker = Broker(config, table=table)
-    except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1
+    except GrantsError as exc:  # the file the owner edits: its path, the line, what to do
+        why = (
+            f"{config.grants}: {exc}; fix it (conf/grants.toml.example shows every key), "
+            "then restart brokerd (make run)"
+        )
+        log.warn(f"serve: cannot start: {why}")
+        write_state(state, FAILED, error=why)
+        manager.close()
+        return ExitStatus.ERROR
+    except (OSError, UnicodeDecodeError, LogError) as exc:  # say which, exit 1
         log.warn(f"serve: cannot start: {exc}")
+        write_state(state, FAILED, error=str(exc))
         manager.close()
         return ExitStatus.ERROR
     server = Server(broker, log)
@@ -251,6 +261,7 @@ def run(
                 raise
         except SetupError as exc:
             log.warn(f"serve: {exc}")
+            write_state(state, FAILED, error=str(exc))
             broker.close()
             manager.close()
             return ExitStatus.ERROR
@@ -258,6 +269,7 @@ def run(
             tools.sock: (loopd_uid, server.serve_loopd, "broker.sock"),
             owner.sock: (owner_uid, server.serve_owner, "owner.sock"),
         }
+        no = broker.sandbox.probe()
         log.listening(
             config.socket,
             f"owner socket {config.owner_socket}",
@@ -265,8 +277,11 @@ def run(
             f"owner uid {owner_uid}",
             f"workspace {config.workspace}",
             "openat2" if broker.ws.openat2 else "O_NOFOLLOW walk (no openat2)",
-            f"shell off: {no}" if (no := broker.sandbox.probe()) else "shell: sandbox ready",
+            f"shell off: {no}" if no else "shell: sandbox ready",
         )
+        offered = [schema.name for schema in broker.tools()]
+        write_state(state, READY, tools=offered, workspace=config.workspace,
+                    shell=f"off: {no}" if no else "sandbox ready")  # fmt: skip
         try:
             with selectors.DefaultSelector() as sel:
                 for s in routes:
@@ -283,8 +298,25 @@ def run(
             owner.close()
             manager.close()  # every server's process group killed: no sandbox process left
             broker.close()
+            write_state(state, STOPPED)
             log.say("stopped")
     return ExitStatus.OK
+
+
+class _Mcp:
+    """The MCP servers (docs/mcp.md): each started at its first use, never here; stopped with
+    brokerd. The MCP client (the `mcp` extra: most of brokerd's packages, a web stack among them)
+    is imported only when `[mcp.*]` names a server (docs/decisions/mcp-extra.md)."""
+
+    def __init__(self, servers: dict[str, McpServerConfig], workspace: str, log: DaemonLog):
+        self.close: Callable[[], None] = lambda: None
+        self.families: list[Family] = []
+        if servers:
+            from boxmaker.brokerd.mcp.manager import McpManager
+            from boxmaker.brokerd.mcp.rows import families
+
+            manager = McpManager(servers, workspace, log.warn)
+            self.close, self.families = manager.close, families(manager, lambda ctx: ctx.epoch)
 
 
 def _accept(listener: socket.socket, routes: dict, server: Server, log: DaemonLog) -> None:  # type: ignore[type-arg]

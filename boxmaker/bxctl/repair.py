@@ -11,7 +11,9 @@ refused and left as it is.
 
 A session open in loopd or a worker is busy, and repair says who holds it: loopd's worker keeps
 its session's log for `[channel] worker_idle_ms` after the last turn (5 minutes by default).
-`--wait` waits for it to let go (330 s, or SECONDS), trying again every 0.2 s.
+`--wait` waits for it to let go (330 s, or SECONDS), trying again every 0.2 s. A held session
+that verifies (read-only, `session.verify`) has nothing to repair, and says so at once (issue
+39 item 7: a healthy session was "busy" for those 5 minutes).
 
 Exit 0 when the log was repaired or had nothing to repair; 1 when refused, busy or missing; 2 for
 a bad session id.
@@ -37,6 +39,7 @@ from boxmaker.session.repair import (
     repair_session,
     take_unanswered,
 )
+from boxmaker.session.verify import verify_session
 
 from .verify import home_from
 
@@ -121,6 +124,14 @@ def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
             return ExitStatus.USAGE
         except SessionBusy:
             who = holder(session_dir(home, session) / LOG_NAME)
+            # A healthy session held by loopd's worker (it keeps the log for worker_idle_ms
+            # after a turn) has nothing to repair: said at once, read without its lock.
+            if not args.unanswered and verify_session(home, session).ok:
+                env.stdout.write(
+                    f"nothing to repair: session {session} verifies (read without its lock: "
+                    f"{who} has it open)\n"
+                )
+                return ExitStatus.OK
             if deadline is None or time.monotonic() >= deadline:
                 env.stderr.write(f"bxctl repair: {busy_message(session, who)}\n")
                 return ExitStatus.ERROR

@@ -24,8 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV, SOCKET_ENV
+from boxmaker.proto import brokerd_state
 from boxmaker.session.errors import SessionError
-from boxmaker.session.files import open_regular, read_regular
+from boxmaker.session.files import open_regular, read_bounded, read_regular
 
 RUN_ENV_NAME = "run.env"
 RUN_ENV = "BOXMAKER_RUN"
@@ -102,12 +103,9 @@ def supervisor_running(run: Path) -> bool:
     try:
         data = read_regular(run / SUPERVISORD_PID, 64)
         pid = int((data or b"").decode("ascii").strip())
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # alive, another user's
     except (OSError, ValueError, SessionError):
         return False
-    return True
+    return _alive(pid)
 
 
 def find_stack(
@@ -165,48 +163,53 @@ def home_for(arg: Path | None, environ: Mapping[str, str]) -> Path:
     return found if found is not None else DEFAULT_HOME
 
 
-BROKERD_LOG = "brokerd.log"
-BROKERD_LOG_TAIL = 65_536  # the start line is near the end: no need to read a long log whole
-BROKERD_START = "brokerd: listening on "
+BROKERD_STATE_ENV = "BOXMAKER_BROKERD_STATE"  # run.env: where make run's brokerd writes it
 
 
 def tools_line(run: Path) -> str:
-    """One line saying which tools make run's brokerd offers and why one is off, from the start
-    line brokerd writes to `<run>/brokerd.log` (the last one: a restart writes another)."""
-    path = run / BROKERD_LOG
+    """One line saying which tools make run's brokerd offers now and why one is off, or why it
+    offers none: from the state file this brokerd writes at each start (proto/brokerd_state.py;
+    run.env names it), so never an older brokerd's."""
+    named = read_run_env(run / RUN_ENV_NAME).get(BROKERD_STATE_ENV)
+    path = Path(named) if named else run / brokerd_state.NAME
+    logs = f"{run}/brokerd.err.log"
     try:
         fd = open_regular(path)
         try:
-            size = os.lseek(fd, 0, os.SEEK_END)
-            os.lseek(fd, max(0, size - BROKERD_LOG_TAIL), os.SEEK_SET)
-            text = _read_up_to(fd, BROKERD_LOG_TAIL).decode("utf-8", "replace")
+            state = brokerd_state.decode(read_bounded(fd, brokerd_state.MAX_BYTES, str(path)))
         finally:
             os.close(fd)
+    except FileNotFoundError:
+        return f"[tools: none yet: brokerd has not started (no {path}; see {logs})]"
     except OSError as e:
         return f"[tools: unknown: {path}: {e.strerror or e}]"
     except SessionError as e:
         return f"[tools: unknown: {e}]"
-    starts = [line for line in text.splitlines() if line.startswith(BROKERD_START)]
-    if not starts:
-        return f"[tools: none yet: brokerd has not started listening (see {path})]"
-    fields = starts[-1].removeprefix(BROKERD_START).split(", ")
-    workspace = next(
-        (f.removeprefix("workspace ") for f in fields if f.startswith("workspace ")), "?"
-    )
-    at = next((i for i, f in enumerate(fields) if f.startswith("shell")), None)
-    shell = "shell: unknown" if at is None else ", ".join(fields[at:])  # its reason may hold ", "
-    shell = "shell on (sandboxed)" if shell == "shell: sandbox ready" else shell
-    return (
-        f"[tools: read_file, list_dir, write_file, edit_file, note in {workspace}; fetch for "
-        f"the hosts the grants name; {shell}]"
-    )
+    if state is None:
+        return f"[tools: unknown: {path} is not brokerd's state]"
+    if (why := brokerd_state.failure(state)) is not None:
+        return f"[tools: none: brokerd cannot start: {why}]"
+    if not _alive(state.get("pid")):
+        return f"[tools: none: brokerd is not running (it was {state['state']}); see {logs}]"
+    if state["state"] == brokerd_state.STARTING:
+        return "[tools: none yet: brokerd is starting]"
+    if state["state"] != brokerd_state.READY:
+        return f"[tools: none: brokerd is {state['state']}]"
+    names = [str(n) for n in state.get("tools", [])]
+    shell = str(state.get("shell", "unknown"))
+    shown = [n for n in names if n != "shell"]
+    if "shell" in names:
+        shown.append("shell (sandboxed)" if shell == "sandbox ready" else f"shell {shell}")
+    return f"[tools: {', '.join(shown) or 'none granted'}; workspace {state.get('workspace', '?')}]"
 
 
-def _read_up_to(fd: int, limit: int) -> bytes:
-    """At most `limit` bytes from `fd`'s position (a log that grows meanwhile is cut there)."""
-    chunks: list[bytes] = []
-    left = limit
-    while left > 0 and (chunk := os.read(fd, left)):
-        chunks.append(chunk)
-        left -= len(chunk)
-    return b"".join(chunks)
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True  # alive, another user's
+    except OSError:
+        return False
+    return True

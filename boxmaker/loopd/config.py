@@ -300,11 +300,11 @@ class CacheConfig:
 
     # Needs llama-server's --slot-save-path; the self-test says when the server lacks it.
     slot_save: Annotated[bool, BOOL] = False
+    prewarm: Annotated[bool, BOOL] = False  # free slots read the baseline at start (prewarm.py)
     # A slot's cache shorter than this is not saved: the server reads it again faster.
     min_tokens: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
-    # A slot idle this long has its cache saved (a slot another session asks for at once, every
-    # slot when loopd stops); long enough not to write a file per turn (a 7B model: 50-130 KB a
-    # token, README "Slot save and restore").
+    # A slot idle this long has its cache saved (and every slot when loopd stops); long enough
+    # not to write a file per turn (7B: 50-130 KB a token, README "Slot save and restore").
     idle_save_ms: Annotated[int, MS] = 60_000
     # Issue 19: a slot is also saved right after a turn when re-reading its cache (at the prompt
     # rate measured at start-up) would cost more than this many times the save (at the save

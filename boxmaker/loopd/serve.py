@@ -29,6 +29,7 @@ import signal
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -46,6 +47,7 @@ from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.retry import is_retryable
+from boxmaker.loopd.prewarm import Say, prewarm
 from boxmaker.loopd.selftest import run_selftest
 from boxmaker.loopd.tools.port import tools_line
 from boxmaker.loopd.workers.pool import Pool
@@ -149,6 +151,21 @@ def slot_gate(config: Config) -> SlotGate:
 HOME_LOCK = "loopd.lock"  # under [paths] home: flocked for serve's whole life
 
 
+def prewarm_slots(client: Client, keeper: Any, selftest_slot: int, warn: Say) -> list[int]:
+    """The slots the pre-warm fills: those no session holds (the keeper knows), else (slot
+    saves off) the empty ones and the self-test's."""
+    if keeper is not None:
+        free: list[int] = keeper.free_slots()
+        return free
+    try:
+        states = client.slots()
+    except InferError as exc:
+        warn(f"prewarm: GET /slots failed ({exc.describe()}); only the self-test's slot")
+        return [selftest_slot]
+    empty = {s.id for s in states if s.n_prompt_tokens == 0}
+    return [s for s in client.config.slots if s in empty or s == selftest_slot]
+
+
 def lock_home(home: Path) -> int:
     """Takes the home's lock, or says which loopd holds it: one loopd per home, since two
     keepers would overwrite each other's state. The lock dies with the process.
@@ -202,6 +219,9 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
             "server (see the lines above; `loopd selftest` runs it alone)"
         )
         return ExitStatus.ERROR
+    if config.cache.prewarm:
+        prewarm(config, client, prewarm_slots(client, keeper, outcome.slot, log.warn),
+                keeper.copy_slot if keeper is not None else None, log.say, log.warn)  # fmt: skip
     with stop_signals(DRAIN_SIGNALS) as stop:
         try:
             listener = bind_unix_listener(path, setting=SETTING)

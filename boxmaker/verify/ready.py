@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from boxmaker.proto import brokerd_state
 from boxmaker.verify.programs import gave_up, states, tail
 
 POLL_S = 0.5
@@ -62,11 +63,43 @@ def restarted(run: Path, program: str, seen: list[int]) -> str | None:
     return None
 
 
+def brokerd(run: Path, state_file: str) -> tuple[bool, str | None]:
+    """(ready, the line to fail with): brokerd's own word on its start (proto/brokerd_state.py),
+    this brokerd's only (run.sh removes an older one first). A failed start (a typo in the
+    grants) ends the wait at once: supervisord would restart it for ever."""
+    try:
+        with open(state_file, "rb") as f:
+            state = brokerd_state.decode(f.read(brokerd_state.MAX_BYTES + 1))
+    except OSError:
+        return False, None
+    if state is None:
+        return False, None
+    if (why := brokerd_state.failure(state)) is not None:
+        log = f"{run}/brokerd.err.log"
+        last = [ln for ln in tail(log, 3) if why not in ln]
+        more = f"; last lines of {log}: {' | '.join(last)}" if last else f" (see {log})"
+        return False, f"cannot start: brokerd: {why}{more}"
+    return state["state"] == brokerd_state.READY and _alive(state.get("pid")), None
+
+
+def _alive(pid: object) -> bool:
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        os.kill(pid, 0)
+    except PermissionError:
+        return True
+    except OSError:
+        return False
+    return True
+
+
 def wait(
     run: Path, programs: list[str], upstream: str, loop_sock: str, bound: float,
     say: Callable[[str], None], now: Callable[[], float] = time.monotonic,
+    brokerd_state_file: str | None = None,
 ) -> str | None:  # fmt: skip
-    """None once ready; else the line to fail with."""
+    """None once ready; else the line to fail with. `brokerd_state_file`: wait for brokerd too."""
     host, _, port = upstream.rpartition(":")
     socks = [str(run / "infer.sock"), loop_sock]
     local = "llama-server" in programs
@@ -74,19 +107,27 @@ def wait(
     seen: list[int] = []
     state = "no answer yet"
     missing = socks
+    tools_ready = brokerd_state_file is None
     while now() - started < bound:
         if (line := gave_up(run, programs)) is not None:
             return f"cannot start: {line}"
         if local and (line := restarted(run, "llama-server", seen)) is not None:
             return f"cannot start: {line}"
+        if brokerd_state_file is not None:
+            tools_ready, line = brokerd(run, brokerd_state_file)
+            if line is not None:
+                return line
         ready, state = health(host, int(port))
         missing = [os.path.basename(p) for p in socks if not os.path.exists(p)]
+        if not tools_ready:
+            missing.append("brokerd")
         if ready and not missing:
             return None
         if now() - said >= SAY_EVERY_S:
             said = now()
             waits = [] if ready else [f"llama-server at {upstream}: {state}"]
-            waits += [f"{name} (loopd binds it once its self-test passes)" for name in missing]
+            waits += [WHAT.get(name, f"{name} (loopd binds it once its self-test passes)")
+                      for name in missing]  # fmt: skip
             say(f"waiting {said - started:.0f} s of {bound:g} for " + "; ".join(waits))
         time.sleep(POLL_S)
     return (f"not ready after {bound:g} s (llama-server at {upstream}: {state}; still missing: "
@@ -94,7 +135,20 @@ def wait(
             "wait longer with BOXMAKER_START_S=<seconds>")  # fmt: skip
 
 
+WHAT = {
+    "infer.sock": "infer.sock (inferproxy's)",
+    "brokerd": "brokerd (it says ready once it listens with its grants read)",
+}
+
+
 def main(argv: list[str]) -> int:
+    try:
+        return _main(argv)
+    except KeyboardInterrupt:  # Ctrl-C: run.sh's trap says so in one line and stops the stack
+        return 130
+
+
+def _main(argv: list[str]) -> int:
     if len(argv) < 2:
         print("usage: python -m boxmaker.verify.ready <start_s> <program>...", file=sys.stderr)
         return 2
@@ -106,7 +160,9 @@ def main(argv: list[str]) -> int:
     env = os.environ
     line = wait(Path(env["BOXMAKER_RUN"]), argv[1:], env["BOXMAKER_UPSTREAM"],
                 env["BOXMAKER_SOCKET"], bound, lambda s: print(f"run: {s}", file=sys.stderr,
-                                                                flush=True))  # fmt: skip
+                                                                flush=True),
+                brokerd_state_file=env.get("BOXMAKER_BROKERD_STATE") if "brokerd" in argv[1:]
+                else None)  # fmt: skip
     if line is None:
         return 0
     print(f"run: {line}", file=sys.stderr)

@@ -10,7 +10,7 @@ import orjson
 import pytest
 
 from boxmaker.proto.frame import Frame, encode_frame
-from tests.brokerd.rig import BOUND_S, Rig
+from tests.brokerd.rig import BOUND_S, Rig, sandbox_workspace
 from tests.support.procs import wait_for
 
 ASK_WRITES = """
@@ -422,7 +422,7 @@ def test_the_owner_is_shown_the_whole_call_named_by_brokerd(
         + '[[grant]]\ntool = "read_file"\nmode = "allow"\n\n'
         + '[[grant]]\ntool = "note"\nmode = "allow"\n'
     )
-    rig.workspace.mkdir()
+    sandbox_workspace(rig)  # shell is asked about only where it can run (issue 39 item 4)
     (rig.workspace / "big.txt").write_text("".join(f"line {i}\n" for i in range(200)))
     rig.start()
     call = Call(rig, tool, args)

@@ -97,7 +97,7 @@ def test_what_no_deny_covers_stays_allowed(tool: str, args: dict[str, object]) -
 )
 def test_shell_asks_while_a_read_is_denied(grants: bytes) -> None:
     """`cat secrets/key` in the sandbox reads what read_file denies: shell is never better than
-    ask while the grants deny a read (decisions/brokerd.md)."""
+    ask while the grants deny a read (decisions/brokerd-tool-table.md)."""
     for command in ("cat secrets/key", "ls", "echo hi"):
         decided = decide(
             parse_grants(grants), "shell", orjson.dumps({"command": command}).decode(), WS

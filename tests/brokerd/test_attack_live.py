@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from boxmaker.brokerd.tools.kind import visible
-from tests.brokerd.rig import Rig
+from tests.brokerd.rig import Rig, sandbox_workspace
 from tests.brokerd.test_approvals import Call, owner_sees
 from tests.brokerd.test_attack_core import READ_DENIED
 
@@ -183,7 +183,7 @@ def test_no_prompt_holds_a_character_a_terminal_hides(
     line breaks: an ESC, a CR, a bidi override or a zero-width space in a command, a file's
     content, a note or a URL is shown as its escape (class 4)."""
     rig.grants_text = ASK_ALL
-    rig.workspace.mkdir()
+    sandbox_workspace(rig)  # shell is asked about only where it can run (issue 39 item 4)
     (rig.workspace / "f.txt").write_text("old\n")
     rig.start()
     call = Call(rig, tool, args)

@@ -2,8 +2,10 @@
 hint for how the stack was started; never another stack's owner.sock."""
 
 import os
+import subprocess
 from pathlib import Path
 
+import orjson
 import pytest
 
 from boxmaker._defaults import DEFAULT_SOCKET
@@ -74,20 +76,37 @@ def test_an_oversized_or_unreadable_run_env_is_ignored(tmp_path: Path) -> None:
     assert read_run_env(tmp_path / "dir.env") == {}
 
 
-def test_the_tools_line_reads_brokerds_last_start_line(tmp_path: Path) -> None:
-    log = tmp_path / "brokerd.log"
-    log.write_text(
+def test_the_tools_line_is_brokerds_current_state(tmp_path: Path) -> None:
+    """Issue 39 item 4: the line is the state this brokerd wrote (brokerd.state), never the
+    last start line of an older brokerd's log; a brokerd that is gone or failing offers none."""
+    (tmp_path / "brokerd.log").write_text(
         "brokerd: listening on /b, workspace /old, shell: sandbox ready\n"
-        "brokerd: listening on /b, owner socket /o, workspace /w, openat2, shell off: no bwrap, "
-        "or no user namespaces\n"
     )
-    line = tools_line(tmp_path)
-    assert "note in /w;" in line
-    assert line.endswith("shell off: no bwrap, or no user namespaces]")
-    log.write_text("brokerd: listening on /b, workspace /w, shell: sandbox ready\n")
-    assert tools_line(tmp_path).endswith("shell on (sandboxed)]")
-    log.write_text("brokerd: serve: cannot bind\n")
-    assert "has not started listening" in tools_line(tmp_path)
+    state = tmp_path / "brokerd.state"
+    assert "none yet: brokerd has not started" in tools_line(tmp_path)
+    ready = {"state": "ready", "pid": os.getpid(), "at": 0.0, "workspace": "/w",
+             "tools": ["read_file", "note", "shell"], "shell": "off: no bwrap"}  # fmt: skip
+    state.write_bytes(orjson.dumps(ready))
+    assert tools_line(tmp_path) == "[tools: read_file, note, shell off: no bwrap; workspace /w]"
+    state.write_bytes(orjson.dumps({**ready, "shell": "sandbox ready"}))
+    assert "note, shell (sandboxed);" in tools_line(tmp_path)
+    gone = subprocess.Popen(["true"])
+    gone.wait()
+    state.write_bytes(orjson.dumps({**ready, "pid": gone.pid}))
+    assert "none: brokerd is not running (it was ready)" in tools_line(tmp_path)
+    failed = {"state": "failed", "pid": gone.pid, "at": 0.0, "error": "/g.toml: line 3: fix it"}
+    state.write_bytes(orjson.dumps(failed))
+    assert tools_line(tmp_path) == "[tools: none: brokerd cannot start: /g.toml: line 3: fix it]"
+    # supervisord started it again: starting, with the failure before it kept
+    again = {"state": "starting", "pid": os.getpid(), "at": 0.0, "last_failure": "/g.toml: x"}
+    state.write_bytes(orjson.dumps(again))
+    assert tools_line(tmp_path) == "[tools: none: brokerd cannot start: /g.toml: x]"
+    # run.env names where make run's brokerd writes it
+    elsewhere = tmp_path / "b" / "brokerd.state"
+    elsewhere.parent.mkdir()
+    elsewhere.write_bytes(orjson.dumps(ready))
+    (tmp_path / "run.env").write_text(f"BOXMAKER_BROKERD_STATE={elsewhere}\n")
+    assert tools_line(tmp_path).endswith("; workspace /w]")
 
 
 def test_a_checkout_whose_make_run_has_not_run_says_make_run(tmp_path: Path) -> None:

@@ -25,15 +25,17 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import orjson
 import pytest
 
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.proto import CacheLoss, Usage, User
+from boxmaker.proto import CacheLoss, SessionStart, Usage, User
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.check import check_session
 from boxmaker.verify.stack import free_port, healthy
+from tests.support import rawhttp
 from tests.support.llama import ensure_built
 from tests.support.procs import wait_for, wait_for_socket
 from tests.support.stack import write_local_config
@@ -137,24 +139,36 @@ def stack() -> Iterator[Stack]:
             shutil.rmtree(run, ignore_errors=True)
 
 
-def say(stack: Stack, *args: str) -> str:
-    """One `bxctl chat --say` turn on session `e2e`; its answer."""
-    argv = [str(BIN / "bxctl"), "chat", "--socket", str(stack.sock), "--session", "e2e"]
+def say(stack: Stack, *args: str, session: str = "e2e") -> str:
+    """One `bxctl chat --say` turn on `session`; its answer."""
+    argv = [str(BIN / "bxctl"), "chat", "--socket", str(stack.sock), "--session", session]
     p = subprocess.run(
         [*argv, "--say", *args],
         env=stack.env, capture_output=True, text=True, timeout=BOUND * 2, check=False,
     )  # fmt: skip
     assert p.returncode == 0, p.stdout + p.stderr
-    assert p.stderr.splitlines()[0] == "session e2e", p.stderr
+    assert p.stderr.splitlines()[0] == f"session {session}", p.stderr
     return p.stdout
 
 
-def records(stack: Stack) -> list[LogRecord]:
+def records(stack: Stack, session: str = "e2e") -> list[LogRecord]:
     """The session's records, read and checked from disk without its lock (its worker holds it)."""
-    folder = stack.run / "home" / "sessions" / "e2e"
+    folder = stack.run / "home" / "sessions" / session
     log, baseline = folder / "0.jsonl", folder / "0.baseline.json"
-    checked = check_session("e2e", str(log), log.read_bytes(), str(baseline), baseline.read_bytes())
+    checked = check_session(session, str(log), log.read_bytes(), str(baseline),
+                            baseline.read_bytes())  # fmt: skip
     return list(checked.records)
+
+
+def own_tokens(stack: Stack, text: str) -> int:
+    resp = rawhttp.call("127.0.0.1", stack.port, "POST", "/tokenize", {"content": text}, BOUND)
+    return len(orjson.loads(resp.body)["tokens"])
+
+
+def first_read(stack: Stack, session: str) -> int:
+    """The prompt tokens the server read (not from its cache) for the session's first request."""
+    first = next(r for r in records(stack, session) if isinstance(r, Usage))
+    return first.prompt_n
 
 
 def tools_offered(path: Path) -> list[str]:
@@ -187,6 +201,18 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
     # model's first answer a known one.
     # No --no-thinking: the local profile's [loop] thinking is false, so the answers are content.
     assert "Paris" in say(stack, "What is the capital of France?")
+    # Issue 40.3: every slot held the baseline before loopd listened (one read it, the other
+    # got a copy), so each new session's first request reads its own tokens only, whichever
+    # slot it takes; the second session takes the other slot (slot_choice spread).
+    assert "loopd: prewarm: the baseline (" in (stack.run / "loopd.log").read_text()
+    asked = own_tokens(stack, "What is the capital of France?")
+    assert first_read(stack, "e2e") <= asked + 64, (first_read(stack, "e2e"), asked)
+    assert say(stack, "Hello there.", session="e2e-2").strip()
+    asked = own_tokens(stack, "Hello there.")
+    assert first_read(stack, "e2e-2") <= asked + 64, (first_read(stack, "e2e-2"), asked)
+    slots = {r.slot for name in ("e2e", "e2e-2") for r in records(stack, name)[:1]
+             if isinstance(r, SessionStart)}  # fmt: skip
+    assert slots == {0, 1}, slots  # the read slot and the copied one
     assert say(stack, "And of Italy?").strip()
     assert say(stack, "Thanks.").strip()
     before = records(stack)
@@ -218,7 +244,7 @@ def test_make_runs_stack_chats_restarts_loopd_and_hits_the_cache(stack: Stack) -
         assert re.search(rf"^  {name}\s+RUNNING", status.stdout, re.M), status.stdout
     assert f"{stack.run / 'infer.sock'} (listening), {stack.sock} (listening)" in status.stdout
     assert "model: SmolLM2-135M-Instruct.Q4_1.gguf (2 slots of 2048 tokens)" in status.stdout
-    assert f"sessions: 1 in {stack.run / 'home'} (newest: e2e)" in status.stdout
+    assert f"sessions: 2 in {stack.run / 'home'} (newest: e2e)" in status.stdout
 
     # A second `make run` starts it all afresh, in seconds, and the session goes on.
     began = time.monotonic()

@@ -89,6 +89,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("baseline.system", BASE / "system.md"),
     # Issue 14: slot save/restore.
     ("cache.slot_save", False),
+    ("cache.prewarm", False),
     ("cache.min_tokens", 256),
     ("cache.idle_save_ms", 60_000),
     ("cache.save_factor", 10),

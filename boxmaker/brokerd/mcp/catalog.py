@@ -24,8 +24,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import orjson
-from jsonschema import SchemaError  # type: ignore[import-untyped]
-from jsonschema.validators import validator_for  # type: ignore[import-untyped]
 
 from boxmaker.proto import ToolSchema
 from boxmaker.proto.tool import ResultClass, ToolResponse
@@ -72,6 +70,9 @@ def schema_problem(schema: Any) -> str | None:
         return "is not JSON"
     if size > MAX_SCHEMA_BYTES:
         return f"is {size} bytes, over {MAX_SCHEMA_BYTES}"
+    from jsonschema import SchemaError  # type: ignore[import-untyped]  # the mcp extra's
+    from jsonschema.validators import validator_for  # type: ignore[import-untyped]
+
     try:
         validator_for(schema).check_schema(schema)
     except SchemaError as exc:
@@ -81,6 +82,8 @@ def schema_problem(schema: Any) -> str | None:
 
 def argument_problem(schema: ToolSchema, arguments: Any) -> str | None:
     """None when `arguments` fit the listed schema, else the first error (a result, not a call)."""
+    from jsonschema.validators import validator_for  # the mcp extra's, loaded at first use
+
     validator = validator_for(schema.parameters)(schema.parameters)
     error = next(iter(validator.iter_errors(arguments)), None)
     if error is None:

@@ -25,17 +25,19 @@ import errno
 import json
 import os
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
 from boxmaker.brokerd.mcp.config import McpServerConfig
-from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.paths import PathRefused, describe
 from boxmaker.brokerd.targets import Fields, string_fields
 from boxmaker.brokerd.tools.files import error
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
 from boxmaker.brokerd.tools.table import Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+
+if TYPE_CHECKING:  # the manager imports the MCP client, which brokerd loads only when it is used
+    from boxmaker.brokerd.mcp.manager import McpManager
 
 # What the table's argument parser can check by type (tools/spec.parse_arguments).
 JSON_TYPES: dict[str, type] = {

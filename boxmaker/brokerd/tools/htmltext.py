@@ -1,9 +1,11 @@
 """HTML to readable text with the standard library's tokenizer (html.parser). [core]
 
 Scripts, styles, templates and other non-text elements are dropped with everything in them;
-block elements end a line; runs of white space collapse; link targets are kept after the text
-(the model may want to follow them). The stdlib's parser is kept with CPython, is tolerant of
-broken markup and adds no dependency to the broker (docs/decisions/sandbox.md, "fetch").
+block elements end a line; runs of white space collapse, except inside <pre>, whose lines and
+indentation are kept as they are; a table row is one line, its cells separated by " | "; link
+targets are kept after the text (the model may want to follow them). The stdlib's parser is
+kept with CPython, is tolerant of broken markup and adds no dependency to the broker
+(docs/decisions/sandbox.md, "fetch").
 """
 
 from __future__ import annotations
@@ -18,7 +20,16 @@ BLOCK = frozenset(
     | {"hr", "dt", "dd", "form", "main", "figure", "figcaption", "title"}
 )
 VOID = frozenset({"br", "hr", "img", "input", "meta", "link", "area", "base", "col", "wbr"})
+CELL = frozenset({"td", "th"})
+CELL_SEP = " | "
 _SPACES = re.compile(r"[ \t\r\f\v]+")
+# Inside <pre>, white space is carried through the collapse as private-use characters (any in
+# the page itself are dropped first), then put back.
+_KEPT = {" ": "\ue000", "\t": "\ue001", "\n": "\ue002"}
+_KEEP = str.maketrans({**_KEPT, "\ue000": None, "\ue001": None, "\ue002": None, "\r": None})
+_PUT_BACK = str.maketrans({v: k for k, v in _KEPT.items()})
+# Outside it a newline in the source is white space like any other (a browser's rule).
+_PRIVATE = str.maketrans({"\ue000": None, "\ue001": None, "\ue002": None, "\n": " "})
 
 
 class _Text(HTMLParser):
@@ -27,6 +38,8 @@ class _Text(HTMLParser):
         self.parts: list[str] = []
         self.dropping: list[str] = []  # the open elements whose content is dropped
         self.href: str | None = None
+        self.pre = 0  # open <pre> elements
+        self.cells = 0  # cells begun in the current table row
 
     def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
         if tag in DROP and tag not in VOID:
@@ -35,6 +48,13 @@ class _Text(HTMLParser):
             return
         if tag in BLOCK:
             self.parts.append("\n")
+        if tag == "pre":
+            self.pre += 1
+        if tag == "tr":
+            self.cells = 0
+        if tag in CELL:
+            self.parts.append(CELL_SEP if self.cells else "")
+            self.cells += 1
         if tag == "li":
             self.parts.append("- ")
         if tag == "a":
@@ -50,12 +70,16 @@ class _Text(HTMLParser):
         if tag == "a" and self.href and self.href.startswith(("http://", "https://")):
             self.parts.append(f" <{self.href}>")
             self.href = None
+        if tag == "pre" and self.pre:
+            self.pre -= 1
         if tag in BLOCK:
             self.parts.append("\n")
 
     def handle_data(self, data: str) -> None:
         if not self.dropping:
-            self.parts.append(data)
+            if self.pre and self.parts and self.parts[-1] == "\n" and data.startswith("\n"):
+                data = data[1:]  # a newline right after <pre> is not content (HTML's rule)
+            self.parts.append(data.translate(_KEEP) if self.pre else data.translate(_PRIVATE))
 
 
 def html_to_text(html: str) -> str:
@@ -68,4 +92,4 @@ def html_to_text(html: str) -> str:
     for line in lines:
         if line or (out and out[-1]):
             out.append(line)
-    return "\n".join(out).strip()
+    return "\n".join(out).strip().translate(_PUT_BACK).strip("\n")

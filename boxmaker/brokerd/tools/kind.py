@@ -90,6 +90,8 @@ class Tool:
             `args` may name; None while not known (an MCP server not listed yet).
         facts: for a row known only at run time (an MCP tool's), what its decision read of it,
             as JSON: the request's log line carries it, so `brokerd verify` decides again.
+        unavailable: why it cannot run here at all (shell with no sandbox), else None: a call
+            that would be asked is refused at once, and the owner is never asked in vain.
     """
 
     schema: ToolSchema
@@ -111,6 +113,7 @@ class Tool:
     asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
     strings: frozenset[str] | None = None
     facts: Mapping[str, Any] | None = None
+    unavailable: Callable[[Context], str | None] | None = None
 
     @property
     def needs_grant(self) -> bool:

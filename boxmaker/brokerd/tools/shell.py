@@ -104,11 +104,13 @@ SHELL = Tool(
     lambda _args, _ws: "",
     writes=True,
     untrusted=True,
-    # It reads the whole workspace: while a read is denied somewhere it asks (decisions/brokerd.md).
+    # It reads the whole workspace: while a read is denied somewhere it asks
+    # (docs/decisions/brokerd-tool-table.md).
     reads_all_as=("read_file", "list_dir"),
     always=no_always(
         'nothing: this command is asked about every time (an "always" would allow every command)'
     ),
     check=_check,
     classes=True,
+    unavailable=lambda ctx: ctx.sandbox.probe(),
 )

@@ -40,7 +40,17 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import Props, template_sha256
 from boxmaker.loopd.llama.slots import SlotFiles
 
-from .policy import SAVE_PREFIX, Action, Drop, Mark, Restore, Save, identity, marks_of
+from .policy import (
+    PREWARM_NAME,
+    SAVE_PREFIX,
+    Action,
+    Drop,
+    Mark,
+    Restore,
+    Save,
+    identity,
+    marks_of,
+)
 from .state import STATE_FILE, StateFile
 
 Warn = Callable[[str], None]
@@ -213,6 +223,23 @@ class CacheKeeper:
             self.policy.granted(slot, None, mark)
             self.state.persist(self.policy)
         yield slot
+
+    def free_slots(self) -> list[int]:
+        """The slots no session's cache is in (loopd's pre-warm reads the baseline into these)."""
+        with self._lock:
+            marks = self._marks()
+            return [s for s in self.slots if self.policy.holder(s, marks.get(s)) is None]
+
+    def copy_slot(self, source: int, dest: int) -> str | None:
+        """`source`'s cache into `dest` (a save, then a restore: no prompt read); None when done,
+        else why not. Before loopd serves: nothing else uses the slots."""
+        name = self.policy.name(PREWARM_NAME, 0)
+        try:
+            self.files.save(source, name)
+            self.files.restore(dest, name)
+        except InferError as exc:
+            return exc.describe()
+        return None
 
     def set_prompt_rate(self, us: float | None) -> None:
         """The prompt rate the self-test timed (None: unknown), for the after-turn rule."""

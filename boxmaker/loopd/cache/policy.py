@@ -65,6 +65,7 @@ from boxmaker.proto import is_session_id, sha256_hex
 __all__ = ["MAX_COUNT", "SlotIO"]  # the llama/ parser's results, named where the policy uses them
 
 SAVE_PREFIX = "bx-"
+PREWARM_NAME = "prewarm"  # the baseline slot loopd copies into the others at start (prewarm.py)
 PROBE_NAME = "probe"  # the self-test's probe file is named as its session (no clash with one:
 # a probe file is never restored, and a session called "probe" would only overwrite it)
 # 1 named files by the escaped session id, 2 had no epochs: their files are not looked for (an

@@ -36,6 +36,7 @@ Say = Callable[[str], None]
 class Outcome:
     failed: tuple[str, ...]  # the checks that failed (none: loopd may start)
     keeper: CacheKeeper | None  # when serving with slot save on: the keeper, not yet started
+    slot: int  # the slot the checks ran on (its cache is theirs now)
 
 
 def run_selftest(config: Config, gate: SlotGate, say: Say, warn: Say, *, serving: bool) -> Outcome:
@@ -62,7 +63,7 @@ def run_selftest(config: Config, gate: SlotGate, say: Say, warn: Say, *, serving
             say(f"selftest {result.line()}")
             if not result.ok:
                 failed.append(result.check)
-    return Outcome(tuple(failed), keeper if serving else None)
+    return Outcome(tuple(failed), keeper if serving else None, slot)
 
 
 def open_keeper(
