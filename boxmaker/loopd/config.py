@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
-from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV
-from boxmaker.loopd._kinds import (
+from boxmaker._config.kinds import (
     BOOL,
     BYTES,
     DELAYS_MS,
@@ -47,8 +45,10 @@ from boxmaker.loopd._kinds import (
     number,
     text,
 )
-from boxmaker.loopd._readfile import read_bounded
-from boxmaker.loopd._walker import build, parse_toml
+from boxmaker._config.readfile import read_bounded
+from boxmaker._config.walker import build, parse_toml
+from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
+from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV
 
 __all__ = [
     "MAX_BYTES",
