@@ -195,6 +195,7 @@ R1_CORES = [
     f"{TURN}.compact",
     f"{TURN}.limits",
     f"{TURN}.records",
+    f"{TURN}.recorded",
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
     "boxmaker.bxctl.escape",
