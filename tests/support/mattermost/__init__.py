@@ -1,0 +1,1 @@
+"""The fake Mattermost server (fake.py) and the fixtures it is pinned to (fixtures.py)."""
