@@ -106,7 +106,8 @@ class Gateway:
         for path in sorted(self.folder.glob("*.json")):
             try:
                 d = orjson.loads(path.read_bytes())
-                self.cursors[path.stem] = Cursor(str(d["after"]) if d.get("after") else None)
+                after = d.get("after")
+                self.cursors[path.stem] = Cursor(after if isinstance(after, str) else None)
                 self.types[path.stem] = str(d["type"])
             except (OSError, ValueError, KeyError, TypeError) as e:
                 self.say(f"cursor {path.name} unreadable ({e}); that channel starts afresh")
@@ -176,6 +177,7 @@ class Gateway:
 
     async def answer(self, item: _Item) -> None:
         post, place = item.post, item.place
+        await self._first_sight(post)
         crashpoint.reached("before_turn")
         try:
             if self._complete(await self._replies(item), post.id):
@@ -289,12 +291,31 @@ class Gateway:
 
     # ---- the cursor -----------------------------------------------------------------------
 
+    async def _first_sight(self, post: Post) -> None:
+        """A channel seen for the first time gets its cursor file now, just before this post (or
+        "" when it is the channel's first), so a crash from here on is caught up after."""
+        channel = post.channel_id
+        cursor = self.cursor(channel)
+        if cursor.at is not None or (self.folder / f"{channel}.json").exists():
+            return
+        try:
+            latest = await self.client.latest_posts(channel, per_page=PAGE)
+        except MattermostError as e:
+            self.say(f"channel {channel}: cannot read it for its cursor ({e})")
+            return
+        ids = [p.id for p in latest]
+        before = ids[ids.index(post.id) - 1] if post.id in ids[1:] else ""
+        cursor.at = before
+        self._write_cursor(channel, before)
+
     def _finish(self, post: Post) -> None:
         self._moved(post.channel_id, self.cursor(post.channel_id).finish(post.id))
 
     def _moved(self, channel: str, at: str | None) -> None:
-        if at is None:
-            return
+        if at is not None:
+            self._write_cursor(channel, at)
+
+    def _write_cursor(self, channel: str, at: str) -> None:
         kind = self.types.get(channel, "")
         data = orjson.dumps({"after": at, "type": kind})
         path = self.folder / f"{channel}.json"
@@ -324,13 +345,15 @@ class Gateway:
         kind = self.types[channel]
         if cursor.at is None:  # a channel never read: start from now, answer no history
             latest = await self.client.latest_posts(channel, per_page=1)
-            if latest:
-                cursor.at = latest[-1].id
-                self._moved(channel, latest[-1].id)
+            cursor.at = latest[-1].id if latest else ""
+            self._write_cursor(channel, cursor.at)
             return
         found: list[Post] = []
         after = cursor.at
-        for _ in range(MAX_PAGES):
+        if not after:  # from the channel's first post ("": its first post was taken)
+            found = await self.client.latest_posts(channel, per_page=PAGE)
+            after = found[-1].id if len(found) == PAGE else ""
+        for _ in range(MAX_PAGES if after else 0):
             page = await self.client.posts_after(channel, after, per_page=PAGE)
             found += page
             if len(page) < PAGE:
