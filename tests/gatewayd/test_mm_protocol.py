@@ -93,7 +93,7 @@ def test_responses_to_actions_are_not_events() -> None:
 def test_first_hello_is_lossy_then_events_flow() -> None:
     s = SocketState()
     assert s.url("ws://h/api/v4/websocket") == "ws://h/api/v4/websocket"
-    assert s.opened() == []
+    s.opened()
     assert s.feed(_hello("c1")) == [Connected("c1", lossless=False)]
     out = s.feed(_posted(1))
     assert len(out) == 1
@@ -114,15 +114,32 @@ def test_a_seq_gap_is_lossy_and_the_event_still_comes() -> None:
     assert s.next_seq == 4
 
 
-def test_a_resume_is_lossless_until_a_new_hello() -> None:
+def test_a_resume_is_lossless_on_its_first_event_in_sequence() -> None:
     s = SocketState()
     s.feed(_hello("c1"))
     s.feed(_posted(1))
-    assert s.opened() == [Connected("c1", lossless=True)]
-    replayed = s.feed(_posted(1))  # an overlap of the replay: already seen
-    assert replayed == []
+    s.opened()
+    replayed = s.feed(_posted(1))  # an overlap of the replay: already seen, yet the resume held
+    assert replayed == [Connected("c1", lossless=True)]
+    assert [type(i) for i in s.feed(_posted(2))] == [Posted]
+
+
+def test_a_resume_answered_by_a_new_hello_is_lossy() -> None:
+    s = SocketState()
+    s.feed(_hello("c1"))
+    s.feed(_posted(1))
+    s.opened()
     assert s.feed(_hello("c2")) == [Connected("c2", lossless=False)]
     assert s.next_seq == 1
+
+
+def test_a_resume_past_a_gap_is_lossy() -> None:
+    s = SocketState()
+    s.feed(_hello("c1"))
+    s.opened()
+    out = s.feed(_posted(5))
+    assert out[0] == Connected("c1", lossless=False)
+    assert isinstance(out[1], Posted)
 
 
 def test_a_hello_with_the_same_id_at_the_wanted_seq_is_lossless() -> None:

@@ -97,8 +97,7 @@ class MattermostClient:
                 continue
             watch = asyncio.create_task(self._keepalive(ws))
             try:
-                for item in self.state.opened():
-                    yield item
+                self.state.opened()
                 async for text in self._frames(ws):
                     for item in self.state.feed(text):
                         if isinstance(item, Connected):
@@ -113,7 +112,7 @@ class MattermostClient:
                 attempt += 1
 
     async def _connect(self) -> _TimedConnection | None:
-        open_s = self.limits.rest_timeout_ms / 1000
+        open_s = self.limits.pong_timeout_ms / 1000  # an upgrade unanswered is a missing pong
         try:
             ws = await connect(
                 self.state.url(self._ws_url),

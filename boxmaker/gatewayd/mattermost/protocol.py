@@ -26,6 +26,7 @@ class SocketState:
     connection_id: str = ""
     next_seq: int | None = None  # None until the first hello or event
     lost: int = field(default=0)  # lossy Connected yielded so far (gaps, new hellos, bad frames)
+    _resuming: bool = field(default=False, repr=False)
 
     def url(self, ws_url: str) -> str:
         """The upgrade URL: plain for a first connect, with the resume query after."""
@@ -34,26 +35,31 @@ class SocketState:
         query = urlencode({"connection_id": self.connection_id, "sequence_number": self.next_seq})
         return f"{ws_url}?{query}"
 
-    def opened(self) -> list[Item]:
-        """After an upgrade: a resume is lossless until a hello or a gap says otherwise."""
-        if self.connection_id and self.next_seq is not None:
-            return [Connected(self.connection_id, lossless=True)]
-        return []
+    def opened(self) -> None:
+        """After an upgrade. A resume is lossless if the server's first frame is not a hello and
+        not past a gap; it sends nothing at all when nothing happened, so nothing is said then."""
+        self._resuming = bool(self.connection_id) and self.next_seq is not None
 
     def feed(self, text: str | bytes) -> list[Item]:
         """One frame in; the Posted and Connected it means out (other events are dropped)."""
         try:
             event = parse_event(text)
         except MattermostError:
+            self._resuming = False
             return self._lossy()  # what it held is fetched over REST
         if event is None:
             return []
         if event.event == "hello":
+            self._resuming = False
             return self._hello(event.data.get("connection_id"), event.seq)
         out: list[Item] = []
+        if self._resuming:
+            self._resuming = False
+            if event.seq is None or self.next_seq is None or event.seq <= self.next_seq:
+                out.append(Connected(self.connection_id, lossless=True))
         if event.seq is not None:
             if self.next_seq is not None and event.seq < self.next_seq:
-                return []  # replayed and already seen
+                return out  # replayed and already seen
             if self.next_seq is not None and event.seq > self.next_seq:
                 out += self._lossy()
             self.next_seq = event.seq + 1

@@ -138,10 +138,11 @@ class Posted:
 
 @dataclass(frozen=True, slots=True)
 class Connected:
-    """After every hello, and after a resumed upgrade (the server sends no hello then).
+    """After every hello, after a seq gap, and on a resumed socket's first event.
 
     lossless is True only when the server resumed our connection with nothing lost (same
-    connection_id, no seq gap); False means: catch up over REST.
+    connection_id, no seq gap); False means: catch up over REST. A resume with nothing to replay
+    is silent on the wire, so it yields nothing until its first event.
     """
 
     connection_id: str
