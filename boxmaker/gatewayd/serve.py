@@ -119,7 +119,10 @@ class Gateway:
         await self.start()
         async for event in self.client.events():
             if isinstance(event, Connected):
-                if not event.lossless:
+                if event.lossless:
+                    self.say("socket resumed, nothing lost")
+                else:
+                    self.say("socket connected; catching up the known channels")
                     self._spawn(self.catch_up())
                 continue
             self.types.setdefault(event.post.channel_id, event.channel_type)

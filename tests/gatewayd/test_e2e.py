@@ -21,14 +21,15 @@ from tests.support.turn import say
 
 OWNER = "own0000000000000000000000a"
 BOT = "bot0000000000000000000000b"
-LONG = "\n\n".join(f"paragraph {i}: " + "words " * 40 for i in range(6))  # about 1,500 chars
+LONG = "\n\n".join(f"paragraph {i}: " + "words " * 20 for i in range(6))  # about 800 chars
 
 
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, FakeMattermost]]:
-    with serve_env() as env, FakeMattermost(
-        bot_user_id=BOT, owner_user_id=OWNER, max_post_size=700
-    ) as fake:
+    with (
+        serve_env() as env,
+        FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER, max_post_size=700) as fake,
+    ):
         env.start()
         yield env, fake
 
@@ -128,8 +129,11 @@ def test_a_turn_cut_in_loopd_and_gatewayd_gets_one_interrupted_reply(
         wait_for(lambda: env.model.waiting == 1, "the turn's completion to be asked", BOUND_S)
         daemon = env.daemons[0]
         os.kill(session_worker(daemon.pid, f"mm.{dm}"), signal.SIGKILL)  # loopd's side is cut
-        rig.start()
-        [reply] = rig.wait_replies(dm, post["id"])
+        again = rig.start()
+        try:
+            [reply] = rig.wait_replies(dm, post["id"])
+        except AssertionError:
+            raise AssertionError(f"{again.err_lines}") from None
         assert "interrupted" in reply["message"]
         env.model.release()
         sentinel(rig, dm)

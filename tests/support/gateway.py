@@ -17,7 +17,7 @@ from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import Daemon, python_module, wait_for
 from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv
 
-START_LINE = "gatewayd: connected as"
+START_LINE = "gatewayd: socket connected"
 REPLY_TO = "boxmaker_reply_to"
 
 
@@ -47,10 +47,17 @@ class GatewayRig:
 
     def start(self, wait: bool = True) -> Daemon:
         env = {**os.environ, "BOXMAKER_GATEWAYD_CRASH_AT": str(self.plan)}
-        daemon = Daemon(python_module("boxmaker.gatewayd", "serve", "--config", str(self.config)), env)
+        daemon = Daemon(
+            python_module("boxmaker.gatewayd", "serve", "--config", str(self.config)), env
+        )
         self.daemons.append(daemon)
-        if wait:
-            daemon.wait_for_line(START_LINE, BOUND_S)
+        if wait:  # gatewayd's lines go to stderr
+            wait_for(
+                lambda: any(START_LINE in ln for ln in daemon.err_lines) or daemon.proc.poll(),
+                "gatewayd's start line",
+                BOUND_S,
+            )
+            assert daemon.proc.poll() is None, f"gatewayd exited: {daemon.err_lines}"
         return daemon
 
     def crash_at(self, point: str, n: int = 1) -> None:
@@ -73,8 +80,12 @@ class GatewayRig:
         ]
 
     def wait_replies(self, channel: str, post_id: str, n: int = 1) -> list[dict[str, Any]]:
-        return wait_for(
-            lambda: (r := self.replies(channel, post_id)) and len(r) >= n and r,
-            f"{n} reply post(s) to {post_id}",
-            REPLY_BOUND_S,
-        )
+        try:
+            return wait_for(
+                lambda: (r := self.replies(channel, post_id)) and len(r) >= n and r,
+                f"{n} reply post(s) to {post_id}",
+                REPLY_BOUND_S,
+            )
+        except AssertionError as e:
+            said = self.daemons[-1].err_lines if self.daemons else []
+            raise AssertionError(f"{e}; gatewayd said: {said[-20:]}") from None
