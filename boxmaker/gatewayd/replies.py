@@ -22,10 +22,11 @@ def reply_props(post_id: str, part: int, total: int) -> dict[str, Any]:
     return {REPLY_TO: post_id, PART: f"{part}/{total}"}
 
 
-def pending_id(bot_id: str, post_id: str, part: int) -> str:
-    """The create's pending_post_id: the same for a retried create of the same part, so the
-    server folds a retry within its short window (the marker covers the rest)."""
-    return f"{bot_id}:{post_id}:{part}"
+def pending_id(bot_id: str, run: str, post_id: str, part: int) -> str:
+    """The create's pending_post_id: the same for a retried create of the same part within one
+    run of gatewayd (`run`, new at each start), so the server folds a retry in its short
+    window. Across a restart the marker alone decides: the server's window is seconds."""
+    return f"{bot_id}:{run}:{post_id}:{part}"
 
 
 def posted_parts(posts: Iterable[Post], bot_id: str, post_id: str) -> set[int]:

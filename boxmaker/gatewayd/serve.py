@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import secrets
 import sys
 import tempfile
 import time
@@ -81,6 +82,7 @@ class Gateway:
         self.bot_id = ""
         self._catching_up = asyncio.Lock()
         self.folder = config.state.folder / "cursors"
+        self.run = secrets.token_hex(4)  # this run's part of every pending_post_id
 
     def say(self, line: str) -> None:
         sys.stderr.write(redact(f"gatewayd: {line}", self._token) + "\n")
@@ -268,7 +270,7 @@ class Gateway:
                         texts[i - 1],
                         root_id=place.root_id,
                         props={REPLY_TO: post.id, PART: f"{i}/{len(texts)}"},
-                        pending_post_id=pending_id(self.bot_id, post.id, i),
+                        pending_post_id=pending_id(self.bot_id, self.run, post.id, i),
                     )
                     if n < len(todo) - 1:
                         crashpoint.reached("between_parts")
@@ -287,7 +289,7 @@ class Gateway:
                 item.post.channel_id,
                 text,
                 root_id=item.place.root_id,
-                pending_post_id=f"{self.bot_id}:{item.post.id}:a{time.monotonic_ns()}",
+                pending_post_id=f"{self.bot_id}:{self.run}:{item.post.id}:a{time.monotonic_ns()}",
             )
         except MattermostError as e:
             self.say(f"post {item.post.id}: the approval notice failed: {e}")
@@ -363,6 +365,7 @@ class Gateway:
                 break
             after = page[-1].id
         allowed = [p for p in found if refused(p, kind, (), self.rules) is None]
+        self.say(f"catch-up of {channel}: {len(found)} post(s), {len(allowed)} to answer")
         chosen = plan(
             allowed,
             int(time.time() * 1000),

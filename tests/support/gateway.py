@@ -82,7 +82,7 @@ class GatewayRig:
     def wait_replies(self, channel: str, post_id: str, n: int = 1) -> list[dict[str, Any]]:
         try:
             return wait_for(
-                lambda: (r := self.replies(channel, post_id)) and len(r) >= n and r,
+                lambda: r if len(r := self.replies(channel, post_id)) >= n else None,
                 f"{n} reply post(s) to {post_id}",
                 REPLY_BOUND_S,
             )
