@@ -63,9 +63,10 @@ soak: install
 
 # Starts llama-server, brokerd, inferproxy and loopd under supervisord (in run/) and opens bxctl
 # chat. MODEL=qwen-coder (a model profile, conf/profiles/; default local, SmolLM2) or
-# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml; GATEWAY=gateway.toml adds gatewayd
+# (the owner's Mattermost posts as turns): see scripts/run.sh.
 run: install
-	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" GATEWAY="$(GATEWAY)" bash scripts/run.sh
 
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or

@@ -25,6 +25,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("serve", help="connect to Mattermost and serve until stopped")
     run.add_argument("--config", required=True, help="gateway.toml")
+    check = sub.add_parser("check", help="check the config and the token file, then exit")
+    check.add_argument("--config", required=True, help="gateway.toml")
     args = parser.parse_args(argv)
     try:
         config = load_config(args.config)
@@ -32,6 +34,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as e:
         sys.stderr.write(f"gatewayd: {e}\n")
         return 2
+    if args.command == "check":
+        print(f"gatewayd: {args.config}: ok")
+        return 0
     try:
         asyncio.run(_run(config, token))
     except (Refusal, MattermostError) as e:

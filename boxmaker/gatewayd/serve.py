@@ -24,8 +24,11 @@ import os
 import secrets
 import sys
 import tempfile
+import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 import orjson
 
@@ -49,6 +52,8 @@ from boxmaker.gatewayd.split import split_answer
 from boxmaker.gatewayd.turns import Outcome, run_turn
 from boxmaker.gatewayd.who import Rules, refused
 from boxmaker.proto import ApprovalNeededEvent
+
+T = TypeVar("T")
 
 PAGE = 200
 MAX_PAGES = 20  # one catch-up reads at most this many pages per channel; the rest next time
@@ -204,7 +209,7 @@ class Gateway:
 
         typing = asyncio.create_task(self._typing(post.channel_id, place.root_id))
         try:
-            outcome = await asyncio.to_thread(
+            outcome = await _in_thread(
                 run_turn,
                 self.config.loopd.socket,
                 place.session,
@@ -387,6 +392,33 @@ class Gateway:
                 self._moved(channel, cursor.skip(p.id))
             else:
                 self.take(p, kind)  # answered, or refused (then passed)
+
+
+async def _in_thread(fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` on a daemon thread of its own. Not asyncio.to_thread: its executor's threads
+    are joined at exit, so a SIGTERM during a turn would wait for the turn (up to the channel
+    client's silence bound); the turn goes on in loopd, and a restart answers it from the log."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (fn(*args), None)
+        except BaseException as e:  # handed to the awaiting task
+            outcome = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: gatewayd is stopping
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name="turn", daemon=True).start()
+    return await done
 
 
 def _total(part: object) -> int:

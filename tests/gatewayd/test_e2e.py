@@ -146,3 +146,27 @@ def test_a_turn_cut_in_loopd_and_gatewayd_gets_one_interrupted_reply(
         assert len(rig.replies(dm, post["id"])) == 1
     finally:
         rig.stop()
+
+
+def test_sigterm_during_a_turn_stops_gatewayd_at_once_and_the_restart_answers(
+    stack: tuple[ServeEnv, FakeMattermost],
+) -> None:
+    env, fake = stack
+    rig = GatewayRig(env, fake)
+    try:
+        gw = rig.start()
+        dm = fake.direct_channel(OWNER)
+        first = fake.post_as(OWNER, dm, "first")
+        rig.wait_replies(dm, first["id"])
+        env.model.hold()
+        post = fake.post_as(OWNER, dm, "a slow one")
+        wait_for(lambda: env.model.waiting == 1, "the turn's completion to be asked", BOUND_S)
+        assert gw.stop(signal.SIGTERM, BOUND_S) == 0, "the turn in its thread held the exit"
+        env.model.load([say("the slow answer")])
+        env.model.release()
+        rig.start()
+        [reply] = rig.wait_replies(dm, post["id"])
+        assert reply["message"] == "the slow answer"
+        assert user_refs(env, f"mm.{dm}", f"mm:{post['id']}") == 1
+    finally:
+        rig.stop()
