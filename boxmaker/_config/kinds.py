@@ -246,3 +246,4 @@ DELAYS_MS = list_of(
     f"a list of integers from 0 to {MAX_MS} (milliseconds, at most one day)",
     nonempty=False,
 )
+UIDS = list_of(integer(1, 2**32 - 2), "a list of unique uids, not 0", unique=True, nonempty=False)

@@ -11,30 +11,24 @@ Exactly once (M4 section 6; docs/gateway.md has the crash windows): a post is ta
 any restart or lossy reconnect (catch-up from the cursor) and that is harmless: before its turn,
 the thread (or the DM after the post) is read for the bot's posts with its marker, and a post
 whose reply is all there is done; a turn sent again is answered by loopd from the session's log
-(or `interrupted` when the log shows it cut); only the parts not posted are posted.
-
-The token is never logged: every line goes through `redact`.
+(or `interrupted` when the log shows it cut); only the parts not posted are posted. The token
+is never logged: every line goes through `redact`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import secrets
 import sys
-import tempfile
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TypeVar
-
-import orjson
 
 from boxmaker.gatewayd import crashpoint
 from boxmaker.gatewayd.catchup import Cursor, notice, plan
 from boxmaker.gatewayd.config import GatewayConfig
+from boxmaker.gatewayd.cursors import read_cursors, write_cursor
 from boxmaker.gatewayd.mattermost.client import ClientLimits, MattermostClient
 from boxmaker.gatewayd.mattermost.types import Connected, MattermostError, Post, redact
 from boxmaker.gatewayd.messages import (
@@ -49,7 +43,7 @@ from boxmaker.gatewayd.queues import FULL, RUN, SessionQueues
 from boxmaker.gatewayd.replies import PART, REPLY_TO, missing, pending_id, posted_parts
 from boxmaker.gatewayd.sessions import Place, client_ref, place_of
 from boxmaker.gatewayd.split import split_answer
-from boxmaker.gatewayd.turns import Outcome, run_turn
+from boxmaker.gatewayd.turns import Outcome, in_thread, run_turn
 from boxmaker.gatewayd.who import Rules, refused
 from boxmaker.proto import ApprovalNeededEvent
 
@@ -110,14 +104,9 @@ class Gateway:
         self.rules = Rules(me.id, me.username, frozenset(m.allowed_users), frozenset(m.channels))
         self.max_chars = await self.client.max_post_chars()
         self.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        for path in sorted(self.folder.glob("*.json")):
-            try:
-                d = orjson.loads(path.read_bytes())
-                after = d.get("after")
-                self.cursors[path.stem] = Cursor(after if isinstance(after, str) else None)
-                self.types[path.stem] = str(d["type"])
-            except (OSError, ValueError, KeyError, TypeError) as e:
-                self.say(f"cursor {path.name} unreadable ({e}); that channel starts afresh")
+        for channel, (after, kind) in read_cursors(self.folder, self.say).items():
+            self.cursors[channel] = Cursor(after)
+            self.types[channel] = kind
         for channel in m.channels:
             self.cursors.setdefault(channel, Cursor(None))
         self.say(f"connected as @{me.username} ({me.id}); {len(self.cursors)} channel(s) known")
@@ -209,7 +198,7 @@ class Gateway:
 
         typing = asyncio.create_task(self._typing(post.channel_id, place.root_id))
         try:
-            outcome = await _in_thread(
+            outcome = await in_thread(
                 run_turn,
                 self.config.loopd.socket,
                 place.session,
@@ -326,17 +315,7 @@ class Gateway:
             self._write_cursor(channel, at)
 
     def _write_cursor(self, channel: str, at: str) -> None:
-        kind = self.types.get(channel, "")
-        data = orjson.dumps({"after": at, "type": kind})
-        path = self.folder / f"{channel}.json"
-        # written atomically: a crash leaves the old cursor or the new one, never half of one
-        fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".cursor-")
-        try:
-            os.write(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(tmp, path)
+        write_cursor(self.folder, channel, at, self.types.get(channel, ""))
 
     # ---- catch-up ---------------------------------------------------------------------------
 
@@ -392,33 +371,6 @@ class Gateway:
                 self._moved(channel, cursor.skip(p.id))
             else:
                 self.take(p, kind)  # answered, or refused (then passed)
-
-
-async def _in_thread(fn: Callable[..., T], *args: object) -> T:
-    """`fn(*args)` on a daemon thread of its own. Not asyncio.to_thread: its executor's threads
-    are joined at exit, so a SIGTERM during a turn would wait for the turn (up to the channel
-    client's silence bound); the turn goes on in loopd, and a restart answers it from the log."""
-    loop = asyncio.get_running_loop()
-    done: asyncio.Future[T] = loop.create_future()
-
-    def settle(result: T | None, error: BaseException | None) -> None:
-        if done.cancelled():
-            return
-        if error is not None:
-            done.set_exception(error)
-        else:
-            done.set_result(result)  # type: ignore[arg-type]
-
-    def work() -> None:
-        try:
-            outcome: tuple[T | None, BaseException | None] = (fn(*args), None)
-        except BaseException as e:  # handed to the awaiting task
-            outcome = (None, e)
-        with contextlib.suppress(RuntimeError):  # the loop is closed: gatewayd is stopping
-            loop.call_soon_threadsafe(settle, *outcome)
-
-    threading.Thread(target=work, name="turn", daemon=True).start()
-    return await done
 
 
 def _total(part: object) -> int:

@@ -10,10 +10,14 @@ met (each one post).
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 
 from boxmaker._client.channel import ChatError, ChatSession
 from boxmaker.gatewayd import crashpoint
@@ -26,6 +30,8 @@ from boxmaker.proto import (
     WireError,
 )
 from boxmaker.proto.frame import Frame
+
+T = TypeVar("T")
 
 BUSY_RETRY_S = 1.0
 BUSY_WAIT_S = 900.0  # loopd's own longest silent waits (the channel client's silence bound)
@@ -74,3 +80,30 @@ def run_turn(
             time.sleep(BUSY_RETRY_S)  # the same post's first delivery may still run
             continue
         return Outcome(error=final)
+
+
+async def in_thread(fn: Callable[..., T], *args: object) -> T:
+    """`fn(*args)` on a daemon thread of its own. Not asyncio.to_thread: its executor's threads
+    are joined at exit, so a SIGTERM during a turn would wait for the turn (up to the channel
+    client's silence bound); the turn goes on in loopd, and a restart answers it from the log."""
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[T] = loop.create_future()
+
+    def settle(result: T | None, error: BaseException | None) -> None:
+        if done.cancelled():
+            return
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(result)  # type: ignore[arg-type]
+
+    def work() -> None:
+        try:
+            outcome: tuple[T | None, BaseException | None] = (fn(*args), None)
+        except BaseException as e:  # handed to the awaiting task
+            outcome = (None, e)
+        with contextlib.suppress(RuntimeError):  # the loop is closed: gatewayd is stopping
+            loop.call_soon_threadsafe(settle, *outcome)
+
+    threading.Thread(target=work, name="turn", daemon=True).start()
+    return await done

@@ -12,11 +12,10 @@ from typing import Any
 import pytest
 
 from boxmaker.gatewayd.crashpoint import POINTS
-from tests.loopd.test_serve_client_ref import session_worker
 from tests.support.gateway import GatewayRig
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for
-from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv, serve_env
+from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv, serve_env, session_worker
 from tests.support.turn import say
 
 OWNER = "own0000000000000000000000a"

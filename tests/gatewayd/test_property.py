@@ -85,8 +85,9 @@ def run(rig: GatewayRig, fake: FakeMattermost, actions: list[tuple[str, Any]]) -
             if arg:
                 fake.forget_connections()
             fake.drop_after(0)
-        elif kind == "lose":
+        elif kind == "lose":  # the next post after these reveals the gap (a lossy reconnect)
             fake.lose_next(arg)
+            allowed += [fake.post_as(OWNER, dm, f"after gap {i}")["id"] for i in range(arg + 1)]
         elif kind == "crash":
             if arg == "now":
                 gw.proc.send_signal(signal.SIGKILL)
@@ -102,7 +103,7 @@ def run(rig: GatewayRig, fake: FakeMattermost, actions: list[tuple[str, Any]]) -
         if gw.proc.poll() is not None:
             gw = rig.start()
         wait_for(
-            lambda pid=post_id: check_alive(rig) and rig.replies(dm, pid),
+            lambda pid=post_id: check_alive(rig) and rig.replies(dm, pid),  # type: ignore[misc]
             f"a reply to {post_id}",
             REPLY_BOUND_S,
         )

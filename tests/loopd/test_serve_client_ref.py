@@ -16,10 +16,10 @@ from tests.support.serve import (
     BOUND_S,
     REPLY_BOUND_S,
     ServeEnv,
-    children,
     connect,
     read_frames,
     serve_env,
+    session_worker,
 )
 from tests.support.turn import say
 
@@ -91,19 +91,6 @@ def test_a_turn_cut_by_a_killed_worker_is_answered_interrupted_and_not_run(
     assert env.model.served == served, "no completion was asked for"
     assert env.model.waiting == 1, "only the killed turn's request is held"
     assert env.log_lines("mm.chan2") == lines
-
-
-def session_worker(loopd_pid: int, session: str) -> int:
-    """The worker that holds the session's log open (not the spare beside it)."""
-    for pid in children(loopd_pid):
-        for fd in os.listdir(f"/proc/{pid}/fd"):
-            try:
-                target = os.readlink(f"/proc/{pid}/fd/{fd}")
-            except OSError:
-                continue
-            if f"/sessions/{session}/" in target:
-                return pid
-    raise AssertionError(f"no worker of loopd {loopd_pid} has {session}'s log open")
 
 
 def _not_busy(frames: list[ChannelBody]) -> list[ChannelBody] | None:
