@@ -16,7 +16,7 @@ import httpx
 import pytest
 from websockets.sync.client import ClientConnection, connect
 
-from tests.support.mattermost.fake import FakeMattermost
+from tests.support.mattermost.fake import KEEP_AWAY, FakeMattermost
 from tests.support.mattermost.fixtures import fixture_files, http_message, load, text
 
 NOT_SERVED = "not served: "
@@ -157,6 +157,17 @@ def test_posted_has_the_captured_shape(mm: FakeMattermost) -> None:
     _post_keys_match(post)
     assert post["message"] == "x < y & @boxbot"
     assert event["data"]["channel_type"] == "D"
+
+
+def test_a_dm_without_mention_has_the_dm_captures_keys_exactly(mm: FakeMattermost) -> None:
+    dm = mm.direct_channel(mm.owner["id"])
+    with _ws(mm) as ws:
+        _recv(ws)
+        mm.post_as(mm.owner["id"], dm, "hello")
+        event = json.loads(_recv(ws))
+    captured = json.loads(text("ws/posted.dm.wire.captured.txt"))
+    assert sorted(event["data"]) == sorted(captured["data"])
+    assert event["data"]["channel_display_name"] == f"@{mm.owner['username']}"
 
 
 def test_a_channel_post_without_mention_has_no_mentions_key(mm: FakeMattermost) -> None:
@@ -413,6 +424,19 @@ def test_the_replay_queue_is_bounded() -> None:
             assert json.loads(_recv(ws))["event"] == "hello"
 
 
+def test_the_pretty_style_is_the_same_event_spelled_otherwise() -> None:
+    with FakeMattermost(style="pretty") as mm:
+        dm = mm.direct_channel(mm.owner["id"])
+        with _ws(mm) as ws:
+            hello = _recv(ws)
+            mm.post_as(mm.owner["id"], dm, "hi")
+            raw = _recv(ws)
+    assert hello.startswith('{\n  "broadcast": {')
+    event = json.loads(raw)
+    assert (event["event"], event["seq"]) == ("posted", 1)
+    assert isinstance(event["data"]["post"], str)
+
+
 def test_lose_next_leaves_a_gap(mm: FakeMattermost) -> None:
     dm = mm.direct_channel(mm.owner["id"])
     with _ws(mm) as ws:
@@ -421,3 +445,29 @@ def test_lose_next_leaves_a_gap(mm: FakeMattermost) -> None:
         mm.post_as(mm.owner["id"], dm, "lost")
         mm.post_as(mm.owner["id"], dm, "seen")
         assert json.loads(_recv(ws))["seq"] == 2
+
+
+def test_stop_then_start_is_a_restarted_server_on_the_same_port(mm: FakeMattermost) -> None:
+    dm = mm.direct_channel(mm.owner["id"])
+    kept = mm.post_as(mm.owner["id"], dm, "kept")
+    with _ws(mm) as ws:
+        cid = json.loads(_recv(ws))["data"]["connection_id"]
+    url = mm.url
+    mm.stop()
+    mm.start()
+    assert mm.url == url
+    with _resume(mm, cid, 1) as ws:
+        hello = json.loads(_recv(ws))
+    assert hello["event"] == "hello"
+    assert hello["data"]["connection_id"] != cid
+    assert mm.posts(dm) == [kept]
+
+
+def test_connections_away_are_kept_for_a_while_not_for_ever(mm: FakeMattermost) -> None:
+    first = ""
+    for _ in range(KEEP_AWAY + 2):
+        with _ws(mm) as ws:
+            first = first or json.loads(_recv(ws))["data"]["connection_id"]
+        mm.wait_for("the socket gone", lambda: mm.live_sockets() == 0, 10)
+    assert first not in mm.connection_ids()
+    assert len(mm.connection_ids()) == KEEP_AWAY + 1

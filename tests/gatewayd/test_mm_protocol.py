@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from boxmaker.gatewayd.mattermost.protocol import SocketState, backoff_ms, retry_wait_s
 from boxmaker.gatewayd.mattermost.types import (
@@ -184,3 +186,36 @@ def test_backoff_is_full_jitter_under_the_cap() -> None:
 def test_redact_hides_the_token() -> None:
     assert redact("Bearer abc123 failed", "abc123") == "Bearer <token> failed"
     assert redact("x", "") == "x"
+
+
+@given(
+    st.lists(st.tuples(st.integers(0, 3), st.booleans(), st.booleans()), min_size=1, max_size=40)
+)
+def test_any_delivery_yields_each_post_once_and_every_loss_is_said(
+    steps: list[tuple[int, bool, bool]],
+) -> None:
+    """The server's events 1..n delivered with skips (lost), repeats (replay overlap) and drops
+    (a resume): no post is yielded twice, and a post after a skipped one comes after a lossy
+    Connected."""
+    s = SocketState()
+    s.feed(_hello("c1"))
+    seq, out = 0, []
+    for advance, replay, reconnect in steps:
+        if reconnect:
+            s.opened()
+        if replay and seq:
+            out += s.feed(_posted(seq, f"p{seq}"))  # the last one again
+        seq += advance  # advance > 1: advance - 1 events lost on the way
+        if advance:
+            out += s.feed(_posted(seq, f"p{seq}"))
+    yielded = [i.seq for i in out if isinstance(i, Posted)]
+    assert yielded == sorted(set(yielded))  # once each, in order
+    last = 0
+    for i, item in enumerate(out):
+        if isinstance(item, Posted):
+            if item.seq > last + 1:
+                assert Connected("c1", lossless=False) in out[:i], "a gap was not said"
+                assert out[i - 1] == Connected("c1", lossless=False)
+            last = item.seq
+    if all(a <= 1 for a, _, _ in steps):
+        assert Connected("c1", lossless=False) not in out

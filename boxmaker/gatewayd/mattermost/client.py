@@ -10,6 +10,7 @@ rest_timeout_ms. The token never appears in an error or a repr (docs/decisions/g
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import time
 from collections.abc import AsyncIterator, Mapping
@@ -41,6 +42,7 @@ class _TimedConnection(ClientConnection):
     """A client connection that notes when bytes last arrived: pongs and pings count as life."""
 
     last_bytes = 0.0
+    died = ""  # why the client gave up on it, when it did
 
     def data_received(self, data: bytes) -> None:
         self.last_bytes = self.loop.time()
@@ -74,6 +76,8 @@ class MattermostClient:
         self._closed = asyncio.Event()
         self._ws: ClientConnection | None = None
         self.state = SocketState()  # read by tests: the id and seq the next resume names
+        self.socket_failures = 0  # upgrades that failed or sockets that died, for status lines
+        self.last_socket_error = ""  # the latest of those, redacted
 
     def __repr__(self) -> str:
         return f"MattermostClient({self._url!r})"
@@ -96,6 +100,7 @@ class MattermostClient:
                 attempt += 1
                 continue
             watch = asyncio.create_task(self._keepalive(ws))
+            opened = ws.loop.time()
             try:
                 self.state.opened()
                 async for text in self._frames(ws):
@@ -107,7 +112,10 @@ class MattermostClient:
                 watch.cancel()
                 ws.transport.abort()
                 self._ws = None
+            if ws.loop.time() - opened > self._keepalive_s():
+                attempt = 0  # it outlived a ping round: a drop now is news, not a failing server
             if not self._closing:
+                self._failed(ws.died or "the socket closed")
                 await self._pause(attempt)
                 attempt += 1
 
@@ -131,19 +139,29 @@ class MattermostClient:
                     "check the token file and that the bot account is enabled",
                     status,
                 ) from None
+            self._failed(f"the upgrade was answered {status}")
             return None
-        except (OSError, TimeoutError, WebSocketException):
+        except (OSError, TimeoutError, WebSocketException) as e:
+            self._failed(f"the upgrade failed: {type(e).__name__}: {e}")
             return None
         assert isinstance(ws, _TimedConnection)
         ws.last_bytes = ws.loop.time()
         self._ws = ws
         return ws
 
+    def _failed(self, why: str) -> None:
+        self.socket_failures += 1
+        self.last_socket_error = redact(why, self._token)
+
+    def _keepalive_s(self) -> float:
+        return (self.limits.ping_interval_ms + self.limits.pong_timeout_ms) / 1000
+
     async def _frames(self, ws: _TimedConnection) -> AsyncIterator[str | bytes]:
         silence = self.limits.silence_ms / 1000
         while True:
             remaining = silence - (ws.loop.time() - ws.last_bytes)
             if remaining <= 0:
+                ws.died = f"no frame for {self.limits.silence_ms} ms"
                 return  # deaf: the caller aborts and reconnects
             try:
                 async with asyncio.timeout(remaining):
@@ -154,7 +172,7 @@ class MattermostClient:
                 return
             yield text
 
-    async def _keepalive(self, ws: ClientConnection) -> None:
+    async def _keepalive(self, ws: _TimedConnection) -> None:
         interval = self.limits.ping_interval_ms / 1000
         pong = self.limits.pong_timeout_ms / 1000
         while True:
@@ -164,6 +182,7 @@ class MattermostClient:
                     waiter = await ws.ping()
                     await waiter
             except (TimeoutError, WebSocketException):
+                ws.died = f"no pong within {self.limits.pong_timeout_ms} ms"
                 ws.transport.abort()  # no pong: the read loop ends, events() reconnects
                 return
 
@@ -197,37 +216,49 @@ class MattermostClient:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + self.limits.rest_timeout_ms / 1000
         what = f"{method} {path}"
-        last = "no answer"
+        last, last_status = "no answer", None
         attempt = 0
         while True:
             remaining = deadline - loop.time()
             if remaining <= 0:
-                raise self._error(f"{what}: {last} within {self.limits.rest_timeout_ms} ms")
+                limit = self.limits.rest_timeout_ms
+                raise self._error(f"{what}: {last} within {limit} ms", last_status)
             try:
                 r = await self._http.request(
                     method, path, json=body, params=params, timeout=remaining
                 )
             except httpx.HTTPError as e:
                 last = f"{type(e).__name__}: {e}" if str(e) else type(e).__name__
+                last_status = None
                 wait = self._backoff_s(attempt)
             else:
-                if r.status_code < 400:
-                    return r.json() if r.content else None
+                if r.status_code < 300:
+                    return self._body(what, r)
                 if r.status_code == 429:
                     asked = retry_wait_s(r.headers, time.time())
                     wait = self._backoff_s(attempt) if asked is None else asked
                     if loop.time() + wait > deadline:
                         raise self._error(f"{what}: rate limited, retry in {wait:.1f} s", 429)
-                    last = "429 rate limited"
+                    last, last_status = "429 rate limited", 429
                 elif r.status_code >= 500:
-                    last = f"{r.status_code} {self._server_says(r)}"
+                    last, last_status = f"{r.status_code} {self._server_says(r)}", r.status_code
                     wait = self._backoff_s(attempt)
                 else:
-                    raise self._error(
-                        f"{what}: {r.status_code} {self._server_says(r)}", r.status_code
+                    hint = (
+                        " (a redirect: give the server's final url)" if r.status_code < 400 else ""
                     )
+                    says = self._server_says(r)
+                    raise self._error(f"{what}: {r.status_code} {says}{hint}", r.status_code)
             attempt += 1
             await asyncio.sleep(min(wait, max(0.0, deadline - loop.time())))
+
+    def _body(self, what: str, r: httpx.Response) -> Any:
+        if not r.content:
+            return None
+        try:
+            return json.loads(r.content)
+        except ValueError:
+            raise self._error(f"{what}: {r.status_code} with a body that is not JSON") from None
 
     def _backoff_s(self, attempt: int) -> float:
         lim = self.limits

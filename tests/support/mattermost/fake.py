@@ -32,11 +32,12 @@ from websockets.http11 import Request
 from websockets.server import ServerProtocol
 
 from . import routes
-from .wire import broadcast, event_frame, new_id
+from .wire import STYLES, broadcast, event_frame, new_id
 
 T = TypeVar("T")
 SERVER_VERSION = "10.11.0.fake.0.false"  # <CurrentVersion>.<BuildNumber>.<ConfigHash>.<licensed>
 DEAD_QUEUE = 128  # web_conn.go's deadQueueSize
+KEEP_AWAY = 16  # connections kept for a resume while no socket holds them (oldest go first)
 
 
 @dataclass(eq=False)  # kept in a set, by identity
@@ -97,6 +98,7 @@ class FakeMattermost(routes.Routes):
         bot_is_bot: bool = True,
         max_post_size: int = 16383,
         replay_limit: int = DEAD_QUEUE,
+        style: str = "server",
     ) -> None:
         super().__init__(
             bot_user_id=bot_user_id or new_id(),
@@ -108,6 +110,9 @@ class FakeMattermost(routes.Routes):
         )
         self.token = token or f"tok{new_id()}"
         self.replay_limit = replay_limit
+        if style not in STYLES:
+            raise ValueError(f"style {style!r}: one of {STYLES}")
+        self.style = style  # how socket events are spelled (wire.event_frame)
         self.url = ""
         self.requests: list[Request_] = []  # every REST request, in order
         self.upgrades: list[Request_] = []  # every socket upgrade asked for, in order
@@ -119,6 +124,7 @@ class FakeMattermost(routes.Routes):
         self._limited: list[tuple[int, float | None, bool]] = []  # (n left, wait, reset header)
         self._drop_after: int | None = None
         self._lose = 0
+        self._lost_answers = 0
         self._deaf = False
         self._loop: asyncio.AbstractEventLoop | None = None
         self._server: asyncio.Server | None = None
@@ -129,6 +135,12 @@ class FakeMattermost(routes.Routes):
     # ---- life ----
 
     def start(self) -> None:
+        """Listen (again: after stop(), on the same port, as a restarted server would, with its
+        connections and pending ids forgotten and its posts kept)."""
+        self._conns.clear()
+        self._peers.clear()
+        self._hung.clear()
+        self._pending.clear()
         ready = threading.Event()
         self._thread = threading.Thread(target=self._run, args=(ready,), daemon=True)
         self._thread.start()
@@ -138,6 +150,7 @@ class FakeMattermost(routes.Routes):
 
     def _run(self, ready: threading.Event) -> None:
         loop = asyncio.new_event_loop()
+        asyncio.set_event_loop(loop)  # this thread's own
         self._loop = loop
         self._server = loop.run_until_complete(
             asyncio.start_server(self._serve, "127.0.0.1", self._port)
@@ -145,6 +158,10 @@ class FakeMattermost(routes.Routes):
         self._port = self._server.sockets[0].getsockname()[1]
         ready.set()
         loop.run_forever()
+        tasks = asyncio.all_tasks(loop)  # connections still open at stop: end them in the loop
+        for task in tasks:
+            task.cancel()
+        loop.run_until_complete(asyncio.gather(*tasks, return_exceptions=True))
         loop.run_until_complete(loop.shutdown_asyncgens())
         loop.close()
 
@@ -247,6 +264,10 @@ class FakeMattermost(routes.Routes):
         """The next n events take a seq but are never sent nor kept: the client sees a gap."""
         self._call(lambda: setattr(self, "_lose", n_events))
 
+    def lose_answers(self, n: int) -> None:
+        """The next n REST requests are carried out, then their connection drops unanswered."""
+        self._call(lambda: setattr(self, "_lost_answers", n))
+
     def go_deaf(self) -> None:
         """Open sockets send nothing more (no pongs either); new upgrades are held unanswered."""
 
@@ -291,7 +312,7 @@ class FakeMattermost(routes.Routes):
             conn.next_seq += 1
             if self._lose:
                 continue
-            text = event_frame(event, data, bcast, seq)
+            text = event_frame(event, data, bcast, seq, self.style)
             conn.queue.append((seq, text))
             if conn.peer is not None:
                 self._send(conn.peer, text)
@@ -351,6 +372,10 @@ class FakeMattermost(routes.Routes):
             status, body = routes.unauthorized()
         else:
             status, body = self.route(req.method, req.path, req.query, req.body)
+        if self._lost_answers:  # done, but the answer never arrives: the client must retry
+            self._lost_answers -= 1
+            writer.transport.abort()
+            return
         _write(writer, status, body, _OK_LIMIT_HEADERS)
 
     async def _websocket(
@@ -411,11 +436,14 @@ class FakeMattermost(routes.Routes):
                     self._send(peer, text)
                 return conn
             del self._conns[cid]
+        away = [c for c in self._conns.values() if c.peer is None]
+        for old in away[: max(0, len(away) - KEEP_AWAY)]:  # the server expires idle ones too
+            del self._conns[old.id]
         conn = _Conn(new_id(), self.bot["id"], queue=deque(maxlen=self.replay_limit))
         self._conns[conn.id] = conn
         conn.peer = peer
         hello_data = {"server_version": SERVER_VERSION, "connection_id": conn.id}
-        hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0)
+        hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0, self.style)
         conn.next_seq = 1
         conn.queue.append((0, hello))
         self._send(peer, hello)

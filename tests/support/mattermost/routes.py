@@ -163,8 +163,7 @@ class Routes:
             for u in self.users.values()
             if re.search(rf"@{re.escape(u['username'])}\b", message)
         ]
-        if channel["type"] == "D":  # in a DM the other member is always notified
-            mentions = [u for u in channel["name"].split("__") if u != user_id] or mentions
+        # a DM names no one unless the text does: ws/posted.dm.wire.captured.txt has no mentions
         sender = f"@{self.users.get(user_id, {'username': 'unknown'})['username']}"
         data = posted_data(post, channel, sender, mentions)
         self._emit("posted", data, broadcast(channel_id=channel_id))

@@ -30,8 +30,20 @@ def go_json(value: Any) -> str:
     return text.replace("\u2028", "\\u2028").replace("\u2029", "\\u2029")
 
 
-def event_frame(event: str, data: dict[str, Any], broadcast: dict[str, Any], seq: int) -> str:
-    """One socket event on the wire: compact parts, a space after each top-level colon."""
+STYLES = ("server", "pretty")
+
+
+def event_frame(
+    event: str, data: dict[str, Any], broadcast: dict[str, Any], seq: int, style: str = "server"
+) -> str:
+    """One socket event on the wire: compact parts, a space after each top-level colon.
+
+    style "pretty" is another spelling of the same event (sorted keys, indented, as the 2023
+    captures were printed) so a client that matches bytes instead of parsing fails on it.
+    """
+    if style == "pretty":
+        whole = {"event": event, "data": data, "broadcast": broadcast, "seq": seq}
+        return json.dumps(whole, indent=2, sort_keys=True, ensure_ascii=True)
     return (
         f'{{"event": {go_json(event)}, "data": {go_json(data)}, '
         f'"broadcast": {go_json(broadcast)}, "seq": {seq}}}'
