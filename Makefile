@@ -66,10 +66,11 @@ soak: install
 
 # Starts llama-server, brokerd, inferproxy and loopd under supervisord (in run/) and opens bxctl
 # chat. MODEL=qwen-coder (a model profile, conf/profiles/; default local, SmolLM2) or
-# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml: see scripts/run.sh.
+# MODEL=path.gguf, UPSTREAM=host:port with CONFIG=loopd.toml; GATEWAY=gateway.toml adds gatewayd
+# (the owner's Mattermost posts as turns): see scripts/run.sh.
 # Ctrl-C during the start is run.sh's one line (exit 130), not also make's "Error 130".
 run: install
-	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" bash scripts/run.sh \
+	MODEL="$(MODEL)" UPSTREAM="$(UPSTREAM)" CONFIG="$(CONFIG)" GATEWAY="$(GATEWAY)" bash scripts/run.sh \
 	  || { s=$$?; [ $$s -eq 130 ] || exit $$s; }
 
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:

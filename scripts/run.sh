@@ -12,6 +12,8 @@
 #   CONFIG=path.toml     loopd's config (default the profile's, conf/loopd.local.toml)
 #   BROKERD_CONFIG=path.toml  brokerd's config (default conf/brokerd.local.toml): its workspace
 #                        is created, and conf/grants.local.toml copied to its grants when missing
+#   GATEWAY=path.toml    also start gatewayd with this config (conf/gateway.example.toml):
+#                        the owner's Mattermost posts as turns (docs/gateway.md); absent: no gateway
 #   BOXMAKER_LLAMA_PORT  moves the local llama-server off 18080
 #   BOXMAKER_START_S     how long to wait for the stack to be ready (default: the profile's
 #                        start_s: 180 s for local, 600 s for qwen-coder)
@@ -131,6 +133,19 @@ PROGRAMS="brokerd $PROGRAMS"
 printf 'BOXMAKER_BROKERD_CONFIG=%q\nBOXMAKER_OWNER_SOCKET=%q\nBOXMAKER_BROKERD_STATE=%q\n' \
   "$BOXMAKER_BROKERD_CONFIG" "$BOXMAKER_OWNER_SOCKET" "$BOXMAKER_BROKERD_STATE" \
   >>"$BOXMAKER_RUN/run.env"
+# gatewayd (issue 36): only with GATEWAY=path/to/gateway.toml (conf/gateway.example.toml); without
+# it an earlier run's program file is removed and nothing else changes. Its config and token file
+# are checked here, so a mistake is one line now rather than a program supervisord gave up on.
+rm -f "$BOXMAKER_RUN/supervisord.d/gatewayd.conf"
+if [ -n "${GATEWAY:-}" ]; then
+  [ -f "$GATEWAY" ] || fail "GATEWAY=$GATEWAY: no such file (conf/gateway.example.toml shows every key)"
+  export BOXMAKER_GATEWAY_CONFIG
+  BOXMAKER_GATEWAY_CONFIG=$(realpath "$GATEWAY")
+  "$PY" -m boxmaker.gatewayd check --config "$BOXMAKER_GATEWAY_CONFIG" >/dev/null \
+    || fail "GATEWAY=$GATEWAY: fix the line above, or run without GATEWAY"
+  cp conf/programs/gatewayd.conf "$BOXMAKER_RUN/supervisord.d/"
+  printf 'BOXMAKER_GATEWAY_CONFIG=%q\n' "$BOXMAKER_GATEWAY_CONFIG" >>"$BOXMAKER_RUN/run.env"
+fi
 CONF=$ROOT/conf/supervisord.conf
 CTL=("$ROOT/.venv/bin/supervisorctl" -c "$CONF")
 

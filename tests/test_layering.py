@@ -36,8 +36,7 @@ FRAMED = "boxmaker._framed"
 CLIENT = "boxmaker._client"
 DAEMON = "boxmaker._daemon"
 CONFIG = "boxmaker.loopd.config"
-KINDS = "boxmaker.loopd._kinds"
-WALKER = "boxmaker.loopd._walker"
+CONF = "boxmaker._config"  # the typed config floor: kinds, walker, readfile (issue 35)
 LLAMA = "boxmaker.loopd.llama"
 SESSION = "boxmaker.session"
 TURN = "boxmaker.loopd.turn"
@@ -67,15 +66,15 @@ RULES: dict[str, frozenset[str]] = {
     CLIENT: frozenset({PROTO, DEFAULTS, FRAMED}),
     FAST: frozenset({f"{PROTO}.errors"}),  # the twins raise proto's errors (R3)
     DAEMON: frozenset({PROTO}),  # the Unix listener both daemons share; never _fast
+    # the typed config floor (issue 35): value kinds (the socket path limit), the schema walk over
+    # a config's dataclasses, the bounded file read; loopd's and gatewayd's configs use it
+    CONF: frozenset({PROTO, DAEMON}),
     "boxmaker.inferproxy": frozenset({PROTO, FAST, CLI, DAEMON, "boxmaker.inferproxy.limits"}),
     "boxmaker.inferproxy.limits": frozenset(),  # [core]
     # loopd. The package row holds cli.py and __main__.py (and serve.py later).
     "boxmaker.loopd": frozenset({PROTO, CLI, DAEMON, FAST, CONFIG, LLAMA, SELFTEST})
     | frozenset({SESSION, TURN, TOOLS, CHANNEL, WORKERS}),
-    KINDS: frozenset({PROTO, DAEMON}),  # config's value kinds (item 4); the socket path limit
-    WALKER: frozenset({KINDS}),  # the schema walk over config's dataclasses
-    "boxmaker.loopd._readfile": frozenset({KINDS}),  # the config file read bounded
-    CONFIG: frozenset({PROTO, KINDS, WALKER, DAEMON, DEFAULTS, "boxmaker.loopd._readfile"}),
+    CONFIG: frozenset({PROTO, CONF, DAEMON, DEFAULTS}),
     # The self-test in one place (issue 20): the checks, and its run with the keeper's probe.
     SELFTEST: frozenset({PROTO, CONFIG, LLAMA, f"{TURN}.records", CACHE, f"{CACHE}.policy"}),
     # llama: one row per module, because the direction inside it matters.
@@ -159,8 +158,10 @@ RULES: dict[str, frozenset[str]] = {
     VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
     f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
-    # gatewayd (issue 36): the Mattermost client is its floor, on websockets + httpx only
-    "boxmaker.gatewayd": frozenset({PROTO, "boxmaker.gatewayd.mattermost"}),
+    # gatewayd (issue 36): the Mattermost client is its floor, on websockets + httpx only; its
+    # cores (who, sessions, queues, split, replies, catchup, messages) sit beside its shell
+    # (serve, turns, config, cli), which reaches loopd through the shared channel client only
+    "boxmaker.gatewayd": frozenset({PROTO, CLIENT, CONF, DEFAULTS, "boxmaker.gatewayd.mattermost"}),
     "boxmaker.gatewayd.mattermost": frozenset({PROTO}),
 }
 
@@ -202,6 +203,7 @@ R1_CORES = [
     f"{TURN}.compact",
     f"{TURN}.limits",
     f"{TURN}.records",
+    f"{TURN}.recorded",
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
     "boxmaker.bxctl.escape",
@@ -221,6 +223,9 @@ R1_CORES = [
     f"{BROKERD}.tools.kind",
     "boxmaker.gatewayd.mattermost.types",
     "boxmaker.gatewayd.mattermost.protocol",
+    *(f"boxmaker.gatewayd.{m}" for m in ("who", "sessions", "queues", "split", "replies")),
+    "boxmaker.gatewayd.catchup",
+    "boxmaker.gatewayd.messages",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

@@ -106,7 +106,13 @@ def bad_session_id(sid: str) -> str | None:
 
 
 def turn_frame(
-    session: str, content: str, *, resume: bool, thinking: bool | None, compact: bool = False
+    session: str,
+    content: str,
+    *,
+    resume: bool,
+    thinking: bool | None,
+    compact: bool = False,
+    client_ref: str | None = None,
 ) -> bytes:
     """The `turn` frame (DECISIONS.md: `{session, content, resume, thinking}`; `thinking` left
     out when None).
@@ -115,7 +121,7 @@ def turn_frame(
         ChatError: the message does not fit in a frame.
     """
     try:
-        return channel_frame(Turn(session, content, resume, thinking, compact or None))
+        return channel_frame(Turn(session, content, resume, thinking, compact or None, client_ref))
     except EncodeError as e:
         raise ChatError(f"the message cannot be sent: {e}") from None
 
@@ -279,7 +285,9 @@ class ChatSession:
     canceller: Canceller | None = None  # set: the turn can be stopped through it
     hint: str = START_HINT  # how to start loopd, for the stack bxctl found
 
-    def turn(self, content: str, show: Show, *, compact: bool = False) -> TurnDone | WireError:
+    def turn(
+        self, content: str, show: Show, *, compact: bool = False, client_ref: str | None = None
+    ) -> TurnDone | WireError:
         """Runs one turn, calling `show` for every frame but a refusal it answers with a retry.
 
         Returns:
@@ -291,7 +299,12 @@ class ChatSession:
         retried = False
         while True:
             frame = turn_frame(
-                self.session, content, resume=self.resume, thinking=self.thinking, compact=compact
+                self.session,
+                content,
+                resume=self.resume,
+                thinking=self.thinking,
+                compact=compact,
+                client_ref=client_ref,  # M4: gatewayd's mm:<post id>
             )
             last: tuple[Frame, TurnDone | WireError] | None = None
             frames = exchange(

@@ -32,6 +32,7 @@ def accept_until_stopped(
     log: DaemonLog,
     *,
     on_timer: OnTimer | None = None,
+    also_uids: frozenset[int] = frozenset(),
 ) -> None:
     """Accepts connections until a stop signal; returns with the listener still open.
 
@@ -43,6 +44,7 @@ def accept_until_stopped(
         log: where refusals and accept failures go.
         on_timer: called before each wait; returns the seconds until it wants to be called again,
             or None for no timer. It runs in this thread, between accepts.
+        also_uids: uids admitted besides this process's and root (loopd's `[channel] clients`).
     """
     own_uid = os.geteuid()
     with selectors.DefaultSelector() as sel:
@@ -53,7 +55,7 @@ def accept_until_stopped(
             for key, _ in sel.select(timeout):
                 if key.data == "stop":
                     stop.drain()
-                elif not _accept_pending(listener, stop, on_client, log, own_uid):
+                elif not _accept_pending(listener, stop, on_client, log, own_uid, also_uids):
                     # Out of fds or memory: the backlog stays readable, so wait on the stop
                     # signals alone for a moment to let connections close, then retry.
                     select.select([stop.read_fd], [], [], RESOURCE_BACKOFF_SECONDS)
@@ -62,7 +64,12 @@ def accept_until_stopped(
 
 
 def _accept_pending(
-    listener: socket.socket, stop: StopSignals, on_client: OnClient, log: DaemonLog, own_uid: int
+    listener: socket.socket,
+    stop: StopSignals,
+    on_client: OnClient,
+    log: DaemonLog,
+    own_uid: int,
+    also_uids: frozenset[int] = frozenset(),
 ) -> bool:
     """Accepts every pending connection; False when a resource ran out."""
     while not stop.stopping:
@@ -77,7 +84,7 @@ def _accept_pending(
                 log.warn(f"accept failed: {exc}")
                 return False
             raise
-        refusal = peer_refusal(client, own_uid)
+        refusal = peer_refusal(client, own_uid, also_uids)
         if refusal is not None:
             client.close()
             log.say(f"refused a connection: {refusal}")

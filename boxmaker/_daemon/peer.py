@@ -27,19 +27,22 @@ def peer_credentials(sock: socket.socket) -> PeerCredentials:
     return PeerCredentials(pid, uid, gid)
 
 
-def peer_refusal(sock: socket.socket, own_uid: int | None = None) -> str | None:
+def peer_refusal(
+    sock: socket.socket, own_uid: int | None = None, also: frozenset[int] = frozenset()
+) -> str | None:
     """None when the peer is our own uid or root, else why it is refused (for the log line).
 
     Args:
         sock: an accepted AF_UNIX stream socket.
         own_uid: the uid allowed besides root; this process's effective uid by default.
+        also: other uids the daemon's config admits (loopd's `[channel] clients`).
     """
     uid = os.geteuid() if own_uid is None else own_uid
     try:
         peer = peer_credentials(sock)
     except OSError as exc:
         return f"cannot read the peer's credentials: {exc}"
-    if peer.uid in (uid, 0):
+    if peer.uid in (uid, 0) or peer.uid in also:
         return None
     return (
         f"peer uid {peer.uid} (pid {peer.pid}) is neither this daemon's user (uid {uid}) nor root"

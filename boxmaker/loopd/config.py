@@ -1,13 +1,11 @@
 """loopd's config file (`loopd.toml`): TOML text into frozen, typed dataclasses.
 
-Each key is declared once below, `name: Annotated[type, Kind] = default`; its `Kind` (_kinds.py)
-says in words what the value must be, and checks and converts it, within a maximum. One walker
-(_walker.py) reads every section against its dataclass: unknown keys are errors at any level;
-types are exact (a bool is not an integer, nor is a float; an integer is a fine float); a key with
-no default is required; relative paths resolve against the file's folder; `_relations` checks keys
-against each other. An error is one `ConfigError`, one line naming the file, the dotted key and
-what was expected. `parse_config` is a core (no I/O, the environment is a parameter);
-`load_config` reads the file: a regular file of at most 1 MiB.
+Each key is declared once below, `name: Annotated[type, Kind] = default`; its `Kind`
+(boxmaker/_config/kinds.py) says what the value must be, and checks it, within a maximum. The
+walker (_config/walker.py) reads every section against its dataclass: unknown keys are errors;
+types are exact; a key with no default is required; relative paths resolve against the file's
+folder; `_relations` checks keys against each other. An error is one line naming the file and
+the dotted key. `parse_config` is a core; `load_config` reads the file (at most 1 MiB).
 """
 
 from __future__ import annotations
@@ -20,9 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any
 
-from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
-from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV
-from boxmaker.loopd._kinds import (
+from boxmaker._config.kinds import (
     BOOL,
     BYTES,
     DELAYS_MS,
@@ -38,6 +34,7 @@ from boxmaker.loopd._kinds import (
     SOCKET,
     TEXT,
     TOKENS,
+    UIDS,
     ConfigError,
     Ctx,
     Env,
@@ -47,8 +44,10 @@ from boxmaker.loopd._kinds import (
     number,
     text,
 )
-from boxmaker.loopd._readfile import read_bounded
-from boxmaker.loopd._walker import build, parse_toml
+from boxmaker._config.readfile import read_bounded
+from boxmaker._config.walker import build, parse_toml
+from boxmaker._daemon import MAX_UNIX_SOCKET_PATH_BYTES
+from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV
 
 __all__ = [
     "MAX_BYTES",
@@ -226,6 +225,7 @@ class ChannelConfig:
     # and when all run turns a new session's turn waits worker_wait_ms, then gets `unavailable`.
     max_workers: Annotated[int, integer(1, 4096, "worker processes")] = 16
     worker_wait_ms: Annotated[int, MS] = 30_000
+    clients: Annotated[tuple[int, ...], UIDS] = ()  # other uids admitted (M4: gatewayd's user)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)

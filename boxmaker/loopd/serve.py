@@ -228,6 +228,9 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
         except SetupError as exc:
             log.warn(f"serve: {exc}")
             return ExitStatus.ERROR
+        clients = frozenset(config.channel.clients)
+        if clients:  # M4: other users' clients (gatewayd); SO_PEERCRED admits exactly these
+            os.chmod(path, 0o666)
         try:
             pool = Pool(source, config.channel, gate, keeper)
         except EncodeError as exc:
@@ -254,7 +257,9 @@ def _run(source: ConfigSource, config: Config, log: DaemonLog) -> ExitStatus:
                 f"one worker per session (idle exit after {config.channel.worker_idle_ms} ms)",
                 tools_line(config.tools),
             )
-            accept_until_stopped(listener.sock, stop, server.on_client, log, on_timer=tick)
+            accept_until_stopped(
+                listener.sock, stop, server.on_client, log, on_timer=tick, also_uids=clients
+            )
         finally:
             listener.close()  # no new connections while the turns in flight drain
             server.stop_reading()

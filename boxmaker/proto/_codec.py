@@ -29,7 +29,7 @@ from typing import Any, TypeVar
 import orjson
 
 from .errors import BodyError, EncodeError
-from .ids import SESSION_ID_RULE, is_session_id
+from .ids import CLIENT_REF_RULE, SESSION_ID_RULE, is_client_ref, is_session_id
 from .rfc3339 import TIME_EXAMPLE, is_time
 
 JsonObj = dict[str, Any]
@@ -243,6 +243,10 @@ HEX64 = _pattern(
 )
 
 SESSION_ID = _pattern("session id", is_session_id, f"a session id ({SESSION_ID_RULE})")
+
+# M4 section 6: a client's name for a turn (gatewayd's "mm:<post id>"); None leaves the key out.
+_REF = _pattern("client ref", is_client_ref, f"a client ref ({CLIENT_REF_RULE})")
+CLIENT_REF_OR_ABSENT = Codec("client ref", _REF.decode, _REF.encode, absent_is_none=True)
 
 
 def enum_codec(cls: type[enum.StrEnum]) -> Codec:

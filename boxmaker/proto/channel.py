@@ -2,7 +2,8 @@
 
 | kind         | direction | final | body                                   |
 |--------------|-----------|-------|----------------------------------------|
-| `turn`       | to loopd  | true  | Turn: `{session, content, resume, thinking?}` |
+| `turn`       | to loopd  | true  | Turn: `{session, content, resume, thinking?, compact?,`  |
+|              |           |       | `client_ref?}`                         |
 | `turn_event` | from      | false | `{"event": <TurnEvent>}`               |
 | `turn_done`  | from      | true  | TurnDone: `{content, usage}`           |
 | `error`      | from      | true  | WireError: `{code, message}`           |
@@ -26,6 +27,7 @@ from typing import Any, ClassVar
 from ._codec import (
     BOOL,
     BOOL_OR_ABSENT,
+    CLIENT_REF_OR_ABSENT,
     OPT_STR,
     SESSION_ID,
     STR,
@@ -54,13 +56,17 @@ class Turn:
     this turn, true for reasoning; left out (None) is loopd's `[loop] thinking`. It changes only
     the generation prompt (DECISIONS.md). None is encoded by leaving the key out, never as null,
     and a null is refused. `compact: true` (issue 21, `/compact`) asks for no turn: the session's
-    thread is folded into a new epoch now, and `content` is ignored; left out is a turn."""
+    thread is folded into a new epoch now, and `content` is ignored; left out is a turn.
+    `client_ref` (optional, M4 section 6): the client's name for this turn (gatewayd's
+    `mm:<post id>`), kept in the `User` record; a turn whose client_ref the session's log already
+    holds is not run again: its recorded answer is sent, or `error{interrupted}` if it was cut."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))
     resume: bool = field(metadata=wire(BOOL))
     thinking: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
     compact: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
+    client_ref: str | None = field(default=None, metadata=wire(CLIENT_REF_OR_ABSENT))
 
 
 # --- turn events: one class per ChatEvent and loop event, tagged by TAG ---------------------------

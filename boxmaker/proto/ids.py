@@ -52,3 +52,13 @@ def validate_session_id(s: object) -> SessionId:
         shown = s if len(s) <= _QUOTE_CHARS else s[:_QUOTE_CHARS] + "..."
         raise SessionIdError(f"session id {shown!r} is refused: {SESSION_ID_RULE}")
     return SessionId(s)
+
+
+# A client's own name for a turn (M4 section 6: gatewayd's "mm:<post id>"): printable ASCII, no
+# space, so it reads the same in a log line, a message and a grep.
+CLIENT_REF_RE = re.compile(r"[!-~]{1,128}")
+CLIENT_REF_RULE = "1 to 128 printable ASCII characters, no space"
+
+
+def is_client_ref(s: object) -> bool:
+    return isinstance(s, str) and CLIENT_REF_RE.fullmatch(s) is not None

@@ -27,6 +27,7 @@ import orjson
 
 from ._codec import (
     BOOL,
+    CLIENT_REF_OR_ABSENT,
     HEX64,
     OPT_STR,
     SESSION_ID,
@@ -39,6 +40,7 @@ from ._codec import (
     json_type,
     keys,
     load_json_object,
+    optional_keys,
     quote,
     to_obj,
     tuple_of,
@@ -66,11 +68,14 @@ class SessionStart:
 
 @dataclass(frozen=True, slots=True)
 class User:
-    """A user message, written before the request that carries it is sent."""
+    """A user message, written before the request that carries it is sent. `client_ref`
+    (optional, M4 section 6): the turn frame's, so a repeated delivery is answered from the log;
+    left out when None, so a record without one is byte for byte what it was before."""
 
     TAG: ClassVar[str] = "user"
     time: str = field(metadata=wire(TIME))
     content: str = field(metadata=wire(STR))
+    client_ref: str | None = field(default=None, metadata=wire(CLIENT_REF_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -280,7 +285,8 @@ def _decode_obj(obj: JsonObj) -> LogLine:
 
 
 def _why_not_canonical(obj: JsonObj, cls: type[LogRecord]) -> str:
-    expected = [*_HEAD, *keys(cls)]
+    optional = optional_keys(cls)  # an optional key left out is not out of order
+    expected = [*_HEAD, *(k for k in keys(cls) if k in obj or k not in optional)]
     if list(obj) != expected:
         return f"line: keys out of order: expected {', '.join(expected)}; got {', '.join(obj)}"
     return (

@@ -32,7 +32,7 @@ from typing import Any
 import orjson
 
 from ._codec import MAX_INT, keys
-from .ids import SESSION_ID_RE
+from .ids import CLIENT_REF_RE, SESSION_ID_RE
 from .log import (
     GENESIS_PREV,
     Assistant,
@@ -59,6 +59,7 @@ _TIME_RE = re.compile(
     r"[0-9]{4}-[0-9]{2}-[0-9]{2}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{1,9})?Z"
 )
 _HEX64_RE = re.compile(r"[0-9a-f]{64}")
+
 _DATES: dict[str, bool] = {}
 _MAX_DATES = 4096
 _CLASSES = {c.value: c for c in ResultClass}
@@ -160,7 +161,14 @@ def _session_start(obj: dict[str, Any]) -> LogRecord | None:
 def _user(obj: dict[str, Any]) -> LogRecord | None:
     _, _, _, time, content = obj.values()
     if type(content) is str:
-        return _user_of(time, content)
+        return _user_of(time, content, None)
+    return None
+
+
+def _user_ref(obj: dict[str, Any]) -> LogRecord | None:
+    _, _, _, time, content, ref = obj.values()
+    if type(content) is str and type(ref) is str and CLIENT_REF_RE.fullmatch(ref) is not None:
+        return _user_of(time, content, ref)
     return None
 
 
@@ -274,7 +282,7 @@ def _epoch_end(obj: dict[str, Any]) -> LogRecord | None:
 _Decoder = Callable[[dict[str, Any]], LogRecord | None]
 _DECODERS: tuple[tuple[type[LogRecord], tuple[str, ...], _Decoder], ...] = (
     (SessionStart, ("time", "session", "epoch", "slot", "baseline"), _session_start),
-    (User, ("time", "content"), _user),
+    (User, ("time", "content", "client_ref"), _user_ref),
     (Assistant, ("time", "content", "reasoning_content", "tool_calls"), _assistant),
     (
         Usage,
@@ -309,11 +317,13 @@ for _cls, _fields, _ in _DECODERS:
     if keys(_cls) != _fields:  # a record type changed: change its decoder with it
         raise RuntimeError(f"log_fast: {_cls.__name__} has the fields {keys(_cls)}, not {_fields}")
 
-# The exact key tuple of a line -> (its type tag, its decoder).
+# The exact key tuple of a line -> (its type tag, its decoder). A user line may leave its optional
+# client_ref out (M4): that spelling has a decoder of its own.
 _BY_KEYS: dict[tuple[str, ...], tuple[str, _Decoder]] = {
     ("type", "seq", "prev", *fields): (cls.TAG, dec) for cls, fields, dec in _DECODERS
 }
-if len(_BY_KEYS) != len(_DECODERS):  # two record types with the same keys: one would shadow
+_BY_KEYS[("type", "seq", "prev", "time", "content")] = (User.TAG, _user)
+if len(_BY_KEYS) != len(_DECODERS) + 1:  # two record types with the same keys: one would shadow
     raise RuntimeError("log_fast: two record types have the same keys; rename a field")
 
 

@@ -24,6 +24,9 @@ class ErrorCode(enum.StrEnum):
     SESSION_EXISTS = "session_exists"  # `resume: false` for a session that exists
     INFERENCE = "inference"  # the inference path failed after its retries
     STOPPED = "stopped"  # the owner stopped the turn (a `cancel` frame); the log says so
+    # a turn whose client_ref the log already holds, and the log shows it was cut (M4 section 6):
+    # it is not run again, since its tools may have run; the owner decides whether to ask again
+    INTERRUPTED = "interrupted"
 
 
 @dataclass(frozen=True, slots=True)

@@ -86,6 +86,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     # Issue 24: the bound on workers.
     ("channel.max_workers", 16),
     ("channel.worker_wait_ms", 30_000),
+    ("channel.clients", ()),  # M4: no other user's client (gatewayd's uid when it runs apart)
     ("baseline.system", BASE / "system.md"),
     # Issue 14: slot save/restore.
     ("cache.slot_save", False),

@@ -28,8 +28,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from boxmaker._config import kinds as _kinds
 from boxmaker._fast.sse import SSELineSplitter
-from boxmaker.loopd import _kinds
 from boxmaker.loopd.config import Config, ConfigError
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import Stalled

@@ -175,7 +175,8 @@ BAD_BODIES: list[tuple[Frame, str]] = [
     ),
     (
         Frame("turn", True, {"session": "s", "content": "x", "resume": True, "think": False}),
-        'turn: unexpected key "think" (the keys are session, content, resume, thinking, compact)',
+        'turn: unexpected key "think" (the keys are session, content, resume, thinking, compact, '
+        "client_ref)",
     ),
     (
         Frame("turn_done", True, {"content": 1, "usage": {}}),

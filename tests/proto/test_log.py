@@ -429,3 +429,30 @@ def test_a_later_epoch_chains_from_the_epoch_end_line() -> None:
             check(line)
         with pytest.raises(RecordError, match=r"expected (ab){32} \(the previous epoch_end\)"):
             check(encode_line(start, 0, GENESIS_PREV), link)
+
+
+def test_a_user_record_with_a_client_ref_round_trips_and_one_without_keeps_its_bytes() -> None:
+    """M4 section 6: client_ref is optional; left out, the line is what it was before M4."""
+    from boxmaker.proto import User, encode_line, verify_log
+    from boxmaker.proto.log_fast import verify_records
+
+    t = "2026-12-02T08:00:00.000Z"
+    plain = encode_line(User(t, "hi"), 0, GENESIS_PREV)
+    assert plain == (
+        b'{"type":"user","seq":0,"prev":"'
+        + GENESIS_PREV.encode()
+        + b'","time":"'
+        + t.encode()
+        + b'","content":"hi"}\n'
+    )
+    with_ref = encode_line(User(t, "hi", "mm:abc"), 0, GENESIS_PREV)
+    assert with_ref == plain[:-2] + b',"client_ref":"mm:abc"}\n'
+    for line, record in ((plain, User(t, "hi")), (with_ref, User(t, "hi", "mm:abc"))):
+        assert verify_log(line).records == (record,)
+        assert verify_records(line)[0] == [record]
+    for bad in (b'"client_ref":"a b"', b'"client_ref":""', b'"client_ref":null'):
+        line = plain[:-2] + b"," + bad + b"}\n"
+        with pytest.raises(RecordError, match="client_ref"):
+            verify_log(line)
+        with pytest.raises(RecordError, match="client_ref"):
+            verify_records(line)

@@ -38,6 +38,7 @@ def test_error_codes_are_exactly_the_decisions_set() -> None:
         "session_exists",
         "inference",
         "stopped",  # issue 30: the owner stopped the turn (docs/decisions/chat.md)
+        "interrupted",  # M4 section 6: a repeated client_ref whose turn was cut
     }
     assert ErrorCode("bad_request") is ErrorCode.BAD_REQUEST
 

@@ -366,3 +366,16 @@ def turn(
     with connect(path, bound_s) as sock:
         sock.sendall(turn_bytes(session, content, resume, compact))
         return read_frames(sock)
+
+
+def session_worker(loopd_pid: int, session: str) -> int:
+    """The worker that holds the session's log open (not the spare beside it)."""
+    for pid in children(loopd_pid):
+        for fd in os.listdir(f"/proc/{pid}/fd"):
+            try:
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+            except OSError:
+                continue
+            if f"/sessions/{session}/" in target:
+                return pid
+    raise AssertionError(f"no worker of loopd {loopd_pid} has {session}'s log open")

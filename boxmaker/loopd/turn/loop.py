@@ -179,6 +179,7 @@ class TurnLoop:
         clock: Callable[[], str],
         compact: comp.Settings | None = None,
         content_tokens: int | None = None,
+        client_ref: str | None = None,
     ) -> None:
         """Args:
         baseline: the session's baseline (its system text and tools).
@@ -192,6 +193,7 @@ class TurnLoop:
         content_tokens: the message's tokens, when the runner counted them (a large one): a
             message that would take the slot past `[compact] at` beside the history is folded
             for before it is appended (issue 29.3).
+        client_ref: the turn frame's client_ref, kept in the User record (M4 section 6).
         """
         if not records or not isinstance(records[0], SessionStart):
             raise ValueError("a session's log starts with its session_start record")
@@ -206,6 +208,7 @@ class TurnLoop:
         self._now = clock
         self._compact = compact
         self._content_tokens = content_tokens
+        self._client_ref = client_ref
         self._compact_failure: str | None = None
         self._gen = self._turn()
         self._started = False
@@ -253,7 +256,7 @@ class TurnLoop:
             yield from self._append(self._note(call, INTERRUPTED_NOTE))
         if self._due() or self._crowded():
             yield from self._compacted("threshold")
-        yield from self._append(User(self._now(), self._content))
+        yield from self._append(User(self._now(), self._content, self._client_ref))
         limiter = TurnLimiter(self._limits)
         previous = last_usage(self.records)
         retried = False

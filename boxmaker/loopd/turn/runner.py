@@ -173,6 +173,7 @@ def run_turn(
     compactor: Compactor | None = None,
     fit: MessageFit | None = None,
     stop: Callable[[], bool] = _never,
+    client_ref: str | None = None,
 ) -> TurnDone | WireError:
     """Runs one turn of the session whose log is open in `log`.
 
@@ -191,6 +192,8 @@ def run_turn(
             anything is appended; one that fits alone but not beside the history is folded
             for first (issue 29.3). None: not measured.
         stop: true once the owner asked to stop the turn (read from any thread's write).
+        client_ref: the turn frame's, written into the User record (M4 section 6); the caller
+            has checked that the log does not hold it yet (`turn.recorded`).
 
     Returns:
         TurnDone, or the WireError the turn ended with (session_full, turn_limit, inference,
@@ -214,6 +217,7 @@ def run_turn(
         clock=clock,
         compact=None if compactor is None else compactor.settings,
         content_tokens=tokens,
+        client_ref=client_ref,
     )
 
     shown: list[str] = []  # this completion's content, as streamed: what a stop records

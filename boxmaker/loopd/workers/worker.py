@@ -43,6 +43,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
 from boxmaker.loopd.tools.port import tool_port, utc_now
 from boxmaker.loopd.turn.compactor import Compactor
+from boxmaker.loopd.turn.recorded import recorded_answer
 from boxmaker.loopd.turn.runner import MessageFit, run_compaction, run_turn
 from boxmaker.proto import (
     ApprovalNeededEvent,
@@ -167,7 +168,14 @@ class Worker:
                 self.log = open_session(self.config, self.client, turn.session, not turn.resume)
             elif not turn.resume:
                 raise SessionExists(f"session {turn.session} already exists; resume it")
-            if turn.compact:  # `/compact` (issue 21): no turn, the fold alone
+            recorded = (
+                None
+                if turn.client_ref is None or turn.compact
+                else recorded_answer(self.log.records, turn.client_ref)
+            )
+            if recorded is not None:  # delivered before (M4 section 6): never run twice
+                outcome = recorded
+            elif turn.compact:  # `/compact` (issue 21): no turn, the fold alone
                 outcome = run_compaction(self.log, self.compactor, self.on_event)
             else:
                 log = self.log
@@ -189,6 +197,7 @@ class Worker:
                     compactor=self.compactor,
                     fit=self.fit,
                     stop=self.stop_asked.is_set,
+                    client_ref=turn.client_ref,
                 )
         except (SessionError, SessionIdError, InferError) as exc:
             if self.log is not None and self.log.closed:

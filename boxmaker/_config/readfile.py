@@ -1,4 +1,4 @@
-"""Reading loopd's config file: a regular file, bounded, never a FIFO or a device."""
+"""Reading a config file: a regular file, bounded, never a FIFO or a device."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import os
 import stat
 from pathlib import Path
 
-from boxmaker.loopd._kinds import ConfigError
+from boxmaker._config.kinds import ConfigError
 
 
 def _file_kind(mode: int) -> str:
@@ -15,7 +15,9 @@ def _file_kind(mode: int) -> str:
     return next((words for test, words in kinds.items() if test(mode)), "not a file")
 
 
-def read_bounded(path: Path, source: str, limit: int) -> bytes:
+def read_bounded(
+    path: Path, source: str, limit: int, example: str = "conf/loopd.toml.example"
+) -> bytes:
     """The bytes of the regular file at `path`, at most `limit`; raises ConfigError.
 
     A FIFO would block the read for ever and /dev/zero never ends, so the file's type is
@@ -32,7 +34,7 @@ def read_bounded(path: Path, source: str, limit: int) -> bytes:
             raise refuse(f"cannot read it: {_file_kind(mode)}, not a regular file")
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC)
     except FileNotFoundError:
-        raise refuse("no such file (conf/loopd.toml.example shows every key)") from None
+        raise refuse(f"no such file ({example} shows every key)") from None
     except OSError as exc:
         raise refuse(f"cannot read it: {exc.strerror or exc}") from None
     try:

@@ -1,10 +1,11 @@
-"""The value kinds of loopd's config: what a key's value must be, in words, and its check.
+"""The value kinds of a config (loopd's, gatewayd's): what a key's value must be, and its check.
 
 A `Kind` is `expected` (the words an error message uses) and `convert` (checks one TOML value and
-returns the typed one, or raises `Bad`). config.py declares every key with one of these; _walker.py
-applies them. Every number kind has a maximum and every table sent to the server a nesting limit,
-so a value that loads can be used: a timeout fits a socket's timeval and a thread's wait, a count
-fits orjson's 64 bits and llama-server's 32, a table is JSON that orjson can write.
+returns the typed one, or raises `Bad`). A config module declares every key with one of these;
+walker.py applies them. Every number kind has a maximum and every table sent to the server a
+nesting limit, so a value that loads can be used: a timeout fits a socket's timeval and a
+thread's wait, a count fits orjson's 64 bits and llama-server's 32, a table is JSON that orjson
+can write.
 """
 
 from __future__ import annotations
@@ -245,3 +246,4 @@ DELAYS_MS = list_of(
     f"a list of integers from 0 to {MAX_MS} (milliseconds, at most one day)",
     nonempty=False,
 )
+UIDS = list_of(integer(1, 2**32 - 2), "a list of unique uids, not 0", unique=True, nonempty=False)

@@ -1,9 +1,9 @@
-"""The walker of loopd's config: a TOML table read against the section dataclasses.
+"""The config walker (loopd's, gatewayd's): a TOML table read against the section dataclasses.
 
 A key is `name: Annotated[type, Kind, "what it is" (optional), Env(...) (optional)] = default`;
 without a default it is required. A field whose type is a dataclass is a sub-table. `build` reads
-every section the same way, so a new key is one line in config.py and gets every rule: unknown
-keys are errors at any level (with a hint), a key with no default is required, defaults pass
+every section the same way, so a new key is one line in its config module and gets every rule:
+unknown keys are errors at any level (with a hint), a key with no default is required, defaults pass
 through their kind's `finish_default`, and a section's `_relations()` checks its keys against each
 other. Every error is one `ConfigError` naming the file and the dotted key.
 """
@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from boxmaker.loopd._kinds import Bad, ConfigError, Ctx, Env, Kind, clip, show, type_name
+from boxmaker._config.kinds import Bad, ConfigError, Ctx, Env, Kind, clip, show, type_name
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,0 +1,1 @@
+"""The typed config floor loopd and gatewayd share: value kinds, schema walk, bounded read."""

@@ -1,0 +1,72 @@
+"""What a catch-up answers, and the channel cursor (M4 section 6 "Catch-up"). [core]
+
+After every start and every reconnect that was not a lossless resume, gatewayd pages each
+channel forward from its cursor (`after=<post id>`). Of the allowed posts found, those younger
+than `catchup_max_age_s`, newest `catchup_max_posts` of them, are answered as if they had just
+arrived; the others get one notice (a reply to the newest of them) naming how many were not
+answered, never a turn each.
+
+`Cursor` moves a channel's cursor only past posts that are finished, in order: sessions run side
+by side, so a later post may finish before an earlier one, and the cursor never passes a post
+that is still being answered.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from boxmaker.gatewayd.mattermost.types import Post
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    answer: tuple[Post, ...]  # oldest first
+    skipped: tuple[Post, ...]  # too old or too many: one notice for all
+
+
+def plan(posts: Sequence[Post], now_ms: int, max_posts: int, max_age_s: int) -> Plan:
+    """`posts`: the allowed posts found after the cursor, oldest first."""
+    fresh = [p for p in posts if now_ms - p.create_at <= max_age_s * 1000]
+    answer = fresh[-max_posts:] if fresh else []
+    chosen = {p.id for p in answer}
+    return Plan(tuple(answer), tuple(p for p in posts if p.id not in chosen))
+
+
+def notice(skipped: int, max_posts: int, max_age_s: int) -> str:
+    what = "message was" if skipped == 1 else "messages were"
+    return (
+        f"{skipped} earlier {what} not answered: sent while I was away and older than "
+        f"{max_age_s} s or beyond the {max_posts} newest (catchup_max_age_s, catchup_max_posts). "
+        "Send again what you still want answered."
+    )
+
+
+@dataclass
+class Cursor:
+    """One channel's cursor: the last post id such that it and every post before it that
+    gatewayd took are finished."""
+
+    at: str | None
+    _open: list[str] = field(default_factory=list)  # taken, in channel order
+    _done: set[str] = field(default_factory=set)
+
+    def take(self, post_id: str) -> None:
+        if post_id not in self._open:
+            self._open.append(post_id)
+
+    def finish(self, post_id: str) -> str | None:
+        """Marks `post_id` finished; the new cursor when it moved, else None."""
+        self._done.add(post_id)
+        moved = None
+        while self._open and self._open[0] in self._done:
+            moved = self._open.pop(0)
+            self._done.discard(moved)
+        if moved is not None:
+            self.at = moved
+        return moved
+
+    def skip(self, post_id: str) -> str | None:
+        """A post seen and not taken (refused, or an event of the bot's own): finished at once."""
+        self.take(post_id)
+        return self.finish(post_id)

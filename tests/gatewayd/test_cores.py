@@ -1,0 +1,100 @@
+"""gatewayd's small cores: session places, the per-session queue, the marker, the catch-up plan,
+the cursor, the chat's messages."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from boxmaker.gatewayd.catchup import Cursor, plan
+from boxmaker.gatewayd.mattermost.types import Post
+from boxmaker.gatewayd.messages import approval_post, code_block, escaped
+from boxmaker.gatewayd.queues import FULL, RUN, WAIT, SessionQueues
+from boxmaker.gatewayd.replies import missing, posted_parts, reply_props
+from boxmaker.gatewayd.sessions import client_ref, place_of
+from boxmaker.proto.ids import is_client_ref, is_session_id
+
+CH = "4ckrmjaeeb8mbpodbmo6bknpge"
+ROOT = "a4aurxyyc3yruntz4zfmdw75nr"
+PID = "5greg5b4w3rojmqc188znn8s7c"
+BOT = "xei6dqz8xfgm7kqzddjziyofyo"
+
+
+def post(**changes: Any) -> Post:
+    p = Post(PID, CH, "u", "", "hi", "", {}, 1000, ())
+    return replace(p, **changes)
+
+
+def test_places_dm_and_threads() -> None:
+    assert place_of(post(), "D").session == f"mm.{CH}"
+    assert place_of(post(), "D").root_id == ""
+    assert place_of(post(root_id=ROOT), "D").root_id == ROOT  # answered in the owner's thread
+    assert place_of(post(), "O").session == f"mm.{CH}.{PID}"  # a top-level post starts one
+    assert place_of(post(), "O").root_id == PID
+    thread = place_of(post(root_id=ROOT), "P")
+    assert (thread.session, thread.root_id) == (f"mm.{CH}.{ROOT}", ROOT)
+    assert is_session_id(thread.session)
+    assert is_client_ref(client_ref(post()))
+    with pytest.raises(ValueError, match="session id"):
+        place_of(post(channel_id="x/../y"), "D")
+
+
+def test_one_turn_at_a_time_per_session_with_a_bound() -> None:
+    q: SessionQueues[str] = SessionQueues(2)
+    assert q.offer("a", "1") == RUN
+    assert q.offer("b", "x") == RUN  # another session is not held
+    assert [q.offer("a", i) for i in "234"] == [WAIT, WAIT, FULL]
+    assert q.waiting("a") == 2
+    assert q.done("a") == "2"
+    assert q.offer("a", "5") == WAIT
+    assert [q.done("a"), q.done("a"), q.done("a")] == ["3", "5", None]
+    assert not q.running("a")
+    assert q.offer("a", "6") == RUN
+
+
+def test_the_marker_says_which_parts_are_posted() -> None:
+    mine = [post(id=f"r{i}", user_id=BOT, props=reply_props(PID, i, 3)) for i in (1, 3)]
+    others = [
+        post(id="o1", user_id="owner", props=reply_props(PID, 2, 3)),  # not the bot's
+        post(id="o2", user_id=BOT, props=reply_props("another", 2, 3)),
+    ]
+    got = posted_parts([*mine, *others], BOT, PID)
+    assert got == {1, 3}
+    assert missing(3, got) == [2]
+    assert missing(1, set()) == [1]
+    assert missing(2, {1, 2}) == []
+
+
+def test_catchup_answers_the_newest_fresh_posts_and_notes_the_rest() -> None:
+    posts = [post(id=f"p{i}", create_at=i * 1000) for i in range(10)]
+    got = plan(posts, now_ms=10_000, max_posts=3, max_age_s=5)
+    assert [p.id for p in got.answer] == ["p7", "p8", "p9"]
+    assert [p.id for p in got.skipped] == [f"p{i}" for i in range(7)]
+    fresh = plan(posts[8:], now_ms=10_000, max_posts=3, max_age_s=5)
+    assert (len(fresh.answer), fresh.skipped) == (2, ())
+
+
+def test_the_cursor_never_passes_a_post_in_flight() -> None:
+    c = Cursor("p0")
+    for p in ("p1", "p2", "p3"):
+        c.take(p)
+    assert c.finish("p2") is None
+    assert c.at == "p0"
+    assert c.finish("p1") == "p2"
+    assert c.skip("p4") is None  # p3 is still in flight
+    assert c.finish("p3") == "p4"
+    assert c.at == "p4"
+
+
+def test_untrusted_text_is_escaped_and_fenced() -> None:
+    summary = "ls\u202e -la\x1b[2J ``` `rm`"
+    shown = code_block(summary)
+    assert "\u202e" not in shown
+    assert "\x1b" not in shown
+    assert "\\u202e" in shown
+    assert shown.startswith("````\n")
+    assert shown.endswith("\n````")
+    assert escaped("a\tb\nc") == "a\\u0009b\nc"
+    assert "bxctl approve" in approval_post("shell", summary, "mm.x")

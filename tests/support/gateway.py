@@ -1,0 +1,91 @@
+"""gatewayd as a real process between the fake Mattermost (tests/support/mattermost/fake.py) and
+a real `loopd serve` on the scripted fake llama-server (tests/support/serve.py).
+
+`GatewayRig` writes the bot's token file (0600) and a gateway.toml, starts `gatewayd serve` and
+restarts it; `crash_at(point)` arms gatewayd's test-only crash hook (gatewayd/crashpoint.py)
+through a plan file, so one start dies at that point and the restart runs on.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+from boxmaker._toml import toml_dumps
+from tests.support.mattermost.fake import FakeMattermost
+from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv
+
+START_LINE = "gatewayd: socket connected"
+REPLY_TO = "boxmaker_reply_to"
+
+
+class GatewayRig:
+    def __init__(self, env: ServeEnv, fake: FakeMattermost, **limits: Any) -> None:
+        self.env = env
+        self.fake = fake
+        self.folder = env.folder / "gw"
+        self.folder.mkdir(exist_ok=True)
+        token = self.folder / "token"
+        token.write_text(fake.token + "\n")
+        token.chmod(0o600)
+        self.plan = self.folder / "crash-plan"
+        self.config = self.folder / "gateway.toml"
+        table = {
+            "mattermost": {
+                "url": fake.url,
+                "token_file": str(token),
+                "allowed_users": [fake.owner["id"]],
+            },
+            "limits": {"typing_interval_ms": 200, **limits},
+            "loopd": {"socket": str(env.socket)},
+            "state": {"folder": str(self.folder / "state")},
+        }
+        self.config.write_text(toml_dumps(table))
+        self.daemons: list[Daemon] = []
+
+    def start(self, wait: bool = True) -> Daemon:
+        env = {**os.environ, "BOXMAKER_GATEWAYD_CRASH_AT": str(self.plan)}
+        daemon = Daemon(
+            python_module("boxmaker.gatewayd", "serve", "--config", str(self.config)), env
+        )
+        self.daemons.append(daemon)
+        if wait:  # gatewayd's lines go to stderr
+            wait_for(
+                lambda: any(START_LINE in ln for ln in daemon.err_lines) or daemon.proc.poll(),
+                "gatewayd's start line",
+                BOUND_S,
+            )
+            assert daemon.proc.poll() is None, f"gatewayd exited: {daemon.err_lines}"
+        return daemon
+
+    def crash_at(self, point: str, n: int = 1) -> None:
+        self.plan.write_text(f"{point}:{n}\n")
+
+    def fired(self) -> bool:
+        return Path(f"{self.plan}.fired").exists()
+
+    def stop(self) -> None:
+        for d in self.daemons:
+            d.stop()
+
+    # ---- what the bot posted ----
+
+    def replies(self, channel: str, post_id: str) -> list[dict[str, Any]]:
+        return [
+            p
+            for p in self.fake.bot_posts(channel)
+            if (p.get("props") or {}).get(REPLY_TO) == post_id
+        ]
+
+    def wait_replies(self, channel: str, post_id: str, n: int = 1) -> list[dict[str, Any]]:
+        try:
+            return wait_for(
+                lambda: r if len(r := self.replies(channel, post_id)) >= n else None,
+                f"{n} reply post(s) to {post_id}",
+                REPLY_BOUND_S,
+            )
+        except AssertionError as e:
+            said = self.daemons[-1].err_lines if self.daemons else []
+            raise AssertionError(f"{e}; gatewayd said: {said[-20:]}") from None
