@@ -56,5 +56,10 @@ class OwnerClient:
 
     def answer(self, call_id: str, call_hash: str, answer: str) -> bool:
         """Answers a claimed call ("yes", "no", "always"); True when brokerd took the answer."""
+        return self.answer_or_refusal(call_id, call_hash, answer) is None
+
+    def answer_or_refusal(self, call_id: str, call_hash: str, answer: str) -> str | None:
+        """Answers a claimed call: None when brokerd took the answer, else brokerd's reason
+        (the call is no longer held: loopd withdrew it, it timed out; or the hash moved)."""
         (reply,) = self._conn.exchange("answer", Answer(call_id, call_hash, answer).to_json())
-        return reply.kind == "answered"
+        return None if reply.kind == "answered" else str(reply.body.get("message"))

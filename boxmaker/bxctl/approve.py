@@ -61,11 +61,15 @@ def ask_owner(
                 return ""
             typed = line.strip().lower()
             answer = WORDS.get(typed, "" if not typed else "no")
-            took = owner.answer(event.id, held.hash, answer)
+            refused = owner.answer_or_refusal(event.id, held.hash, answer)
     except (OSError, ProtocolError) as exc:
         err.write(f"[approval: cannot reach brokerd's owner.sock at {path}: {exc}; denied]\n")
         return ""
-    granted = took and answer in ("yes", "always")
+    if refused is not None:  # withdrawn meanwhile (the turn was stopped), or timed out
+        err.write(f"[approval: not taken: brokerd says {refused}]\n")
+        err.flush()
+        return ""
+    granted = answer in ("yes", "always")
     err.write(f"[approval: {answer or 'empty'}: {'approved' if granted else 'denied'}]\n")
     err.flush()
     return answer

@@ -19,7 +19,9 @@ whole process group cannot cut a turn half-way. A session that cannot be opened 
 corrupt) is answered with its error, and loopd stops the worker (wire.py's `no_session`).
 
 A `cancel` frame (issue 30: the owner's Ctrl-C, relayed by loopd) stops the turn in flight:
-`run_turn`'s `stop` reads the flag it sets (turn/runner.py says where it is seen). The flag is
+`run_turn`'s `stop` reads the flag it sets (turn/runner.py says where it is seen), and the tool
+calls at brokerd are withdrawn at once (a call held for the owner's approval is denied then,
+not at approval_timeout_ms; BrokerPort.withdraw). The flag is
 cleared when the next turn frame arrives, on the same reader thread, so a cancel that came
 after its turn is never lost and never stops the turn after it.
 """
@@ -41,7 +43,7 @@ from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
-from boxmaker.loopd.tools.port import tool_port, utc_now
+from boxmaker.loopd.tools.port import BrokerPort, ToolPort, tool_port, utc_now
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.runner import MessageFit, run_compaction, run_turn
 from boxmaker.proto import (
@@ -98,6 +100,7 @@ class Worker:
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
         self.stop_asked = threading.Event()  # the turn in flight was cancelled
+        self.port: ToolPort | None = None  # the turn in flight's: a cancel withdraws its calls
 
     def send(self, data: bytes) -> None:
         with contextlib.suppress(PipeClosed):  # loopd is gone: the turn goes on, logged
@@ -109,6 +112,7 @@ class Worker:
             self.gate.deliver(frame)
         elif frame.kind == CANCEL:
             self.stop_asked.set()
+            self.withdraw()
         else:
             self.stop_asked.clear()  # a new turn: an earlier cancel was for the one before
             try:
@@ -116,6 +120,14 @@ class Worker:
             except BodyError as exc:  # loopd checks every turn: this is a bug, not a client's
                 _say(f"stdin: a bad turn frame: {exc}")
                 self.turns.put(None)
+
+    def withdraw(self) -> None:
+        """The turn was stopped: a call held for the owner's approval (or running) is withdrawn
+        now, not at its timeout (issue 38.1). Read after `stop_asked` is set, and `_run` sets
+        the port before it reads `stop_asked`: one of the two sees the other's write."""
+        port = self.port
+        if isinstance(port, BrokerPort):
+            port.withdraw()
 
     def read_stdin(self) -> None:
         problem = read_frames(self.stdin, self.on_frame)
@@ -155,6 +167,8 @@ class Worker:
                     "from it",
                 )
             )
+        finally:
+            self.port = None  # its calls are over: nothing left to withdraw
 
     def _run(self, turn: Turn) -> None:
         if self.session is None:
@@ -172,17 +186,21 @@ class Worker:
             else:
                 log = self.log
                 epoch = lambda: log.epoch  # noqa: E731  read at each call: a compaction moves it
+                tools = tool_port(
+                    self.config.tools,
+                    self.on_approval,
+                    turn.session,
+                    epoch,
+                    self.config.loop.tool_timeout_ms,  # brokerd cancels the call at it
+                )
+                self.port = tools["port"]
+                if self.stop_asked.is_set():
+                    self.withdraw()
                 outcome = run_turn(
                     log,
                     turn.content,
                     client=self.client,
-                    **tool_port(
-                        self.config.tools,
-                        self.on_approval,
-                        turn.session,
-                        epoch,
-                        self.config.loop.tool_timeout_ms,  # brokerd cancels the call at it
-                    ),
+                    **tools,
                     config=self.config.loop,
                     thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
                     on_event=self.on_event,
