@@ -61,10 +61,10 @@ class Approvals:
             self._held.pop(held.id, None)
             if held.answer is None:
                 held.answer = "timeout"
-            self._ended[held.id] = _fate(held)
+            self._ended[held.id] = _fate(held) or held.answer
             while len(self._ended) > ENDED_KEPT:
                 self._ended.popitem(last=False)
-        return held.answer
+            return held.answer
 
     def pending(self) -> list[Held]:
         with self._lock:

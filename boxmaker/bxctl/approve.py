@@ -61,12 +61,12 @@ def ask_owner(
                 return ""
             typed = line.strip().lower()
             answer = WORDS.get(typed, "" if not typed else "no")
-            refused = owner.answer_or_refusal(event.id, held.hash, answer)
+            not_taken = owner.answer_or_refusal(event.id, held.hash, answer)
     except (OSError, ProtocolError) as exc:
         err.write(f"[approval: cannot reach brokerd's owner.sock at {path}: {exc}; denied]\n")
         return ""
-    if refused is not None:  # withdrawn meanwhile (the turn was stopped), or timed out
-        err.write(f"[approval: not taken: brokerd says {refused}]\n")
+    if not_taken is not None:  # withdrawn meanwhile (the turn was stopped), or timed out
+        err.write(f"[approval: not taken: brokerd says {not_taken}]\n")
         err.flush()
         return ""
     granted = answer in ("yes", "always")

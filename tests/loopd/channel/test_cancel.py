@@ -20,7 +20,6 @@ from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, sse_reply
-from tests.support.turn import say
 from tests.support.serve import (
     BOUND_S,
     REPLY_BOUND_S,
@@ -31,6 +30,7 @@ from tests.support.serve import (
     turn,
     turn_bytes,
 )
+from tests.support.turn import say
 
 SLOW = "slow please"
 WORDS = 400  # at DELAY_S each: far past every bound here, so only a stop ends it
@@ -155,7 +155,7 @@ def test_anything_but_a_cancel_stops_nothing(env: ServeEnv, extra: bytes) -> Non
     assert "stopped" not in env.record_types("s1")
 
 
-# ---- a cancel stops its own turn, never the next one (issue 38.1) ---------------------------------
+# ---- a cancel stops its own turn, never the next one (issue 38.1) --------------------------------
 
 # Streamed, then sent again in turn_done: 600 KB, over the socket's buffers (about 200 KiB), so a
 # client that does not read holds its turn's relay in sendall after the worker has finished it.
@@ -170,13 +170,12 @@ def start_when_free(env: ServeEnv, session: str, content: str) -> TurnClient:
 
     def started() -> TurnClient | None:
         client = TurnClient(env.socket, session, content)
-        got = wait_for(
-            lambda: client.frames or env.model.waiting or None, "busy, or held", BOUND_S
-        )
+        got = wait_for(lambda: client.frames or env.model.waiting or None, "busy, or held", BOUND_S)
         if got is not client.frames:
             return client
         busy = client.result()[-1]
-        assert isinstance(busy, WireError) and busy.code is ErrorCode.SESSION_BUSY, busy
+        assert isinstance(busy, WireError), busy
+        assert busy.code is ErrorCode.SESSION_BUSY
         return None
 
     return wait_for(started, f"a turn on {session} to start", BOUND_S)
