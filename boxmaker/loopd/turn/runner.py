@@ -44,7 +44,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, local_registry
-from boxmaker.loopd.turn.compact import Compact, Failed
+from boxmaker.loopd.turn.compact import Compact, Failed, Room
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (
@@ -102,11 +102,11 @@ OnEvent = Callable[[TurnEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class MessageFit:
-    """What a turn's message is measured against before it is appended (issue 29.3): the slot's
-    context, the share of it a turn may fill (`[compact] at`), and the server's tokenizer."""
+    """What a turn's message is measured against before it is appended (issue 29.3): the room
+    a turn may fill (`compact.Room`: the slot's context and `[compact] at`), and the server's
+    tokenizer."""
 
-    n_ctx: int
-    at: float
+    room: Room
     count: Callable[[str], int]  # the server's token count of a text
 
 
@@ -119,8 +119,7 @@ _baseline_tokens: dict[str, int] = {}  # by baseline hash: an epoch's baseline i
 def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | WireError | None:
     """The message's tokens when it is large enough to count, a WireError when it cannot fit a
     turn even alone (beside the system prompt and tools), or None (small: not counted)."""
-    limit = int(fit.n_ctx * fit.at)
-    if len(content.encode("utf-8", "surrogatepass")) * CHECK_SHARE < limit:
+    if len(content.encode("utf-8", "surrogatepass")) * CHECK_SHARE < fit.room.limit:
         return None
     try:
         tokens = fit.count(content)
@@ -129,13 +128,14 @@ def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | Wire
             base = _baseline_tokens[baseline.hash] = fit.count(budget_text(baseline))
     except InferError:
         return None  # it cannot be counted now: the server's answer decides, as before
-    room = max(limit - base, 0)
+    room = fit.room.left(base)
     if tokens <= room:
         return tokens
+    at, n_ctx = fit.room.at, fit.room.n_ctx
     return WireError(
         ErrorCode.BAD_REQUEST,
         f"this message is {tokens:,} tokens (by the server's tokenizer), and at most {room:,} "
-        f"fit in a turn: [compact] at ({fit.at:.0%}) of the slot's {fit.n_ctx:,}-token context, "
+        f"fit in a turn: [compact] at ({at:.0%}) of the slot's {n_ctx:,}-token context, "
         f"less the system prompt and tools ({base:,}). Nothing was recorded; shorten it or send "
         "it in parts",
     )

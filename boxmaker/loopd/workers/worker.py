@@ -7,10 +7,10 @@ loopd's main process starts one per active session (workers/pool.py); one starte
 stdin is the config loopd validated (wire.py's `config`): a worker never reads the file, so every
 worker of one loopd runs the config loopd started with. Frames come on stdin
 and go out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr
-too, so nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
-(turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
-flock; the log stays open, and locked, until the worker exits. The Client's gate is a PipeGate:
-the main process holds the slot gate every worker shares.
+too, so nothing but frames ever reaches the pipe. Each `turn` is run with the session's turn
+kit, built as `loopd turn` builds its own (turn/kit.py): the first opens the session's log, or
+creates it (`resume: false`), taking its flock; the log stays open, and locked, until the worker
+exits. The Client's gate is a PipeGate: the main process holds the slot gate every worker shares.
 
 The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or once the turn in
 flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM,
@@ -43,9 +43,8 @@ from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
-from boxmaker.loopd.tools.port import BrokerPort, ToolPort, tool_port, utc_now
-from boxmaker.loopd.turn.compactor import Compactor
-from boxmaker.loopd.turn.runner import MessageFit, run_compaction, run_turn
+from boxmaker.loopd.tools.port import BrokerPort, ToolPort, utc_now
+from boxmaker.loopd.turn.kit import TurnKit
 from boxmaker.proto import (
     ApprovalNeededEvent,
     BodyError,
@@ -93,10 +92,7 @@ class Worker:
         self.gate.on_cache = self.on_cache
         self.gate.epoch = self.current_epoch
         self.client = Client(config.inference, gate=self.gate)
-        self.compactor = Compactor.from_config(config, self.client)
-        # A large message is measured by the server's tokenizer before it is appended (29.3).
-        count = lambda text: len(self.client.tokenize(text))  # noqa: E731
-        self.fit = MessageFit(config.expect.n_ctx, config.compact.at, count)
+        self.kit = TurnKit.from_config(config, self.client)  # as `loopd turn` builds its own
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
         self.stop_asked = threading.Event()  # the turn in flight was cancelled
@@ -182,30 +178,18 @@ class Worker:
             elif not turn.resume:
                 raise SessionExists(f"session {turn.session} already exists; resume it")
             if turn.compact:  # `/compact` (issue 21): no turn, the fold alone
-                outcome = run_compaction(self.log, self.compactor, self.on_event)
+                outcome = self.kit.compaction(self.log, self.on_event)
             else:
-                log = self.log
-                epoch = lambda: log.epoch  # noqa: E731  read at each call: a compaction moves it
-                tools = tool_port(
-                    self.config.tools,
-                    self.on_approval,
-                    turn.session,
-                    epoch,
-                    self.config.loop.tool_timeout_ms,  # brokerd cancels the call at it
-                )
+                tools = self.kit.tools(self.log, turn.session, self.on_approval)
                 self.port = tools["port"]
                 if self.stop_asked.is_set():
                     self.withdraw()
-                outcome = run_turn(
-                    log,
+                outcome = self.kit.turn(
+                    self.log,
                     turn.content,
-                    client=self.client,
-                    **tools,
-                    config=self.config.loop,
-                    thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
+                    tools=tools,
+                    thinking=turn.thinking,
                     on_event=self.on_event,
-                    compactor=self.compactor,
-                    fit=self.fit,
                     stop=self.stop_asked.is_set,
                 )
         except (SessionError, SessionIdError, InferError) as exc:
