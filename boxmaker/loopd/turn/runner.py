@@ -23,7 +23,9 @@
   (a token, a progress event, a slot poll) or before the next completion. The completion's
   connection is closed (which cancels the generation at the server), nothing of it is recorded
   but a `Stopped` record with the text streamed so far, and the turn ends `error{stopped}`. Tool
-  calls already running finish and are recorded first, so the log stays whole.
+  calls in flight are withdrawn at brokerd by the worker (issue 38.1: a held ask denied, a
+  command killed, as at the tool timeout) and their results, brokerd's account, are recorded
+  first, so the log stays whole.
 
 A failed append (the disk) raises the store's SessionError (AppendFailed) out of `run_turn`: the
 store has cut the log back to its last acknowledged line, and the turn cannot go on without it.
