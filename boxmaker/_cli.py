@@ -12,7 +12,9 @@ import argparse
 import enum
 import io
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import IO, TYPE_CHECKING, Any, NoReturn, TextIO
@@ -89,6 +91,18 @@ def print_json_line(out: IO[str], obj: Mapping[str, Any]) -> None:
     """One JSON object per line, flushed, so a watcher sees each as it happens."""
     out.write(orjson.dumps(obj).decode() + "\n")
     out.flush()
+
+
+def interruptible() -> None:
+    """SIGINT is KeyboardInterrupt (so `guarded`'s INTERRUPTED), whatever the process inherited.
+
+    A shell without job control starts `cmd &` with SIGINT ignored, and Python then leaves it
+    ignored: a SIGINT sent to stop the command is dropped by the kernel, and a `loopd complete`
+    waiting before a retry waits on to its next attempt (issue 38.6; a test run from such a
+    shell's background job lost its SIGINT this way). Called by a program's own `main` (never
+    when a test runs it in-process), from the main thread."""
+    if threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
 def guarded(env: Environment, run: Callable[[], ExitStatus], on_interrupt: str = "") -> ExitStatus:

@@ -5,16 +5,23 @@ owner.sock that names the call's id AND carries its hash (tool + canonical argum
 it: an approval for another call, or for the same id with other arguments, approves nothing.
 There is no default: an empty answer, a timeout, or an owner connection that closes after it
 took the call (`claim`) without answering is a denial.
+
+loopd may withdraw a held call (its turn was stopped, or its tool timeout passed: it closed the
+call): the call is denied at once. An owner who answers a call that is no longer held is told
+what became of it (withdrawn, timed out, answered), from the last ENDED_KEPT calls that ended.
 """
 
 from __future__ import annotations
 
 import threading
 import time
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from boxmaker.proto.broker import ANSWERS, HeldCall
+
+ENDED_KEPT = 256  # calls no longer held whose fate a late answer is told (bounded memory)
 
 
 @dataclass
@@ -23,6 +30,7 @@ class Held:
     answer: str | None = None  # yes | no | always | empty | closed | timeout
     done: threading.Event = field(default_factory=threading.Event)
     until: float | None = None  # time.monotonic() when brokerd stops waiting (wait sets it)
+    withdrawn: bool = False  # loopd closed the call before the owner answered
 
     @property
     def id(self) -> str:
@@ -43,6 +51,7 @@ class Held:
 class Approvals:
     def __init__(self) -> None:
         self._held: dict[str, Held] = {}
+        self._ended: OrderedDict[str, str] = OrderedDict()  # id -> what became of it
         self._lock = threading.Lock()
 
     def hold(self, call: HeldCall, timeout_s: float | None = None) -> Held:
@@ -60,7 +69,10 @@ class Approvals:
             self._held.pop(held.id, None)
             if held.answer is None:
                 held.answer = "timeout"
-        return held.answer
+            self._ended[held.id] = _fate(held) or held.answer
+            while len(self._ended) > ENDED_KEPT:
+                self._ended.popitem(last=False)
+            return held.answer
 
     def pending(self) -> list[Held]:
         with self._lock:
@@ -70,21 +82,47 @@ class Approvals:
         with self._lock:
             return self._held.get(call_id)
 
+    def not_held(self, call_id: str) -> str:
+        """Why `call_id` cannot be claimed or answered: what became of it, when it is known."""
+        with self._lock:
+            held = self._held.get(call_id)
+            fate = _fate(held) if held is not None else self._ended.get(call_id)
+        return f"no call {call_id!r} is waiting for an answer" + (f": {fate}" if fate else "")
+
     def answer(self, call_id: str, call_hash: str, answer: str) -> str | None:
         """None when the answer was taken, else why not (for the owner's error frame)."""
         with self._lock:
             held = self._held.get(call_id)
             if held is None or held.answer is not None:
-                return f"no call {call_id!r} is waiting for an answer (timed out, or answered)"
+                fate = _fate(held) if held is not None else self._ended.get(call_id)
+                return f"no call {call_id!r} is waiting for an answer: " + (
+                    fate or "it timed out, or was answered"
+                )
             if call_hash != held.hash:
                 return "the hash does not match the held call: an approval binds one exact call"
             held.answer = answer if answer in ANSWERS else "empty"
             held.done.set()
         return None
 
-    def deny(self, call_id: str, why: str) -> None:
+    def deny(self, call_id: str, why: str, withdrawn: bool = False) -> None:
+        """Ends the wait with `why` as the answer (a denial); `withdrawn`: loopd closed the
+        call, and an owner who answers it later is told so."""
         with self._lock:
             held = self._held.get(call_id)
             if held is not None and held.answer is None:
-                held.answer = why
+                held.answer, held.withdrawn = why, withdrawn
                 held.done.set()
+
+
+def _fate(held: Held) -> str | None:
+    """What became of a call that is no longer waiting, as its owner is told."""
+    if held.answer is None:
+        return None
+    if held.withdrawn:
+        return (
+            "loopd withdrew it (its turn was stopped, or its tool timeout passed) before it was "
+            "answered; it was denied and did not run"
+        )
+    if held.answer == "timeout":
+        return "nobody answered it within approval_timeout_ms; it was denied and did not run"
+    return f"it was answered already ({held.answer})"

@@ -140,7 +140,7 @@ class Server:
                 return
             held_now.append(held)
             if gone.is_set():
-                self.broker.approvals.deny(held.id, CANCELLED)
+                self.broker.approvals.deny(held.id, CANCELLED, withdrawn=True)
                 return
             needed = ApprovalNeeded(held.id, held.call.tool, brief)
             conn.send("approval_needed", needed.to_json(), False)
@@ -165,7 +165,7 @@ class Server:
                 if readable and sock.recv(1, socket.MSG_PEEK) == b"":
                     gone.set()
                     for h in held:
-                        self.broker.approvals.deny(h.id, CANCELLED)
+                        self.broker.approvals.deny(h.id, CANCELLED, withdrawn=True)
                     return
             except (OSError, ValueError):  # closed meanwhile: the call is over
                 return
@@ -187,7 +187,7 @@ class Server:
                     elif frame.kind == "claim" and (c := _typed(Claim, body)) is not None:
                         held = approvals.get(c.id)
                         if held is None:
-                            conn.error(f"no call {c.id!r} is waiting for an answer")
+                            conn.error(approvals.not_held(c.id))
                             continue
                         claimed.add(held.id)
                         conn.send("call", held.view(), True)

@@ -34,7 +34,15 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from boxmaker._cli import Environment, ExitStatus, Parser, ParserExit, guarded, print_json_line
+from boxmaker._cli import (
+    Environment,
+    ExitStatus,
+    Parser,
+    ParserExit,
+    guarded,
+    interruptible,
+    print_json_line,
+)
 from boxmaker.loopd import serve
 from boxmaker.loopd.config import Config, ConfigError, read_config
 from boxmaker.loopd.llama.client import Client
@@ -246,6 +254,8 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     Returns:
         Its exit status (see ExitStatus): a config that does not load is ERROR.
     """
+    if env is None:  # the process itself: a SIGINT it inherited ignored still stops it
+        interruptible()
     env = env if env is not None else Environment()
     try:
         args = build_parser(env).parse_args(argv)

@@ -284,11 +284,21 @@ def test_complete_without_an_inferproxy_retries_then_exits_1(offline_dir: Path) 
     assert line.startswith("loopd complete: connect: cannot connect to ")
 
 
-def test_ctrl_c_exits_130_saying_interrupted(offline_dir: Path) -> None:
+# SIGINT ignored, then the program: what a shell without job control gives `cmd &` (issue 38.6:
+# a make test run from such a job lost this SIGINT, and loopd complete waited on to its retry).
+SIGINT_IGNORED = ("sh", "-c", 'trap "" INT; exec "$@"', "sh")
+
+
+@pytest.mark.parametrize(
+    "launcher", [(), SIGINT_IGNORED], ids=["sigint default", "sigint ignored by the parent"]
+)
+def test_ctrl_c_exits_130_saying_interrupted(offline_dir: Path, launcher: tuple[str, ...]) -> None:
     # A real process and a real SIGINT, sent while the client waits a minute before its retry.
     config = offline_config(offline_dir, retry_delays_ms=[60_000, 60_000, 60_000])
     argv = python_module("boxmaker.loopd", "complete", "--config", str(config), "--say", "hi")
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(
+        [*launcher, *argv], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
     try:
         assert proc.stdout is not None
         ready, _, _ = select.select([proc.stdout], [], [], RUN_BOUND)

@@ -34,7 +34,7 @@ from boxmaker.proto import ChannelBody, Turn, channel_frame, decode_body
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
 from tests.support.config import fake_expect, fake_inference, loopd_toml
 from tests.support.fakeserver import FakeServer
-from tests.support.procs import Daemon, python_module, short_tmpdir
+from tests.support.procs import DEFAULT_BOUND, Daemon, python_module, short_tmpdir
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply, sse_reply
 from tests.support.turn import (
@@ -49,7 +49,7 @@ from tests.support.turn import (
 
 TEMPLATE = "{{ serve test template }}"
 START_LINE = "loopd: listening on"
-BOUND_S = 15.0  # a loaded 2-core machine starting Python processes; never reached when healthy
+BOUND_S = DEFAULT_BOUND  # a loaded 2-core machine starting Python processes (procs.py)
 # The product's own waits that config_text writes (issue 29.9): a client's bound is derived from
 # them (`reply_bound_s`), never shorter, so a turn that waits as loopd is told to is not cut.
 FAKE_INFERENCE_WAITS = {"liveness_ms": 5000, "control_timeout_ms": 5000, "busy_wait_ms": 60_000}

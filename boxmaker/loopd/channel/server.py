@@ -16,7 +16,9 @@ While the turn runs, a thread of the connection's own reads what the client send
 turn: a `cancel` frame (issue 30, Ctrl-C in `bxctl chat`) stops the turn (`Pool.cancel`: the
 worker ends it with `error{stopped}` and a `stopped` record); the client's close, or anything
 else, is the end of listening and stops nothing, so a client that is gone still has its turn
-finished and logged.
+finished and logged. The listener runs until the relay has sent the last frame, which is after
+the session's lock was given back: the cancel names the connection's turn by the id the pool
+gave it, so a late one stops nothing, least of all the session's next turn (issue 38.1).
 """
 
 from __future__ import annotations
@@ -120,7 +122,7 @@ class ChannelServer:
             on_final=lambda: self.locks.release(session),
         )
         try:
-            self.pool.start_turn(request, sink)
+            turn_id = self.pool.start_turn(request, sink)
         except Unavailable as exc:
             self.locks.release(session)
             self._send(sock, error_frame(ErrorCode.UNAVAILABLE, str(exc)))
@@ -129,7 +131,7 @@ class ChannelServer:
             self.locks.release(session)  # no turn was started: nothing else will release it
             raise
         listening = threading.Thread(
-            target=self._listen_for_cancel, args=(sock, session), daemon=True
+            target=self._listen_for_cancel, args=(sock, session, turn_id), daemon=True
         )
         listening.start()
         try:
@@ -139,14 +141,14 @@ class ChannelServer:
                 sock.shutdown(socket.SHUT_RD)  # the listener's recv() returns: it ends
             listening.join(self.config.send_timeout_ms / 1000)
 
-    def _listen_for_cancel(self, sock: socket.socket, session: str) -> None:
+    def _listen_for_cancel(self, sock: socket.socket, session: str, turn_id: int) -> None:
         """Reads the client's side until it closes: a `cancel` frame stops the turn."""
         try:
-            self._listen(sock, session)
+            self._listen(sock, session, turn_id)
         except Exception as exc:  # a bug: said, so a lost cancel is never silent
             self.log.warn(f"session {session}: the cancel listener failed: {exc!r}")
 
-    def _listen(self, sock: socket.socket, session: str) -> None:
+    def _listen(self, sock: socket.socket, session: str, turn_id: int) -> None:
         decoder = FrameDecoder(CANCEL_KINDS)
         while True:
             try:
@@ -165,8 +167,15 @@ class ChannelServer:
                 self.log.warn(f"session {session}: after its turn the client sent {exc}")
                 return
             if isinstance(frame, Frame) and frame.kind == CANCEL:
-                self.log.say(f"session {session}: the client stopped its turn")
-                self.pool.cancel(session)
+                # This connection's turn, by its id: its final frame may have come already
+                # (its last frames still being sent here) and the session run another's turn.
+                if self.pool.cancel(session, turn_id):
+                    self.log.say(f"session {session}: the client stopped its turn")
+                else:
+                    self.log.say(
+                        f"session {session}: the client's cancel came after its turn ended; "
+                        "nothing stopped"
+                    )
                 return
 
     def _relay(self, sock: socket.socket, outbox: queue.SimpleQueue[tuple[bytes, bool]]) -> None:

@@ -14,7 +14,9 @@ ValueError on anything else, and the loop turns any exception into a ToolResult 
 
 from __future__ import annotations
 
+import contextlib
 import socket
+import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from datetime import UTC, datetime
@@ -125,37 +127,64 @@ class BrokerPort:
         self._timeout_s = timeout_s
         self._on_approval = on_approval
         self._call_timeout_s = call_timeout_s
+        self._lock = threading.Lock()
+        self._calls: set[socket.socket] = set()  # the calls brokerd has not answered yet
+        self._withdrawn = False
+
+    def withdraw(self) -> None:
+        """The owner stopped the turn (issue 38.1): every call in flight, and any made after,
+        is cancelled at brokerd at once, as at the tool timeout (a held ask denied, a command
+        killed, a tool not started never starts). Each still gets brokerd's answer, which says
+        so, and the turn records it before it stops. Called from any thread."""
+        with self._lock:
+            self._withdrawn = True
+            calls = list(self._calls)
+        for sock in calls:
+            _shut_writing(sock)
 
     def _exchange(
         self, kind: str, body: dict[str, Any], cancel_at: float | None = None
     ) -> Iterator[Frame]:
         with FramedClient(self._path, BROKER_KINDS, self._timeout_s) as client:
             client.send(kind, body, True)
-            cancelled = False
-            while True:
-                if cancel_at is not None:  # until then, at most one frame's wait
-                    left = cancel_at - time.monotonic()
-                    if left <= 0:
-                        client.sock.shutdown(socket.SHUT_WR)  # brokerd cancels the call
-                        # it answers within the rest: 3/4 of the grace, so the port says
-                        # what happened before the loop's own timeout would
-                        client.sock.settimeout(self._grace() * 0.75)
-                        cancel_at, cancelled = None, True
-                    else:
-                        client.sock.settimeout(min(self._timeout_s, left))
-                try:
-                    got = client.recv()  # a frame cut by a timeout stays in its decoder
-                except TimeoutError:
-                    if cancelled:
-                        raise TimeoutError(UNANSWERED_CANCEL) from None
-                    if cancel_at is None or time.monotonic() < cancel_at:
-                        raise
-                    continue
-                if got is None:
-                    raise ConnectionResetError("brokerd closed the connection mid-call")
-                yield got
-                if got.final:
-                    return
+            with self._lock:
+                self._calls.add(client.sock)
+                withdrawn = self._withdrawn
+            if withdrawn:
+                _shut_writing(client.sock)
+            try:
+                yield from self._answer(client, cancel_at)
+            finally:
+                with self._lock:
+                    self._calls.discard(client.sock)
+
+    def _answer(self, client: FramedClient, cancel_at: float | None) -> Iterator[Frame]:
+        """brokerd's frames for the request sent, up to the final one."""
+        cancelled = False
+        while True:
+            if cancel_at is not None:  # until then, at most one frame's wait
+                left = cancel_at - time.monotonic()
+                if left <= 0:
+                    _shut_writing(client.sock)  # brokerd cancels the call
+                    # it answers within the rest: 3/4 of the grace, so the port says
+                    # what happened before the loop's own timeout would
+                    client.sock.settimeout(self._grace() * 0.75)
+                    cancel_at, cancelled = None, True
+                else:
+                    client.sock.settimeout(min(self._timeout_s, left))
+            try:
+                got = client.recv()  # a frame cut by a timeout stays in its decoder
+            except TimeoutError:
+                if cancelled:
+                    raise TimeoutError(UNANSWERED_CANCEL) from None
+                if cancel_at is None or time.monotonic() < cancel_at:
+                    raise
+                continue
+            if got is None:
+                raise ConnectionResetError("brokerd closed the connection mid-call")
+            yield got
+            if got.final:
+                return
 
     def _grace(self) -> float:
         assert self._call_timeout_s is not None
@@ -201,6 +230,12 @@ class BrokerPort:
         except (OSError, ProtocolError, KeyError) as exc:
             return unavailable(f"failed mid-call ({exc})")
         return unavailable("ended the call without a result")
+
+
+def _shut_writing(sock: socket.socket) -> None:
+    """loopd's end of a call: brokerd sees it and cancels the call (its answer still comes)."""
+    with contextlib.suppress(OSError):  # shut already, or brokerd has gone
+        sock.shutdown(socket.SHUT_WR)
 
 
 def broker_registry(tools: Sequence[ToolSchema], core: Sequence[str] = ("clock",)) -> Registry:

@@ -4,10 +4,11 @@
 
 Opens the session under `[paths] home` (with `--new`, creates it: the baseline from
 `[baseline] system`, the home's `memory/core.md` and the core tool schemas, checked against the
-token budget with the server's tokenizer), runs one turn with the config's tools (brokerd at
-[tools] broker_socket, else loopd's clock alone; an approval brokerd asks is shown on stderr and,
-unanswered here, denied), and prints
-each event, then the outcome, as one JSON object per line on stdout, like `loopd complete`:
+token budget with the server's tokenizer), runs one turn with the session's turn kit, as a
+session worker does (turn/kit.py: the config's tools, brokerd at [tools] broker_socket, else
+loopd's clock alone; an approval brokerd asks is shown on stderr and, unanswered here, denied; a
+message too large for the slot refused before it is recorded), and prints each event, then the
+outcome, as one JSON object per line on stdout, like `loopd complete`:
 
     {"type": "content", "text": "..."}                              an event, as the channel has it
     {"type": "turn_done", "content": "...", "usage": {...}}         exit 0
@@ -28,9 +29,8 @@ from boxmaker.loopd.config import Config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
-from boxmaker.loopd.tools.port import OnApproval, tool_port
-from boxmaker.loopd.turn.compactor import Compactor
-from boxmaker.loopd.turn.runner import run_turn
+from boxmaker.loopd.tools.port import OnApproval
+from boxmaker.loopd.turn.kit import TurnKit
 from boxmaker.proto import (
     SessionIdError,
     TurnDone,
@@ -83,18 +83,11 @@ def run_turn_command(
     def on_event(event: TurnEvent) -> None:
         _print(out, event_to_json(event))
 
+    kit = TurnKit.from_config(config, client)  # as a session worker builds its own
     try:
         with open_session(config, client, session, new) as log:
-            outcome = run_turn(
-                log,
-                say,
-                client=client,
-                **tool_port(config.tools, _approval_shown(err), session),
-                config=config.loop,
-                thinking=config.loop.thinking if thinking is None else thinking,
-                on_event=on_event,
-                compactor=Compactor.from_config(config, client),
-            )
+            tools = kit.tools(log, session, _approval_shown(err))
+            outcome = kit.turn(log, say, tools=tools, thinking=thinking, on_event=on_event)
     except (SessionError, SessionIdError, InferError) as exc:
         outcome = error_for(exc)
     _print(out, outcome_to_json(outcome))

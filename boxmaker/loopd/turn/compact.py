@@ -56,15 +56,38 @@ REFUSED = (
 
 
 @dataclass(frozen=True, slots=True)
-class Settings:
-    """The [compact] keys the core reads, and the slot's context."""
+class Room:
+    """The slot's context (`[expect] n_ctx`) and the share of it a turn may fill (`[compact]
+    at`): the one place that decides whether the slot is full, so the fold is due, and whether a
+    message fits (issue 35.3). The turn loop, the compaction and the runner's message check all
+    ask it; nothing else multiplies `at` by `n_ctx`."""
 
     n_ctx: int
-    at: float = 0.75
-    keep_turns: int = 2
-    min_cut: float = 0.3
-    owner_chars: int = 1600
-    summary_tokens: int = 256  # min([compact] summary_tokens, [inference] max_tokens)
+    at: float
+
+    @property
+    def limit(self) -> int:
+        """The most tokens a turn may fill: `at` of the context, rounded down."""
+        return int(self.n_ctx * self.at)
+
+    def full(self, tokens: int) -> bool:
+        """Whether `tokens` in the slot reach `at` of it: the session folds before it goes on."""
+        return tokens >= self.at * self.n_ctx
+
+    def left(self, taken: int) -> int:
+        """The tokens a message may have beside `taken` (the system text and tools)."""
+        return max(self.limit - taken, 0)
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """The [compact] keys the core reads (their defaults are config.py's alone), and the room."""
+
+    room: Room
+    keep_turns: int
+    min_cut: float
+    owner_chars: int
+    summary_tokens: int  # min([compact] summary_tokens, [inference] max_tokens)
 
 
 # A summary is kept to this many characters a token of its budget (issue 29.1): a server that
@@ -97,9 +120,10 @@ def used(usage: Usage | None) -> int:
     return 0 if usage is None else usage.cache_n + usage.prompt_n + usage.predicted_n
 
 
-def due(usage: Usage | None, settings: Settings) -> bool:
-    """Whether the last completion filled the slot past `[compact] at`."""
-    return used(usage) >= settings.at * settings.n_ctx
+def due(usage: Usage | None, settings: Settings, more: int = 0) -> bool:
+    """Whether the last completion filled the slot past `[compact] at`; with `more`, whether
+    it would with that many more tokens (a message not appended yet)."""
+    return settings.room.full(used(usage) + more)
 
 
 def compaction_messages(baseline: Baseline, records: Sequence[LogRecord]) -> list[ChatMessage]:

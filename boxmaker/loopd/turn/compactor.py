@@ -35,6 +35,7 @@ from boxmaker.loopd.turn.compact import (
     Compact,
     Failed,
     Folded,
+    Room,
     Settings,
     Switched,
     attempt_refused,
@@ -112,7 +113,8 @@ class Compactor:
     def settings(self) -> Settings:
         c = self.config
         summary = min(c.summary_tokens, self.max_tokens)
-        return Settings(self.n_ctx, c.at, c.keep_turns, c.min_cut, c.owner_chars, summary)
+        room = Room(self.n_ctx, c.at)
+        return Settings(room, c.keep_turns, c.min_cut, c.owner_chars, summary)
 
     def run(
         self, log: epoch_files.SessionLog, action: Compact, on_event: Callable[[TurnEvent], None]

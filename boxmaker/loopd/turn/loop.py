@@ -249,7 +249,7 @@ class TurnLoop:
         c, n = self._compact, self._content_tokens
         if c is None or n is None:
             return False
-        return comp.used(last_usage(self.records)) + n >= c.at * c.n_ctx
+        return comp.due(last_usage(self.records), c, n)
 
     def _turn(self) -> Generator[Action, object, None]:
         for call in unanswered_calls(self.records):

@@ -23,7 +23,9 @@
   (a token, a progress event, a slot poll) or before the next completion. The completion's
   connection is closed (which cancels the generation at the server), nothing of it is recorded
   but a `Stopped` record with the text streamed so far, and the turn ends `error{stopped}`. Tool
-  calls already running finish and are recorded first, so the log stays whole.
+  calls in flight are withdrawn at brokerd by the worker (issue 38.1: a held ask denied, a
+  command killed, as at the tool timeout) and their results, brokerd's account, are recorded
+  first, so the log stays whole.
 
 A failed append (the disk) raises the store's SessionError (AppendFailed) out of `run_turn`: the
 store has cut the log back to its last acknowledged line, and the turn cannot go on without it.
@@ -44,7 +46,7 @@ from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatEvent, ChatRequest, Completion
 from boxmaker.loopd.tools.port import ToolPort, utc_now
 from boxmaker.loopd.tools.registry import Registry, local_registry
-from boxmaker.loopd.turn.compact import Compact, Failed
+from boxmaker.loopd.turn.compact import Compact, Failed, Room
 from boxmaker.loopd.turn.compactor import Compactor
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import (
@@ -102,11 +104,11 @@ OnEvent = Callable[[TurnEvent], None]
 
 @dataclass(frozen=True, slots=True)
 class MessageFit:
-    """What a turn's message is measured against before it is appended (issue 29.3): the slot's
-    context, the share of it a turn may fill (`[compact] at`), and the server's tokenizer."""
+    """What a turn's message is measured against before it is appended (issue 29.3): the room
+    a turn may fill (`compact.Room`: the slot's context and `[compact] at`), and the server's
+    tokenizer."""
 
-    n_ctx: int
-    at: float
+    room: Room
     count: Callable[[str], int]  # the server's token count of a text
 
 
@@ -119,8 +121,7 @@ _baseline_tokens: dict[str, int] = {}  # by baseline hash: an epoch's baseline i
 def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | WireError | None:
     """The message's tokens when it is large enough to count, a WireError when it cannot fit a
     turn even alone (beside the system prompt and tools), or None (small: not counted)."""
-    limit = int(fit.n_ctx * fit.at)
-    if len(content.encode("utf-8", "surrogatepass")) * CHECK_SHARE < limit:
+    if len(content.encode("utf-8", "surrogatepass")) * CHECK_SHARE < fit.room.limit:
         return None
     try:
         tokens = fit.count(content)
@@ -129,13 +130,14 @@ def message_fit(baseline: Baseline, content: str, fit: MessageFit) -> int | Wire
             base = _baseline_tokens[baseline.hash] = fit.count(budget_text(baseline))
     except InferError:
         return None  # it cannot be counted now: the server's answer decides, as before
-    room = max(limit - base, 0)
+    room = fit.room.left(base)
     if tokens <= room:
         return tokens
+    at, n_ctx = fit.room.at, fit.room.n_ctx
     return WireError(
         ErrorCode.BAD_REQUEST,
         f"this message is {tokens:,} tokens (by the server's tokenizer), and at most {room:,} "
-        f"fit in a turn: [compact] at ({fit.at:.0%}) of the slot's {fit.n_ctx:,}-token context, "
+        f"fit in a turn: [compact] at ({at:.0%}) of the slot's {n_ctx:,}-token context, "
         f"less the system prompt and tools ({base:,}). Nothing was recorded; shorten it or send "
         "it in parts",
     )

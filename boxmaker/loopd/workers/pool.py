@@ -21,6 +21,7 @@ to finish, and is then refused with `unavailable`, saying which keys to change.
 
 from __future__ import annotations
 
+import itertools
 import subprocess
 import threading
 import time
@@ -63,6 +64,7 @@ class Pool:
         self.retired: list[WorkerProcess] = []  # stopping or exited, not reaped yet
         self.spare: WorkerProcess | None = None  # started ahead, for the next new session
         self.stopping = False
+        self._turn_ids = itertools.count(1)  # each turn's own identity: what a cancel names
 
     def live(self) -> int:
         """With the lock held: the worker processes not known to have exited."""
@@ -71,7 +73,8 @@ class Pool:
         return sum(w.state is not State.EXITED for w in everyone)
 
     def start_turn(self, request: Turn, sink: TurnSink) -> int:
-        """Sends the turn to its session's worker, starting one if need be; returns its pid.
+        """Sends the turn to its session's worker, starting one if need be; returns the turn's
+        id (a number of this loopd's, never reused), which `cancel` takes.
 
         The caller holds the session's lock, so the session's worker is never BUSY here.
 
@@ -87,23 +90,26 @@ class Pool:
                     raise Unavailable("loopd is stopping; send the turn again once it is back")
                 worker = self.workers.get(session)
                 if worker is not None and worker.state is State.IDLE:
-                    worker.send_turn(request, sink)
-                    return worker.pid
+                    turn_id = next(self._turn_ids)
+                    worker.send_turn(request, sink, turn_id)
+                    return turn_id
                 if worker is not None:  # exited, not reaped yet
                     self.forget(worker)
                 new = self._worker_for(session, deadline)
                 if new is not None:
-                    new.send_turn(request, sink)
+                    turn_id = next(self._turn_ids)
+                    new.send_turn(request, sink, turn_id)
                     break
         self.ensure_spare()  # if the spare was taken, start the next one
-        return new.pid
+        return turn_id
 
-    def cancel(self, session: str) -> None:
-        """Stops the turn the session's worker is running, if any (a client's `cancel`)."""
+    def cancel(self, session: str, turn_id: int) -> bool:
+        """Stops turn `turn_id` (a client's `cancel`) if the session's worker is still running
+        it; True then. A turn that has ended is not stopped again, and the session's next turn
+        (another client's, perhaps) is not this one: False, nothing is done (issue 38.1)."""
         with self.lock:
             worker = self.workers.get(session)
-            if worker is not None:
-                worker.cancel()
+            return worker is not None and worker.cancel(turn_id)
 
     def _worker_for(self, session: str, deadline: float) -> WorkerProcess | None:
         """With the lock held: a BUSY worker for the session, or None after waiting for a change

@@ -121,6 +121,7 @@ class WorkerProcess:
         self.state = State.BUSY if session is not None else State.IDLE
         self.since = time.monotonic()  # when it entered its state
         self.turn: TurnSink | None = None
+        self.turn_id = 0  # the pool's id of the turn in `turn` (0: none yet)
         self.cut: WireError | None = None  # what a turn cut on purpose is told
         self.empty = False  # said `no_session`: its session did not open
         self._up = up_r
@@ -146,20 +147,26 @@ class WorkerProcess:
             self.writer.close()  # EOF on its stdin: it exits (or has)
         self.pool.changed.notify_all()
 
-    def send_turn(self, request: Turn, sink: TurnSink) -> None:
+    def send_turn(self, request: Turn, sink: TurnSink, turn_id: int) -> None:
         """IDLE -> BUSY (or a new worker, already BUSY), with the pool's lock held."""
         if self.state is not State.BUSY:
             self.change_state(State.BUSY)
-        self.turn = sink
+        self.turn, self.turn_id = sink, turn_id
         with contextlib.suppress(PipeClosed):  # it is dying: its reader ends the turn
             self.writer.send(turn_frame(request))
 
-    def cancel(self) -> None:
-        """Passes the client's `cancel` on (issue 30), with the pool's lock held; a worker
-        that is not running a turn has nothing to stop."""
-        if self.state is State.BUSY and self.turn is not None:
-            with contextlib.suppress(PipeClosed):
-                self.writer.send(cancel_frame())
+    def cancel(self, turn_id: int) -> bool:
+        """Passes the client's `cancel` of turn `turn_id` on (issue 30), with the pool's lock
+        held; True when it was sent. A worker not running that turn has nothing to stop: its
+        final frame has come (the turn is over), and the turn it runs now is another's.
+
+        The pipe keeps the order: a cancel sent here reaches the worker before the next turn's
+        frame (sent only once this turn's final frame has come), which clears it."""
+        if self.state is not State.BUSY or self.turn is None or self.turn_id != turn_id:
+            return False
+        with contextlib.suppress(PipeClosed):
+            self.writer.send(cancel_frame())
+        return True
 
     def _read(self) -> None:
         reader = RelayReader(self._up)

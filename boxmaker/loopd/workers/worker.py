@@ -7,10 +7,10 @@ loopd's main process starts one per active session (workers/pool.py); one starte
 stdin is the config loopd validated (wire.py's `config`): a worker never reads the file, so every
 worker of one loopd runs the config loopd started with. Frames come on stdin
 and go out on stdout (workers/wire.py); logging goes to stderr, and fd 1 is pointed at stderr
-too, so nothing but frames ever reaches the pipe. Each `turn` is run as `loopd turn` runs one
-(turn/command.py): the first opens the session's log, or creates it (`resume: false`), taking its
-flock; the log stays open, and locked, until the worker exits. The Client's gate is a PipeGate:
-the main process holds the slot gate every worker shares.
+too, so nothing but frames ever reaches the pipe. Each `turn` is run with the session's turn
+kit, built as `loopd turn` builds its own (turn/kit.py): the first opens the session's log, or
+creates it (`resume: false`), taking its flock; the log stays open, and locked, until the worker
+exits. The Client's gate is a PipeGate: the main process holds the slot gate every worker shares.
 
 The worker exits when stdin reaches EOF: at once when idle (loopd let it go), or once the turn in
 flight is finished and logged when loopd itself went away (its events then go nowhere). SIGTERM,
@@ -19,7 +19,9 @@ whole process group cannot cut a turn half-way. A session that cannot be opened 
 corrupt) is answered with its error, and loopd stops the worker (wire.py's `no_session`).
 
 A `cancel` frame (issue 30: the owner's Ctrl-C, relayed by loopd) stops the turn in flight:
-`run_turn`'s `stop` reads the flag it sets (turn/runner.py says where it is seen). The flag is
+`run_turn`'s `stop` reads the flag it sets (turn/runner.py says where it is seen), and the tool
+calls at brokerd are withdrawn at once (a call held for the owner's approval is denied then,
+not at approval_timeout_ms; BrokerPort.withdraw). The flag is
 cleared when the next turn frame arrives, on the same reader thread, so a cancel that came
 after its turn is never lost and never stops the turn after it.
 """
@@ -41,10 +43,9 @@ from boxmaker.loopd.config import Config, ConfigError, ConfigSource
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.session_open import error_for, open_session
-from boxmaker.loopd.tools.port import tool_port, utc_now
-from boxmaker.loopd.turn.compactor import Compactor
+from boxmaker.loopd.tools.port import BrokerPort, ToolPort, utc_now
+from boxmaker.loopd.turn.kit import TurnKit
 from boxmaker.loopd.turn.recorded import recorded_answer
-from boxmaker.loopd.turn.runner import MessageFit, run_compaction, run_turn
 from boxmaker.proto import (
     ApprovalNeededEvent,
     BodyError,
@@ -92,13 +93,11 @@ class Worker:
         self.gate.on_cache = self.on_cache
         self.gate.epoch = self.current_epoch
         self.client = Client(config.inference, gate=self.gate)
-        self.compactor = Compactor.from_config(config, self.client)
-        # A large message is measured by the server's tokenizer before it is appended (29.3).
-        count = lambda text: len(self.client.tokenize(text))  # noqa: E731
-        self.fit = MessageFit(config.expect.n_ctx, config.compact.at, count)
+        self.kit = TurnKit.from_config(config, self.client)  # as `loopd turn` builds its own
         self.turns: queue.SimpleQueue[Turn | None] = queue.SimpleQueue()
         self.log: SessionLog | None = None
         self.stop_asked = threading.Event()  # the turn in flight was cancelled
+        self.port: ToolPort | None = None  # the turn in flight's: a cancel withdraws its calls
 
     def send(self, data: bytes) -> None:
         with contextlib.suppress(PipeClosed):  # loopd is gone: the turn goes on, logged
@@ -110,6 +109,7 @@ class Worker:
             self.gate.deliver(frame)
         elif frame.kind == CANCEL:
             self.stop_asked.set()
+            self.withdraw()
         else:
             self.stop_asked.clear()  # a new turn: an earlier cancel was for the one before
             try:
@@ -117,6 +117,14 @@ class Worker:
             except BodyError as exc:  # loopd checks every turn: this is a bug, not a client's
                 _say(f"stdin: a bad turn frame: {exc}")
                 self.turns.put(None)
+
+    def withdraw(self) -> None:
+        """The turn was stopped: a call held for the owner's approval (or running) is withdrawn
+        now, not at its timeout (issue 38.1). Read after `stop_asked` is set, and `_run` sets
+        the port before it reads `stop_asked`: one of the two sees the other's write."""
+        port = self.port
+        if isinstance(port, BrokerPort):
+            port.withdraw()
 
     def read_stdin(self) -> None:
         problem = read_frames(self.stdin, self.on_frame)
@@ -156,6 +164,8 @@ class Worker:
                     "from it",
                 )
             )
+        finally:
+            self.port = None  # its calls are over: nothing left to withdraw
 
     def _run(self, turn: Turn) -> None:
         if self.session is None:
@@ -176,26 +186,18 @@ class Worker:
             if recorded is not None:  # delivered before (M4 section 6): never run twice
                 outcome = recorded
             elif turn.compact:  # `/compact` (issue 21): no turn, the fold alone
-                outcome = run_compaction(self.log, self.compactor, self.on_event)
+                outcome = self.kit.compaction(self.log, self.on_event)
             else:
-                log = self.log
-                epoch = lambda: log.epoch  # noqa: E731  read at each call: a compaction moves it
-                outcome = run_turn(
-                    log,
+                tools = self.kit.tools(self.log, turn.session, self.on_approval)
+                self.port = tools["port"]
+                if self.stop_asked.is_set():
+                    self.withdraw()
+                outcome = self.kit.turn(
+                    self.log,
                     turn.content,
-                    client=self.client,
-                    **tool_port(
-                        self.config.tools,
-                        self.on_approval,
-                        turn.session,
-                        epoch,
-                        self.config.loop.tool_timeout_ms,  # brokerd cancels the call at it
-                    ),
-                    config=self.config.loop,
-                    thinking=self.config.loop.thinking if turn.thinking is None else turn.thinking,
+                    tools=tools,
+                    thinking=turn.thinking,
                     on_event=self.on_event,
-                    compactor=self.compactor,
-                    fit=self.fit,
                     stop=self.stop_asked.is_set,
                     client_ref=turn.client_ref,
                 )

@@ -22,6 +22,7 @@ from tests.support.recorded import Recorded
 from tests.support.replies import Reply, sse_reply
 from tests.support.serve import (
     BOUND_S,
+    REPLY_BOUND_S,
     ServeEnv,
     TurnClient,
     read_frames,
@@ -29,6 +30,7 @@ from tests.support.serve import (
     turn,
     turn_bytes,
 )
+from tests.support.turn import say
 
 SLOW = "slow please"
 WORDS = 400  # at DELAY_S each: far past every bound here, so only a stop ends it
@@ -151,3 +153,57 @@ def test_anything_but_a_cancel_stops_nothing(env: ServeEnv, extra: bytes) -> Non
     final = client.result()[-1]
     assert isinstance(final, TurnDone), final
     assert "stopped" not in env.record_types("s1")
+
+
+# ---- a cancel stops its own turn, never the next one (issue 38.1) --------------------------------
+
+# Streamed, then sent again in turn_done: 600 KB, over the socket's buffers (about 200 KiB), so a
+# client that does not read holds its turn's relay in sendall after the worker has finished it.
+# (One SSE line under [inference]'s line bound.)
+LONG = "x" * 300_000
+NEXT = "the next turn"
+SEND_TIMEOUT_MS = 600_000  # the paused reader must outlast the test: only the test ends it
+
+
+def start_when_free(env: ServeEnv, session: str, content: str) -> TurnClient:
+    """A turn on `session` once its lock is free: one answered `session_busy` is sent again."""
+
+    def started() -> TurnClient | None:
+        client = TurnClient(env.socket, session, content)
+        got = wait_for(lambda: client.frames or env.model.waiting or None, "busy, or held", BOUND_S)
+        if got is not client.frames:
+            return client
+        busy = client.result()[-1]
+        assert isinstance(busy, WireError), busy
+        assert busy.code is ErrorCode.SESSION_BUSY
+        return None
+
+    return wait_for(started, f"a turn on {session} to start", BOUND_S)
+
+
+def test_a_late_cancel_from_a_paused_reader_stops_nothing_of_the_next_turn() -> None:
+    """Two chats on one session: A's turn has ended but its last frames wait for A's reader;
+    B's turn runs; A's owner presses Ctrl-C. B's turn is not A's: it ends as it would have."""
+    with serve_env() as env:
+        env.start(spare_worker=False, send_timeout_ms=SEND_TIMEOUT_MS)
+        turn(env.socket, "s1", "first", resume=False)
+        env.model.load([say(LONG)])
+        with socket.socket(socket.AF_UNIX) as a:
+            a.settimeout(REPLY_BOUND_S)
+            a.connect(str(env.socket))
+            a.sendall(turn_bytes("s1", "a long answer", True))  # and A does not read
+            wait_for(
+                lambda: env.record_types("s1").count("usage") == 2 or None,
+                "A's turn to be logged",
+                REPLY_BOUND_S,
+            )
+            env.model.hold(only=NEXT)
+            b = start_when_free(env, "s1", NEXT)
+            a.sendall(cancel_frame())
+            env.daemons[0].wait_for_line("session s1: the client", BOUND_S)
+            env.model.release()
+            final_b = b.result()[-1]
+            frames_a = read_frames(a)
+        assert isinstance(final_b, TurnDone), final_b
+        assert isinstance(frames_a[-1], TurnDone), frames_a[-1]
+        assert "stopped" not in env.record_types("s1")

@@ -26,6 +26,7 @@ from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.tools.registry import CORE_SCHEMAS
 from boxmaker.loopd.turn.compactor import Compactor
+from boxmaker.loopd.turn.kit import TurnKit
 from boxmaker.loopd.turn.runner import MessageFit, run_turn
 from boxmaker.proto import TurnDone, TurnEvent, WireError, format_time
 from boxmaker.session.baseline import assemble_baseline
@@ -157,5 +158,4 @@ class Chat:
     @property
     def fit(self) -> MessageFit:
         """As the worker measures a message: the server's tokenizer (issue 29.3)."""
-        count = lambda text: len(self.client.tokenize(text))  # noqa: E731
-        return MessageFit(self.config.expect.n_ctx, self.config.compact.at, count)
+        return TurnKit.from_config(self.config, self.client).fit

@@ -17,7 +17,10 @@ from tests.support.turn import Env, new_session, say
 
 from .test_command import run, write_config
 
-LONG = "Tell me everything. " * 400  # 8 KB: the user line needs pages the full disk lacks
+# 5 KB: more than the log's last page has left (the line needs a page the full disk lacks), and
+# under what a turn may hold (loopd turn measures a large message as a worker does: 1,251 of the
+# fake's tokens, beside the baseline's 227, within [compact] at's 1,536).
+LONG = "Tell me everything. " * 250
 
 
 def test_a_full_disk_ends_the_turn_with_an_internal_error_and_keeps_the_log(
