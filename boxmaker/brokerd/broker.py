@@ -33,6 +33,7 @@ from boxmaker.brokerd.policy import (
     APPROVING,
     Decided,
     Decision,
+    call_hash,
     decide,
     listed,
     request_fields,
@@ -56,6 +57,13 @@ Cancelled = Callable[[], bool]  # true once loopd gave up on the call
 
 def _never() -> bool:
     return False
+
+
+def undecided(name: str, arguments: str, exc: Exception) -> Decided:
+    """The decision on a call whose decision raised: a deny, logged like any bad request."""
+    why = f"bad request: brokerd could not decide this call ({type(exc).__name__}); it is refused"
+    unparsed = call_hash(name, {"unparsed": arguments})
+    return Decided(Decision(Mode.DENY, why), None, None, None, unparsed)
 
 
 class CallContext:
@@ -145,7 +153,12 @@ class Broker:
         call_id = secrets.token_hex(8)
         with self.log.lock:
             taint = self.ledger.taint(session, epoch)
-            decided = decide(self.table, self.rules, name, arguments, self.config.workspace, taint)
+            try:
+                decided = decide(
+                    self.table, self.rules, name, arguments, self.config.workspace, taint
+                )
+            except Exception as exc:  # a bug, or a library on untrusted input: a refusal
+                decided = undecided(name, arguments, exc)
             fields = request_fields(call_id, name, arguments, decided, session, epoch)
             self.log.append("request", **fields)
         d = decided.decision

@@ -2,7 +2,8 @@
 
 It speaks newline-delimited JSON-RPC by hand, so it can also speak it wrong. Each tool is one
 attack; `echo` is the honest one that shows the server came back after a restart. argv: `--bad-
-schemas` adds tools whose schemas must be left out.
+schemas` adds tools whose schemas must be left out; `--extra-tools <json>` adds the tools of
+that JSON list (name and inputSchema each) as they are.
 """
 
 import json
@@ -173,8 +174,15 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"no {name}"}})
 
 
+def extra_tools() -> list:  # type: ignore[type-arg]
+    if "--extra-tools" not in sys.argv:
+        return []
+    return json.loads(sys.argv[sys.argv.index("--extra-tools") + 1])  # type: ignore[no-any-return]
+
+
 def main() -> None:
     bad = "--bad-schemas" in sys.argv
+    extra = extra_tools()
     if "--exit-at-start" in sys.argv:
         sys.stderr.write("hostile: exiting at start\n")
         sys.exit(5)
@@ -198,7 +206,13 @@ def main() -> None:
         elif method == "tools/list":
             names = TOOLS + (["late_tool"] if state["extra"] else [])
             tools = [{"name": n, "description": n, "inputSchema": ANY} for n in names]
-            send({"jsonrpc": "2.0", "id": rid, "result": {"tools": tools + (BAD if bad else [])}})
+            send(
+                {
+                    "jsonrpc": "2.0",
+                    "id": rid,
+                    "result": {"tools": tools + (BAD if bad else []) + extra},
+                }
+            )
         elif method == "tools/call":
             call(rid, msg["params"]["name"], msg["params"].get("arguments") or {})
         elif method == "ping":
