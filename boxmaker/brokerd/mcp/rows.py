@@ -112,17 +112,30 @@ def row(
         check=check,
         asks_by_default=True,
         strings=strings,
-        facts=row_facts(types, schema, cwd, config.trusted),
+        facts=row_facts(types, schema, cwd, config.trusted, config.workspace),
+        reads_all_as=reads_workspace(config.workspace),
+        denied_as=reads_workspace(config.workspace),
     )
 
 
+def reads_workspace(workspace: str) -> tuple[str, ...]:
+    """A server that sees the workspace reads all of it, as `shell` does (tools/shell.py):
+    while the grants deny read_file or list_dir anything, its calls are never better than ask
+    (`reads_all_as`), and a string argument naming a path they deny is denied (`denied_as`)."""
+    return () if workspace == "none" else READS_ALL_AS
+
+
+READS_ALL_AS = ("read_file", "list_dir")
+
+
 def row_facts(
-    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool
+    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool, workspace: str = "none"
 ) -> dict[str, Any]:
     """What a decision reads of an MCP row, for the request's log line: its arguments' types
     and the required ones (the table's parser), the server's cwd (relative paths), whether it
-    writes and whether its answers are untrusted (the taint). Not its schema: the check against
-    it (`check`) is the one part replay cannot do again."""
+    writes and whether its answers are untrusted (the taint), and whether it sees the
+    workspace (`workspace`: the reads of read_file and list_dir bound it). Not its schema: the
+    check against it (`check`) is the one part replay cannot do again."""
     names = {t: n for n, t in JSON_TYPES.items()}
     required = schema.parameters.get("required", [])
     return {
@@ -131,6 +144,7 @@ def row_facts(
         "cwd": cwd,
         "writes": True,
         "untrusted": not trusted,
+        "workspace": workspace,
     }
 
 
@@ -139,9 +153,11 @@ def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
     row_facts wrote), or why they cannot be one. It runs nothing and checks no schema."""
     types, required, cwd = facts.get("types"), facts.get("required"), facts.get("cwd")
     writes, untrusted = facts.get("writes"), facts.get("untrusted")
+    workspace = facts.get("workspace", "none")  # a log from before it was written: none
     if (
         split_name(name) is None
-        or facts.keys() != {"types", "required", "cwd", "writes", "untrusted"}
+        or facts.keys() - {"workspace"} != {"types", "required", "cwd", "writes", "untrusted"}
+        or workspace not in ("none", "ro", "rw")
         or not isinstance(types, dict)
         or any(t not in JSON_TYPES for t in types.values())
         or not isinstance(required, list)
@@ -168,6 +184,8 @@ def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
         asks_by_default=True,
         strings=strings,
         facts=facts,
+        reads_all_as=reads_workspace(workspace),
+        denied_as=reads_workspace(workspace),
     )
 
 
