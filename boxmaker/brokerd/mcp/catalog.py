@@ -25,8 +25,8 @@ session is tainted) unless the server is `trusted`.
 
 from __future__ import annotations
 
+import contextvars
 import re
-import threading
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Any
@@ -149,13 +149,14 @@ class OverBudget(Exception):
     """The check of one call's arguments took more than CHECK_BUDGET keyword evaluations."""
 
 
-_budget = threading.local()
+_budget: contextvars.ContextVar[list[int]] = contextvars.ContextVar("budget")  # steps left
 
 
 def _counted(keyword: Callable[..., Any]) -> Callable[..., Any]:
     def run(*args: Any) -> Any:
-        _budget.left -= 1
-        if _budget.left < 0:
+        left = _budget.get()
+        left[0] -= 1
+        if left[0] < 0:
             raise OverBudget
         return keyword(*args)
 
@@ -196,7 +197,7 @@ def argument_problem(schema: ToolSchema, arguments: Any) -> str | None:
     call). Nothing retrieved, bounded; any failure of the check is a refusal that says so."""
     if nesting(arguments, MAX_ARGUMENT_DEPTH) > MAX_ARGUMENT_DEPTH:
         return f"{schema.name}: arguments: nested over {MAX_ARGUMENT_DEPTH} deep"
-    _budget.left = CHECK_BUDGET
+    _budget.set([CHECK_BUDGET])
     try:
         validator = _checker(schema.parameters)(schema.parameters, registry=NOTHING_RETRIEVED)
         error = next(iter(validator.iter_errors(arguments)), None)

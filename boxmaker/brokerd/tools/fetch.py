@@ -293,13 +293,24 @@ def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
 
 def _always(target: Target, args: Args) -> tuple[str, str] | str:
     """That host, only for a URL on its scheme's own port: a grant names hosts, not ports, so
-    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule)."""
+    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule).
+    Never an address netcheck refuses (loopback, private...): a rule on 127.0.0.1 would open
+    every port of it (llama-server's, inferproxy's), whatever port the URL named."""
     try:
         scheme, _host, port, _path = _target(args.get("url", ""))
     except Refused as exc:
         return f"nothing: {exc}"
     if port != (443 if scheme == "https" else 80):
         return f"nothing: a grant names a host, not its port {port}; this call is allowed once"
+    try:
+        kind = netcheck.why_refused(netcheck.parse(str(target)))
+    except ValueError:
+        kind = None  # a name: fetch reaches only public addresses through it
+    if kind is not None:
+        return (
+            f"nothing: {target} is {kind}, and a grant on it would open every port of it; "
+            "this call is allowed once (write a rule in grants.toml to allow it always)"
+        )
     return ("hosts", str(target))
 
 
