@@ -43,7 +43,7 @@ from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import fetch
 from boxmaker.brokerd.tools.files import FileTools, error, response
 from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of, visible
-from boxmaker.brokerd.tools.table import TABLE, Table
+from boxmaker.brokerd.tools.table import TABLE, Table, deciding
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 from boxmaker.proto.broker import HeldCall
 from boxmaker.proto.frame import MAX_FRAME_BYTES
@@ -70,10 +70,13 @@ class CallContext:
     """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
     force, and `reached`, the host the call reached (set by the tool)."""
 
-    def __init__(self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0) -> None:
+    def __init__(
+        self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0, session: str = ""
+    ) -> None:
         self._broker = broker
         self.cancelled = cancelled
         self.epoch = epoch
+        self.session = session
         self.config = broker.config
         self.rules = broker.rules
         self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
@@ -121,6 +124,8 @@ class Broker:
     def tools(self) -> list[ToolSchema]:
         """The tools granted something other than deny somewhere, and those that need no grant
         (find_tool lists only these)."""
+        with contextlib.suppress(Exception):  # every server started at once, each bounded
+            self.table.prepare()
         return [t.schema for t in self.table.tools() if listed(self.rules, t)]
 
     def call(
@@ -151,7 +156,11 @@ class Broker:
         cancelled: Cancelled,
     ) -> ToolResponse:
         call_id = secrets.token_hex(8)
-        with self.log.lock:
+        # An MCP server is started here, outside the lock, never in a decision; one that
+        # cannot start has no rows, and the decision says there is no such tool.
+        with contextlib.suppress(Exception):
+            self.table.prepare(name)
+        with self.log.lock, deciding():
             taint = self.ledger.taint(session, epoch)
             try:
                 decided = decide(
@@ -176,7 +185,9 @@ class Broker:
                 return error(f"denied: the owner did not approve ({answer}){why}")
         if cancelled():
             return error("cancelled: loopd gave up on the call before it ran; nothing was done")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch)
+        return self._run(
+            call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch, session
+        )
 
     def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
         tool, args, target = decided.tool, decided.args, decided.target
@@ -240,8 +251,9 @@ class Broker:
         class_: ResultClass,
         cancelled: Cancelled = _never,
         epoch: int = 0,
+        session: str = "",
     ) -> ToolResponse:
-        ctx = CallContext(self, cancelled, epoch)
+        ctx = CallContext(self, cancelled, epoch, session)
         try:
             resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:

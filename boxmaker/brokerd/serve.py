@@ -22,6 +22,8 @@ import socket
 import threading
 from typing import Any, TypeVar
 
+import orjson
+
 from boxmaker._cli import ExitStatus
 from boxmaker._daemon import SetupError
 from boxmaker._daemon.listener import UnixListener, bind_unix_listener
@@ -49,6 +51,7 @@ from boxmaker.proto.broker import (
     Claim,
 )
 from boxmaker.proto.errors import BodyError, FrameError
+from boxmaker.proto.frame import MAX_FRAME_BYTES
 
 PROG = "brokerd"
 WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
@@ -112,8 +115,7 @@ class Server:
             try:
                 while (frame := conn.recv()) is not None:
                     if frame.kind == "list":
-                        tools = [s.to_json() for s in self.broker.tools()]
-                        conn.send("tools", {"tools": tools}, True)
+                        conn.send("tools", {"tools": self.tool_list()}, True)
                     elif frame.kind == "call" and (b := _call_body(frame.body)) is not None:
                         resp = self._call(conn, sock, b)
                         conn.send("result", resp.to_json(), True)
@@ -126,6 +128,34 @@ class Server:
             except (FrameError, OSError) as exc:
                 with contextlib.suppress(OSError):
                     conn.error(str(exc))
+
+    def tool_list(self) -> list[dict[str, object]]:
+        """The tools for `list`, in one frame whatever a server listed: the builtins first, then
+        each MCP tool while the frame has room (the rest left out, said in the log). A failure
+        of the listing itself gives the builtins alone."""
+        try:
+            schemas = self.broker.tools()
+        except Exception as exc:  # one server must not take every tool from loopd
+            self.log.warn(f"list: the MCP tools are left out: {type(exc).__name__}: {exc}")
+            schemas = [t.schema for t in self.broker.table.tools() if "." not in t.name]
+        tools: list[dict[str, object]] = []
+        room = MAX_FRAME_BYTES - 4096
+        left_out = []
+        for schema in schemas:
+            try:
+                item = schema.to_json()
+                size = len(orjson.dumps(item)) + 1
+            except (TypeError, orjson.JSONEncodeError):
+                left_out.append(schema.name)
+                continue
+            if size > room:
+                left_out.append(schema.name)
+                continue
+            room -= size
+            tools.append(item)
+        if left_out:
+            self.log.warn(f"list: {len(left_out)} tool(s) left out (one frame): {left_out[:5]}")
+        return tools
 
     def _call(self, conn: Conn, sock: socket.socket, body: CallBody) -> ToolResponse:
         """One call, watched: loopd closing its end (its tool_timeout_ms passed: it shuts its
@@ -233,7 +263,8 @@ def run(
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
     # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
     manager = McpManager(servers or {}, config.workspace, log.warn)
-    table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
+    # an MCP tool list is frozen per (session, epoch): every session's epochs count from 0
+    table = Table(BUILTIN, families(manager, lambda ctx: (ctx.session, ctx.epoch)))
     try:
         broker = Broker(config, table=table)
     except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1

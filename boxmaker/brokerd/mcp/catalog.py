@@ -15,8 +15,9 @@ as 2^depth): whatever the schema, the check ends soon, and any failure of it is 
 
 Epochs: a session's baseline (its tools array) never changes inside an epoch. So the catalogue
 records each server's latest listing (a `notifications/tools/list_changed` makes the manager list
-again) and freezes the whole list the first time an epoch asks for it; that epoch keeps it, and
-a call to a tool not in its epoch's list is refused. The next epoch sees the new list.
+again) and freezes each server's listing the first time a (session, epoch) asks while it is
+listed; that epoch of that session keeps it, and a call to a tool not in its list is refused.
+The next epoch sees the new list; another session's epoch of the same number has its own.
 
 Results: the text blocks joined (structured content as JSON when there is no text; other blocks
 named, not passed on), cut at `result_cap_bytes` on a character boundary, untrusted (the
@@ -27,7 +28,8 @@ from __future__ import annotations
 
 import contextvars
 import re
-from collections.abc import Callable, Iterable
+from collections import OrderedDict
+from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,6 +49,7 @@ MAX_SCHEMA_DEPTH = 32  # objects and arrays nested; real servers' schemas are a 
 MAX_ARGUMENT_DEPTH = 32  # the same for a call's arguments: the check recurses per level
 CHECK_BUDGET = 20_000  # keyword evaluations per check: well under a second on a slow core
 REF_KEYS = ("$ref", "$dynamicRef", "$recursiveRef")
+MAX_FROZEN = 4096  # (session, epoch) lists kept
 
 
 def qualified(server: str, tool: str) -> str:
@@ -239,24 +242,33 @@ def _what(error: Any) -> str:
 
 
 class EpochTools:
-    """Each server's latest listing, and the list each epoch froze."""
+    """Each server's latest listing, and what each epoch froze of them, keyed by (session,
+    epoch) as brokerd gives it (every session counts its epochs from 0). An epoch freezes a
+    server's listing the first time it asks while that server is listed: a server that lists
+    again (tools/list_changed) changes nothing in an epoch that froze it, and one first listed
+    later joins at the epoch's next ask (no call waits for another server's start). The last
+    MAX_FROZEN keys are kept: an older one freezes again from the latest listings."""
 
     def __init__(self) -> None:
         self.latest: dict[str, tuple[ToolSchema, ...]] = {}
-        self._frozen: dict[int, dict[str, ToolSchema]] = {}
+        self._frozen: OrderedDict[Hashable, dict[str, tuple[ToolSchema, ...]]] = OrderedDict()
 
     def record(self, server: str, tools: Iterable[ToolSchema]) -> None:
         self.latest[server] = tuple(tools)
 
-    def is_frozen(self, epoch: int) -> bool:
+    def is_frozen(self, epoch: Hashable) -> bool:
         return epoch in self._frozen
 
-    def for_epoch(self, epoch: int) -> dict[str, ToolSchema]:
-        """The tools of `epoch` by name: frozen from the latest listings at its first ask."""
-        if epoch not in self._frozen:
-            merged = {t.name: t for tools in self.latest.values() for t in tools}
-            self._frozen[epoch] = dict(sorted(merged.items()))
-        return self._frozen[epoch]
+    def for_epoch(self, epoch: Hashable) -> dict[str, ToolSchema]:
+        """The tools of `epoch` by name: each server's as the epoch first saw it listed."""
+        frozen = self._frozen.setdefault(epoch, {})
+        self._frozen.move_to_end(epoch)
+        while len(self._frozen) > MAX_FROZEN:
+            self._frozen.popitem(last=False)
+        for server, tools in list(self.latest.items()):
+            frozen.setdefault(server, tools)
+        merged = {t.name: t for tools in frozen.values() for t in tools}
+        return dict(sorted(merged.items()))
 
 
 @dataclass(frozen=True, slots=True)

@@ -14,8 +14,9 @@ after the table's own parser, which knows only str, int, bool, list and dict arg
 with another kind of argument (a number, a union of types, a free-form object) is left out, with
 a warning. The summary the owner sees is the whole call, its arguments as escaped JSON.
 
-`epoch_of` gives a call's epoch from its context (brokerd's CallContext must carry it): the
-manager refuses a tool that is not in that epoch's list. The names a Family gives are the
+`epoch_of` gives a call's epoch key from its context (brokerd's: its session and its epoch,
+since every session counts its epochs from 0): the manager refuses a tool that is not in that
+key's list. The names a Family gives are the
 server's latest listing (the server is started and listed at the first ask).
 """
 
@@ -24,7 +25,7 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import Any
 
 from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
@@ -34,7 +35,7 @@ from boxmaker.brokerd.paths import PathRefused, describe
 from boxmaker.brokerd.targets import Fields, string_fields
 from boxmaker.brokerd.tools.files import error
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
-from boxmaker.brokerd.tools.table import Family, Table
+from boxmaker.brokerd.tools.table import DECIDING, Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 # What the table's argument parser can check by type (tools/spec.parse_arguments).
@@ -81,7 +82,7 @@ def row(
     manager: McpManager,
     config: McpServerConfig,
     schema: ToolSchema,
-    epoch_of: Callable[[Context], int],
+    epoch_of: Callable[[Context], Hashable],
 ) -> Tool | str:
     """The table's row for one listed tool, or why it has none."""
     types = argument_types(schema.parameters)
@@ -216,7 +217,7 @@ class ServerRows:
     """One server's Family: its rows built once per listed schema."""
 
     def __init__(
-        self, manager: McpManager, server: str, epoch_of: Callable[[Context], int]
+        self, manager: McpManager, server: str, epoch_of: Callable[[Context], Hashable]
     ) -> None:
         self.manager = manager
         self.config = manager.servers[server].config
@@ -225,7 +226,10 @@ class ServerRows:
 
     def _listed(self) -> dict[str, Tool]:
         rows = {}
-        for schema in self.manager.latest(self.config.name):
+        name = self.config.name
+        # in a decision, what is listed already; elsewhere, listed now if it never was
+        listing = self.manager.listed(name) if DECIDING.get() else self.manager.latest(name)
+        for schema in listing:
             cached = self._rows.get(schema.name)
             if cached is None or cached[0] is not schema:
                 built = row(self.manager, self.config, schema, self.epoch_of)
@@ -251,7 +255,10 @@ class ServerRows:
         return grant_only_row(name)
 
     def family(self) -> Family:
-        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row)
+        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row, self.prepare)
+
+    def prepare(self) -> None:
+        self.manager.latest(self.config.name)
 
 
 def grant_only_row(name: str) -> Tool | None:
@@ -295,6 +302,6 @@ class ReplayTable:
         return self.table.names()
 
 
-def families(manager: McpManager, epoch_of: Callable[[Context], int]) -> list[Family]:
+def families(manager: McpManager, epoch_of: Callable[[Context], Hashable]) -> list[Family]:
     """One Family per configured server, for `Table(BUILTIN, families(...))`."""
     return [ServerRows(manager, name, epoch_of).family() for name in manager.servers]

@@ -10,6 +10,7 @@ import json
 import os
 import socket
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -33,6 +34,7 @@ TOOLS = [
     "environ",
     "slow_echo",
     "spawn_sleeper",
+    "idle_flood",
 ]
 BAD = [
     {"name": "bad_type", "inputSchema": {"type": "string"}},
@@ -45,9 +47,13 @@ BAD = [
 state = {"extra": False, "next_id": 1000}
 
 
+OUT = threading.Lock()
+
+
 def send(obj: object) -> None:
-    sys.stdout.write(json.dumps(obj) + "\n")
-    sys.stdout.flush()
+    with OUT:
+        sys.stdout.write(json.dumps(obj) + "\n")
+        sys.stdout.flush()
 
 
 def recv() -> dict:  # type: ignore[type-arg]
@@ -168,16 +174,39 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
         )
         proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         text(rid, f"sleeper {proc.pid}")
+    elif name == "idle_flood":  # answers, then sends `target` unasked every ms, forever
+        threading.Thread(target=flood_forever, args=(target or "ping",), daemon=True).start()
+        text(rid, "flooding")
     elif name == "late_tool":
         text(rid, "late")
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"no {name}"}})
 
 
+def flood_forever(method: str) -> None:
+    n = 0
+    while True:
+        n += 1
+        if method in ("ping", "roots/list"):
+            send({"jsonrpc": "2.0", "id": f"f{n}", "method": method})
+        else:
+            params = {"level": "info", "data": n} if method == "notifications/message" else {}
+            if method == "notifications/progress":
+                params = {"progressToken": 1, "progress": n}
+            send({"jsonrpc": "2.0", "method": method, "params": params})
+        time.sleep(0.001)
+
+
 def extra_tools() -> list:  # type: ignore[type-arg]
-    if "--extra-tools" not in sys.argv:
-        return []
-    return json.loads(sys.argv[sys.argv.index("--extra-tools") + 1])  # type: ignore[no-any-return]
+    tools = []
+    if "--extra-tools" in sys.argv:
+        tools += json.loads(sys.argv[sys.argv.index("--extra-tools") + 1])
+    if "--many-tools" in sys.argv:  # N:SIZE, N tools with a description of SIZE bytes each
+        count, size = map(int, sys.argv[sys.argv.index("--many-tools") + 1].split(":"))
+        tools += [
+            {"name": f"t{i}", "description": "d" * size, "inputSchema": ANY} for i in range(count)
+        ]
+    return tools
 
 
 def main() -> None:
@@ -189,8 +218,10 @@ def main() -> None:
     while True:
         msg = recv()
         method, rid = msg.get("method"), msg.get("id")
-        if rid is None:
-            continue  # a notification
+        if rid is None or method is None:
+            continue  # a notification, or brokerd's answer to one of its own requests
+        if method == "initialize" and "--hang-at-start" in sys.argv:
+            continue  # never answers: brokerd's start waits for it
         if method == "initialize":
             send(
                 {
