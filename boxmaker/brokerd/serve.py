@@ -37,7 +37,7 @@ from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
-from boxmaker.brokerd.mcp.rows import families
+from boxmaker.brokerd.mcp.rows import epoch_key, families
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.tools.table import BUILTIN, Table
 from boxmaker.proto import ToolResponse
@@ -263,8 +263,7 @@ def run(
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
     # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
     manager = McpManager(servers or {}, config.workspace, log.warn)
-    # an MCP tool list is frozen per (session, epoch): every session's epochs count from 0
-    table = Table(BUILTIN, families(manager, lambda ctx: (ctx.session, ctx.epoch)))
+    table = Table(BUILTIN, families(manager, epoch_key))
     try:
         broker = Broker(config, table=table)
     except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1

@@ -28,7 +28,7 @@ import os
 from collections.abc import Callable, Hashable
 from typing import Any
 
-from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
+from boxmaker.brokerd.mcp.catalog import TOOL_NAME, argument_problem, split_name
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.paths import PathRefused, describe
@@ -58,6 +58,8 @@ def argument_types(schema: dict[str, Any]) -> dict[str, type] | str:
         return "its properties are not an object"
     types = {}
     for name, prop in properties.items():
+        if not TOOL_NAME.fullmatch(name):  # brokerd's refusals name arguments: plain names only
+            return f"an argument's name is not 1-64 letters, digits, _ or - ({name[:64]!r})"
         kind = prop.get("type") if isinstance(prop, dict) else None
         if kind not in JSON_TYPES:
             return (
@@ -300,6 +302,12 @@ class ReplayTable:
 
     def names(self) -> tuple[str, ...]:
         return self.table.names()
+
+
+def epoch_key(ctx: Context) -> Hashable:
+    """What an MCP tool list is frozen by: the call's session and its epoch (every session
+    counts its epochs from 0, so the bare number would share one list across sessions)."""
+    return (ctx.session, ctx.epoch)
 
 
 def families(manager: McpManager, epoch_of: Callable[[Context], Hashable]) -> list[Family]:

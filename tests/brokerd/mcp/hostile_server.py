@@ -35,7 +35,10 @@ TOOLS = [
     "slow_echo",
     "spawn_sleeper",
     "idle_flood",
+    "stderr_controls",
 ]
+# What stderr_controls writes, one line each: a terminal would act on every one of them.
+CONTROLS = ["\x1b[2J\x1b[H cleared", "\rapproved", "\x9b31m red", "\u202eevil", "\x07\x08 bell"]
 BAD = [
     {"name": "bad_type", "inputSchema": {"type": "string"}},
     {"name": "bad_schema", "inputSchema": {"type": "object", "properties": {"a": {"type": "no"}}}},
@@ -174,6 +177,11 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
         )
         proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         text(rid, f"sleeper {proc.pid}")
+    elif name == "stderr_controls":
+        for line in CONTROLS:
+            sys.stderr.write(f"ctl {line}\n")
+        sys.stderr.flush()
+        text(rid, "written")
     elif name == "idle_flood":  # answers, then sends `target` unasked every ms, forever
         threading.Thread(target=flood_forever, args=(target or "ping",), daemon=True).start()
         text(rid, "flooding")
