@@ -128,6 +128,10 @@ class Broker:
             self.table.prepare()
         return [t.schema for t in self.table.tools() if listed(self.rules, t)]
 
+    def own_tools(self) -> list[ToolSchema]:
+        """`tools`, brokerd's own only: what `list` answers when a family's listing fails."""
+        return [t.schema for t in self.table.own() if listed(self.rules, t)]
+
     def call(
         self,
         name: str,

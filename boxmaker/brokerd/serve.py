@@ -137,7 +137,7 @@ class Server:
             schemas = self.broker.tools()
         except Exception as exc:  # one server must not take every tool from loopd
             self.log.warn(f"list: the MCP tools are left out: {type(exc).__name__}: {exc}")
-            schemas = [t.schema for t in self.broker.table.tools() if "." not in t.name]
+            schemas = self.broker.own_tools()
         tools: list[dict[str, object]] = []
         room = MAX_FRAME_BYTES - 4096
         left_out = []

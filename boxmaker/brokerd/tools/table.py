@@ -115,6 +115,10 @@ class Table:
         dynamic = [n for f in self._families for n in f.names()]
         return (*self._tools, *dynamic)
 
+    def own(self) -> list[Tool]:
+        """The tools of the table itself, no family's (what a failing family leaves)."""
+        return list(self._tools.values())
+
     def tools(self) -> list[Tool]:
         return [t for n in self.names() if (t := self.get(n)) is not None]
 
