@@ -122,7 +122,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{BROKERD}.config": frozenset(),  # [core]
     # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
     f"{BROKERD}.paths": frozenset({SESSION}),
-    f"{BROKERD}.targets": frozenset(),  # [core]: arguments made into what grants name
+    f"{BROKERD}.targets": frozenset({f"{BROKERD}.netcheck"}),  # [core]: what grants name
     f"{BROKERD}.grants": frozenset({PROTO, TOML, f"{BROKERD}.targets", f"{BROKERD}.tools.kind"}),
     f"{BROKERD}.policy": frozenset(
         {PROTO, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.targets"}
@@ -175,6 +175,7 @@ THIRD_PARTY = frozenset({"orjson", "prompt_toolkit"}) | {  # prompt_toolkit: bxc
     "jsonschema",
     "websockets",  # gatewayd/mattermost: the socket and the REST API
     "httpx",
+    "referencing",  # jsonschema's resolver: brokerd's registry that retrieves nothing
 }
 STDLIB = sys.stdlib_module_names | {"__future__", "_typeshed"}
 

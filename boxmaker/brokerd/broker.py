@@ -33,6 +33,7 @@ from boxmaker.brokerd.policy import (
     APPROVING,
     Decided,
     Decision,
+    call_hash,
     decide,
     listed,
     request_fields,
@@ -42,7 +43,7 @@ from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import fetch
 from boxmaker.brokerd.tools.files import FileTools, error, response
 from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of, visible
-from boxmaker.brokerd.tools.table import TABLE, Table
+from boxmaker.brokerd.tools.table import TABLE, Table, deciding
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 from boxmaker.proto.broker import HeldCall
 from boxmaker.proto.frame import MAX_FRAME_BYTES
@@ -58,14 +59,24 @@ def _never() -> bool:
     return False
 
 
+def undecided(name: str, arguments: str, exc: Exception) -> Decided:
+    """The decision on a call whose decision raised: a deny, logged like any bad request."""
+    why = f"bad request: brokerd could not decide this call ({type(exc).__name__}); it is refused"
+    unparsed = call_hash(name, {"unparsed": arguments})
+    return Decided(Decision(Mode.DENY, why), None, None, None, unparsed)
+
+
 class CallContext:
     """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
     force, and `reached`, the host the call reached (set by the tool)."""
 
-    def __init__(self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0) -> None:
+    def __init__(
+        self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0, session: str = ""
+    ) -> None:
         self._broker = broker
         self.cancelled = cancelled
         self.epoch = epoch
+        self.session = session
         self.config = broker.config
         self.rules = broker.rules
         self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
@@ -113,7 +124,13 @@ class Broker:
     def tools(self) -> list[ToolSchema]:
         """The tools granted something other than deny somewhere, and those that need no grant
         (find_tool lists only these)."""
+        with contextlib.suppress(Exception):  # every server started at once, each bounded
+            self.table.prepare()
         return [t.schema for t in self.table.tools() if listed(self.rules, t)]
+
+    def own_tools(self) -> list[ToolSchema]:
+        """`tools`, brokerd's own only: what `list` answers when a family's listing fails."""
+        return [t.schema for t in self.table.own() if listed(self.rules, t)]
 
     def call(
         self,
@@ -143,9 +160,18 @@ class Broker:
         cancelled: Cancelled,
     ) -> ToolResponse:
         call_id = secrets.token_hex(8)
-        with self.log.lock:
+        # An MCP server is started here, outside the lock, never in a decision; one that
+        # cannot start has no rows, and the decision says there is no such tool.
+        with contextlib.suppress(Exception):
+            self.table.prepare(name)
+        with self.log.lock, deciding():
             taint = self.ledger.taint(session, epoch)
-            decided = decide(self.table, self.rules, name, arguments, self.config.workspace, taint)
+            try:
+                decided = decide(
+                    self.table, self.rules, name, arguments, self.config.workspace, taint
+                )
+            except Exception as exc:  # a bug, or a library on untrusted input: a refusal
+                decided = undecided(name, arguments, exc)
             fields = request_fields(call_id, name, arguments, decided, session, epoch)
             self.log.append("request", **fields)
         d = decided.decision
@@ -168,7 +194,9 @@ class Broker:
                 return error(f"denied: the owner did not approve ({answer}){why}")
         if cancelled():
             return error("cancelled: loopd gave up on the call before it ran; nothing was done")
-        return self._run(call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch)
+        return self._run(
+            call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch, session
+        )
 
     def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
         tool, args, target = decided.tool, decided.args, decided.target
@@ -232,8 +260,9 @@ class Broker:
         class_: ResultClass,
         cancelled: Cancelled = _never,
         epoch: int = 0,
+        session: str = "",
     ) -> ToolResponse:
-        ctx = CallContext(self, cancelled, epoch)
+        ctx = CallContext(self, cancelled, epoch, session)
         try:
             resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:

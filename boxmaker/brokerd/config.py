@@ -106,6 +106,10 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise ConfigError(f"not a TOML file: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise ConfigError(
+            "not a TOML file brokerd reads: arrays or tables nested too deep"
+        ) from None
     if extra := sorted(doc.keys() - {"broker", "mcp"}):
         raise ConfigError(
             f"unknown table(s) {', '.join(extra)}; brokerd reads only [broker] and [mcp.<name>]"

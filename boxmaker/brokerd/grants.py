@@ -278,6 +278,10 @@ def parse_grants(data: bytes, table: Lookup) -> tuple[Rule, ...]:
         doc = tomllib.loads(data.decode("utf-8"))
     except (UnicodeDecodeError, tomllib.TOMLDecodeError) as exc:
         raise GrantsError(f"not a TOML file: {exc}") from None
+    except RecursionError:  # tomllib recurses per nested array or inline table
+        raise GrantsError(
+            "not a TOML file brokerd reads: arrays or tables nested too deep"
+        ) from None
     if extra := sorted(doc.keys() - {"grant"}):
         raise GrantsError(f"unknown key(s) {', '.join(extra)}; a grants file holds [[grant]] rules")
     rules = doc.get("grant", [])

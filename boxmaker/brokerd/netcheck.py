@@ -22,15 +22,32 @@ def parse(text: str) -> Address:
     return ipaddress.ip_address(text)
 
 
+# IPv6 prefixes whose last 32 bits are an IPv4 address a host or a gateway may reach: the
+# IPv4-compatible ::/96 (deprecated, still routed by some stacks), SIIT's ::ffff:0:0:0/96 and
+# NAT64's 64:ff9b::/96 and 64:ff9b:1::/48.
+_EMBEDDING = tuple(
+    ipaddress.IPv6Network(n) for n in ("::/96", "::ffff:0:0:0/96", "64:ff9b::/96", "64:ff9b:1::/48")
+)
+
+
+def embedded_v4(addr: ipaddress.IPv6Address) -> ipaddress.IPv4Address | None:
+    """The IPv4 address an IPv6 one carries (v4-mapped, v4-compatible, SIIT, 6to4, NAT64,
+    Teredo's client), or None. `::` and `::1` are themselves, not 0.0.0.0 and 0.0.0.1."""
+    if addr.ipv4_mapped is not None:
+        return addr.ipv4_mapped
+    if addr.sixtofour is not None:
+        return addr.sixtofour
+    if addr.teredo is not None:
+        return addr.teredo[1]
+    if int(addr) > 1 and any(addr in net for net in _EMBEDDING):
+        return ipaddress.IPv4Address(int(addr) & 0xFFFFFFFF)
+    return None
+
+
 def plain(addr: Address) -> Address:
     # ::ffff:127.0.0.1 and friends reach the IPv4 address they carry: judge that one.
     if isinstance(addr, ipaddress.IPv6Address):
-        if addr.ipv4_mapped is not None:
-            return addr.ipv4_mapped
-        if addr.sixtofour is not None:
-            return addr.sixtofour
-        if addr.teredo is not None:
-            return addr.teredo[1]
+        return embedded_v4(addr) or addr
     return addr
 
 

@@ -13,9 +13,10 @@ ask over allow). No rule for the tool: deny ("no grant"), except a HOSTS tool, w
 that reads its target's content as another tool (edit_file reads what read_file reads) needs that
 tool's decision on the same target too, and the stricter of the two stands; a row's `denied_as`
 tools' covering denies deny it too, and while any deny rule of its `reads_all_as` tools exists
-(shell reads the whole workspace) it is never better than ask. A target the row
-lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of a tool
-that writes asks, in a tainted session, whatever its grant.
+(shell reads the whole workspace, as does an MCP server that sees it) it is never better than
+ask; an MCP call's string arguments are each judged as the path a server would open. A target
+the row lists in `ask_always` (note's memory/core.md) is never better than ask. Taint: a call of
+a tool that writes asks, in a tainted session, whatever its grant.
 
 An MCP tool (GrantKind.ARGS) asks when no rule covers the call. A rule of its that names an
 argument its listed schema does not have as a string (a typo, or the server changed) is the
@@ -85,9 +86,10 @@ def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
     if d.mode is Mode.DENY:
         return d
     for other in tool.denied_as:
-        if _denies(rules, other, target):
-            why = f"{tool.name} on {shown(target)} would tell what {other} denies there"
-            return Decision(Mode.DENY, why, d.class_)
+        for path in _paths_of(target):
+            if _denies(rules, other, path):
+                why = f"{tool.name} on {shown(path)} would tell what {other} denies there"
+                return Decision(Mode.DENY, why, d.class_)
     if d.mode is Mode.ALLOW and (bounded := [o for o in tool.reads_all_as if _denies(rules, o)]):
         why = (
             f"{tool.name} can read every file of the workspace, and the grants deny "
@@ -101,6 +103,14 @@ def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
         return d
     what = f"{tool.name} reads {shown(target)}'s content, which needs {tool.reads_as}"
     return Decision(read.mode, f"{what}: {read.reason}", d.class_)
+
+
+def _paths_of(target: Target) -> list[Target]:
+    """The workspace paths a target names: itself, or each string argument of an MCP call
+    read as a path (a server that sees the workspace opens it)."""
+    if not isinstance(target, Fields):
+        return [target]
+    return [f.path for _, f in target.values if f is not None and f.path is not None]
 
 
 def _denies(rules: Sequence[Rule], name: str, target: Target | None = None) -> bool:

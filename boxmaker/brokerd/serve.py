@@ -23,6 +23,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import orjson
+
 from boxmaker._cli import ExitStatus
 from boxmaker._daemon import SetupError
 from boxmaker._daemon.listener import UnixListener, bind_unix_listener
@@ -49,6 +51,7 @@ from boxmaker.proto.broker import (
     Claim,
 )
 from boxmaker.proto.errors import BodyError, FrameError
+from boxmaker.proto.frame import MAX_FRAME_BYTES
 
 PROG = "brokerd"
 WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
@@ -112,8 +115,7 @@ class Server:
             try:
                 while (frame := conn.recv()) is not None:
                     if frame.kind == "list":
-                        tools = [s.to_json() for s in self.broker.tools()]
-                        conn.send("tools", {"tools": tools}, True)
+                        conn.send("tools", {"tools": self.tool_list()}, True)
                     elif frame.kind == "call" and (b := _call_body(frame.body)) is not None:
                         resp = self._call(conn, sock, b)
                         conn.send("result", resp.to_json(), True)
@@ -126,6 +128,34 @@ class Server:
             except (FrameError, OSError) as exc:
                 with contextlib.suppress(OSError):
                     conn.error(str(exc))
+
+    def tool_list(self) -> list[dict[str, object]]:
+        """The tools for `list`, in one frame whatever a server listed: the builtins first, then
+        each MCP tool while the frame has room (the rest left out, said in the log). A failure
+        of the listing itself gives the builtins alone."""
+        try:
+            schemas = self.broker.tools()
+        except Exception as exc:  # one server must not take every tool from loopd
+            self.log.warn(f"list: the MCP tools are left out: {type(exc).__name__}: {exc}")
+            schemas = self.broker.own_tools()
+        tools: list[dict[str, object]] = []
+        room = MAX_FRAME_BYTES - 4096
+        left_out = []
+        for schema in schemas:
+            try:
+                item = schema.to_json()
+                size = len(orjson.dumps(item)) + 1
+            except (TypeError, orjson.JSONEncodeError):
+                left_out.append(schema.name)
+                continue
+            if size > room:
+                left_out.append(schema.name)
+                continue
+            room -= size
+            tools.append(item)
+        if left_out:
+            self.log.warn(f"list: {len(left_out)} tool(s) left out (one frame): {left_out[:5]}")
+        return tools
 
     def _call(self, conn: Conn, sock: socket.socket, body: CallBody) -> ToolResponse:
         """One call, watched: loopd closing its end (its tool_timeout_ms passed: it shuts its
@@ -313,10 +343,10 @@ class _Mcp:
         self.families: list[Family] = []
         if servers:
             from boxmaker.brokerd.mcp.manager import McpManager
-            from boxmaker.brokerd.mcp.rows import families
+            from boxmaker.brokerd.mcp.rows import epoch_key, families
 
             manager = McpManager(servers, workspace, log.warn)
-            self.close, self.families = manager.close, families(manager, lambda ctx: ctx.epoch)
+            self.close, self.families = manager.close, families(manager, epoch_key)
 
 
 def _accept(listener: socket.socket, routes: dict, server: Server, log: DaemonLog) -> None:  # type: ignore[type-arg]

@@ -2,9 +2,10 @@
 
 A grant compares targets, never spellings: a path is its workspace-relative components (what
 brokerd opens), a host is lower case without a trailing dot, a name in its IDNA (xn--) form, an
-address in its one plain form whatever the URL wrote (decimal, hex, octal, short `127.1`,
-IPv4-mapped IPv6). The grants parser normalises the hosts it reads with the same function, so a
-rule and a call meet on the same text.
+address in its one plain form whatever the URL wrote (decimal, hex, octal, short `127.1`, an
+IPv6 form that carries an IPv4 address: v4-mapped, v4-compatible, 6to4, NAT64, Teredo). The
+grants parser normalises the hosts it reads with the same function, so a rule and a call meet
+on the same text.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ import ipaddress
 from collections.abc import Mapping
 from dataclasses import dataclass
 from urllib.parse import urlsplit
+
+from boxmaker.brokerd.netcheck import embedded_v4
 
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX less the NUL
 MAX_NAME_BYTES = 255  # NAME_MAX
@@ -91,8 +94,9 @@ def ipv4_any(text: str) -> ipaddress.IPv4Address | None:
 
 
 def normal_host(text: str) -> str:
-    """A host as grants compare it: an address in its plain form (an IPv4-mapped IPv6 address
-    as the IPv4 address it carries), a name lower case, without its trailing dot, in IDNA form.
+    """A host as grants compare it: an address in its plain form (an IPv6 address that carries
+    an IPv4 one, netcheck.embedded_v4, as that IPv4 address), a name lower case, without its
+    trailing dot, in IDNA form.
 
     Raises:
         BadTarget: not a host name or an address (a wildcard, a port, a space, a `_`...).
@@ -113,7 +117,7 @@ def normal_host(text: str) -> str:
             v6 = ipaddress.IPv6Address(host)
         except ValueError:
             raise BadTarget(f"{text!r} is not a host name or an address") from None
-        return str(v6.ipv4_mapped or v6)
+        return str(embedded_v4(v6) or v6)
     if (v4 := ipv4_any(host)) is not None:
         return str(v4)
     try:
@@ -160,6 +164,9 @@ def names_address_exactly(url_hostname: str, address: str) -> bool:
 # ---- an MCP call's string arguments, as argument constraints read them ----
 
 SANDBOX_WORKSPACE = "/workspace"  # where an MCP server sees the workspace (mcp/launch.py)
+# What a server may expand in a path before it opens it: variables and commands (os.path.
+# expandvars, a shell), globs and braces (glob, a shell). `~` is refused at the start only.
+EXPANDED = frozenset("$`*?[{")
 
 
 @dataclass(frozen=True, slots=True)
@@ -199,6 +206,11 @@ def workspace_path(value: str, cwd: str) -> tuple[str, ...]:
         raise BadTarget("the path holds a NUL byte")
     if value.startswith("~"):  # many servers expanduser() their paths
         raise BadTarget("a path starting with '~' may name a home folder; give it plainly")
+    if expanded := sorted(set(value) & EXPANDED):
+        raise BadTarget(
+            f"a path with {' or '.join(repr(c) for c in expanded)} may be expanded by the server "
+            "($PWD, ${HOME}, $(...), a glob): give it plainly"
+        )
     if not value.startswith("/"):
         value = f"{cwd.rstrip('/')}/{value}" if value else cwd
     return split_path(value, SANDBOX_WORKSPACE)

@@ -134,6 +134,12 @@ def _server(name: str, sub: Any, base_dir: str) -> McpServerConfig:
     trusted = sub.get("trusted", False)
     if type(trusted) is not bool:
         raise ConfigError(f"{where} trusted: expected true or false, got {trusted!r}")
+    if trusted and workspace != "none":  # docs/decisions/mcp-trusted-workspace.md
+        raise ConfigError(
+            f'{where} trusted: a server that sees the workspace (workspace = "{workspace}") '
+            "reads what the model wrote there, so its results cannot be trusted; drop trusted "
+            'or set workspace = "none"'
+        )
     return McpServerConfig(
         name=name,
         command=command,

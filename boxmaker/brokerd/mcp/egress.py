@@ -127,7 +127,7 @@ class EgressProxy:
         except socket.gaierror as exc:
             raise Refused(f"{host}:{port}: the name does not resolve ({exc})") from None
         addresses = [parse(str(info[4][0]).partition("%")[0]) for info in infos]
-        if why := self.policy.why_not_addresses(addresses):
+        if why := self.policy.why_not_addresses(addresses, host, port):
             raise Refused(f"{host}:{port}: {why}")
         return addresses[0]
 

@@ -2,13 +2,15 @@
 
 An entry is `name`, `name:port`, an IP address, `addr:port` or `[v6]:port`. Without a port it
 covers 80 and 443. A name is matched exactly (in lower case: no wildcard, no subdomain); an IP
-entry is also the exact-address grant that lets a loopback or private address through, as a
-`fetch` grant does. Every address a name resolves to is checked with netcheck, the same as
-`fetch`: one refused address refuses the name.
+entry is also the exact-address grant that lets a loopback or private address through on its
+own ports, when the proxy is asked for that address itself (never through a name). Every
+address a name resolves to is checked with netcheck, the same as `fetch`: one refused address
+refuses the name.
 """
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import re
 from collections.abc import Iterable
@@ -93,13 +95,6 @@ class EgressPolicy:
         self._ports: dict[str, set[int]] = {}
         for entry in self.entries:
             self._ports.setdefault(entry.host, set()).update(entry.ports)
-        granted: set[Address] = set()
-        for entry in self.entries:
-            try:
-                granted.add(netcheck.parse(entry.host))
-            except ValueError:
-                continue  # a name: its addresses must be public
-        self.granted = frozenset(granted)
 
     def why_not_target(self, host: str, port: int) -> str | None:
         """None when `host:port` (already canonical) is one of the entries, else why not."""
@@ -110,6 +105,13 @@ class EgressPolicy:
             return f"port {port} of {host} is not in this server's hosts ({sorted(ports)})"
         return None
 
-    def why_not_addresses(self, addresses: Iterable[Address]) -> str | None:
-        """None when every resolved address may be reached (netcheck, as for `fetch`)."""
-        return netcheck.check(addresses, self.granted)
+    def why_not_addresses(self, addresses: Iterable[Address], host: str, port: int) -> str | None:
+        """None when every address `host:port` resolved to may be reached (netcheck, as for
+        `fetch`). A loopback or private address passes only when `host` IS that address and
+        an entry grants it with `port`: `127.0.0.1:8080` opens that port, never another port of
+        it, nor the address reached through a granted name."""
+        exempt: frozenset[Address] = frozenset()
+        if port in self._ports.get(host, ()):
+            with contextlib.suppress(ValueError):  # a name: its addresses must be public
+                exempt = frozenset({netcheck.parse(host)})
+        return netcheck.check(addresses, exempt)

@@ -17,12 +17,13 @@ backoff). Every failure is one result the turn goes on with, never an exception:
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Hashable
 from typing import Any, TypeVar
 
 import anyio
@@ -83,8 +84,12 @@ class McpManager:
     def _wait(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
-    def list_tools(self, epoch: int) -> list[ToolSchema]:
+    def list_tools(self, epoch: Hashable) -> list[ToolSchema]:
         return self._wait(self.alist_tools(epoch))
+
+    def listed(self, server: str) -> tuple[ToolSchema, ...]:
+        """`server`'s latest listing as it is now: nothing started, nothing waited for."""
+        return self.tools.latest.get(server, ())
 
     def latest(self, server: str) -> tuple[ToolSchema, ...]:
         """`server`'s latest listing, listed now if it never was (and is not in its backoff)."""
@@ -99,7 +104,7 @@ class McpManager:
                 self.log(f"mcp {server}: its tools are left out for now: {exc}")
         return self.tools.latest.get(server, ())
 
-    def call(self, name: str, arguments: Any, epoch: int) -> ToolResponse:
+    def call(self, name: str, arguments: Any, epoch: Hashable) -> ToolResponse:
         return self._wait(self.acall(name, arguments, epoch))
 
     def close(self) -> None:
@@ -115,7 +120,7 @@ class McpManager:
     async def _aclose(self) -> None:
         await asyncio.gather(*(s.close() for s in self.servers.values()))
 
-    async def alist_tools(self, epoch: int) -> list[ToolSchema]:
+    async def alist_tools(self, epoch: Hashable) -> list[ToolSchema]:
         """The MCP tools of `epoch`: every server started (once) and listed at its first ask."""
         if not self.tools.is_frozen(epoch):
             results = await asyncio.gather(
@@ -131,12 +136,12 @@ class McpManager:
                     self.log(f"mcp: a server's tools are left out of epoch {epoch}: {result}")
         return list(self.tools.for_epoch(epoch).values())
 
-    async def acall(self, name: str, arguments: Any, epoch: int) -> ToolResponse:
+    async def acall(self, name: str, arguments: Any, epoch: Hashable) -> ToolResponse:
         parts = split_name(name)
         if parts is None or parts[0] not in self.servers:
             return refusal(f"{name}: no MCP server has this tool")
         server = self.servers[parts[0]]
-        schema = (await self._epoch_tools(epoch)).get(name)
+        schema = (await self._epoch_tools(epoch, server)).get(name)
         if schema is None:
             return refusal(f"{name}: not one of this epoch's tools (the list changes next epoch)")
         if why := argument_problem(schema, arguments):
@@ -154,8 +159,13 @@ class McpManager:
             return resp
         return ToolResponse(resp.content + note, resp.class_, resp.untrusted, resp.truncated)
 
-    async def _epoch_tools(self, epoch: int) -> dict[str, ToolSchema]:
-        await self.alist_tools(epoch)
+    async def _epoch_tools(self, epoch: Hashable, server: Server) -> dict[str, ToolSchema]:
+        """The epoch's list (catalog.EpochTools), the called server listed first if it never
+        was: a call never waits for another server's start (one that never answers would
+        stall it)."""
+        if server.config.name not in self.tools.latest:
+            with contextlib.suppress(StartError):  # its tools are then not in the list
+                await server.connection()
         return self.tools.for_epoch(epoch)
 
     async def _call(

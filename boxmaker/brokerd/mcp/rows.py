@@ -14,8 +14,9 @@ after the table's own parser, which knows only str, int, bool, list and dict arg
 with another kind of argument (a number, a union of types, a free-form object) is left out, with
 a warning. The summary the owner sees is the whole call, its arguments as escaped JSON.
 
-`epoch_of` gives a call's epoch from its context (brokerd's CallContext must carry it): the
-manager refuses a tool that is not in that epoch's list. The names a Family gives are the
+`epoch_of` gives a call's epoch key from its context (brokerd's: its session and its epoch,
+since every session counts its epochs from 0): the manager refuses a tool that is not in that
+key's list. The names a Family gives are the
 server's latest listing (the server is started and listed at the first ask).
 """
 
@@ -24,16 +25,16 @@ from __future__ import annotations
 import errno
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from typing import TYPE_CHECKING, Any
 
-from boxmaker.brokerd.mcp.catalog import argument_problem, split_name
+from boxmaker.brokerd.mcp.catalog import TOOL_NAME, argument_problem, split_name
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.paths import PathRefused, describe
 from boxmaker.brokerd.targets import Fields, string_fields
 from boxmaker.brokerd.tools.files import error
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
-from boxmaker.brokerd.tools.table import Family, Table
+from boxmaker.brokerd.tools.table import DECIDING, Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 if TYPE_CHECKING:  # the manager imports the MCP client, which brokerd loads only when it is used
@@ -59,6 +60,8 @@ def argument_types(schema: dict[str, Any]) -> dict[str, type] | str:
         return "its properties are not an object"
     types = {}
     for name, prop in properties.items():
+        if not TOOL_NAME.fullmatch(name):  # brokerd's refusals name arguments: plain names only
+            return f"an argument's name is not 1-64 letters, digits, _ or - ({name[:64]!r})"
         kind = prop.get("type") if isinstance(prop, dict) else None
         if kind not in JSON_TYPES:
             return (
@@ -83,7 +86,7 @@ def row(
     manager: McpManager,
     config: McpServerConfig,
     schema: ToolSchema,
-    epoch_of: Callable[[Context], int],
+    epoch_of: Callable[[Context], Hashable],
 ) -> Tool | str:
     """The table's row for one listed tool, or why it has none."""
     types = argument_types(schema.parameters)
@@ -114,17 +117,30 @@ def row(
         check=check,
         asks_by_default=True,
         strings=strings,
-        facts=row_facts(types, schema, cwd, config.trusted),
+        facts=row_facts(types, schema, cwd, config.trusted, config.workspace),
+        reads_all_as=reads_workspace(config.workspace),
+        denied_as=reads_workspace(config.workspace),
     )
 
 
+def reads_workspace(workspace: str) -> tuple[str, ...]:
+    """A server that sees the workspace reads all of it, as `shell` does (tools/shell.py):
+    while the grants deny read_file or list_dir anything, its calls are never better than ask
+    (`reads_all_as`), and a string argument naming a path they deny is denied (`denied_as`)."""
+    return () if workspace == "none" else READS_ALL_AS
+
+
+READS_ALL_AS = ("read_file", "list_dir")
+
+
 def row_facts(
-    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool
+    types: dict[str, type], schema: ToolSchema, cwd: str, trusted: bool, workspace: str = "none"
 ) -> dict[str, Any]:
     """What a decision reads of an MCP row, for the request's log line: its arguments' types
     and the required ones (the table's parser), the server's cwd (relative paths), whether it
-    writes and whether its answers are untrusted (the taint). Not its schema: the check against
-    it (`check`) is the one part replay cannot do again."""
+    writes and whether its answers are untrusted (the taint), and whether it sees the
+    workspace (`workspace`: the reads of read_file and list_dir bound it). Not its schema: the
+    check against it (`check`) is the one part replay cannot do again."""
     names = {t: n for n, t in JSON_TYPES.items()}
     required = schema.parameters.get("required", [])
     return {
@@ -133,6 +149,7 @@ def row_facts(
         "cwd": cwd,
         "writes": True,
         "untrusted": not trusted,
+        "workspace": workspace,
     }
 
 
@@ -141,9 +158,11 @@ def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
     row_facts wrote), or why they cannot be one. It runs nothing and checks no schema."""
     types, required, cwd = facts.get("types"), facts.get("required"), facts.get("cwd")
     writes, untrusted = facts.get("writes"), facts.get("untrusted")
+    workspace = facts.get("workspace", "none")  # a log from before it was written: none
     if (
         split_name(name) is None
-        or facts.keys() != {"types", "required", "cwd", "writes", "untrusted"}
+        or facts.keys() - {"workspace"} != {"types", "required", "cwd", "writes", "untrusted"}
+        or workspace not in ("none", "ro", "rw")
         or not isinstance(types, dict)
         or any(t not in JSON_TYPES for t in types.values())
         or not isinstance(required, list)
@@ -170,6 +189,8 @@ def replayed_row(name: str, facts: dict[str, Any]) -> Tool | str:
         asks_by_default=True,
         strings=strings,
         facts=facts,
+        reads_all_as=reads_workspace(workspace),
+        denied_as=reads_workspace(workspace),
     )
 
 
@@ -200,7 +221,7 @@ class ServerRows:
     """One server's Family: its rows built once per listed schema."""
 
     def __init__(
-        self, manager: McpManager, server: str, epoch_of: Callable[[Context], int]
+        self, manager: McpManager, server: str, epoch_of: Callable[[Context], Hashable]
     ) -> None:
         self.manager = manager
         self.config = manager.servers[server].config
@@ -209,7 +230,10 @@ class ServerRows:
 
     def _listed(self) -> dict[str, Tool]:
         rows = {}
-        for schema in self.manager.latest(self.config.name):
+        name = self.config.name
+        # in a decision, what is listed already; elsewhere, listed now if it never was
+        listing = self.manager.listed(name) if DECIDING.get() else self.manager.latest(name)
+        for schema in listing:
             cached = self._rows.get(schema.name)
             if cached is None or cached[0] is not schema:
                 built = row(self.manager, self.config, schema, self.epoch_of)
@@ -235,7 +259,10 @@ class ServerRows:
         return grant_only_row(name)
 
     def family(self) -> Family:
-        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row)
+        return Family(f"{self.config.name}.", self.rows, self.names, self.grant_row, self.prepare)
+
+    def prepare(self) -> None:
+        self.manager.latest(self.config.name)
 
 
 def grant_only_row(name: str) -> Tool | None:
@@ -279,6 +306,12 @@ class ReplayTable:
         return self.table.names()
 
 
-def families(manager: McpManager, epoch_of: Callable[[Context], int]) -> list[Family]:
+def epoch_key(ctx: Context) -> Hashable:
+    """What an MCP tool list is frozen by: the call's session and its epoch (every session
+    counts its epochs from 0, so the bare number would share one list across sessions)."""
+    return (ctx.session, ctx.epoch)
+
+
+def families(manager: McpManager, epoch_of: Callable[[Context], Hashable]) -> list[Family]:
     """One Family per configured server, for `Table(BUILTIN, families(...))`."""
     return [ServerRows(manager, name, epoch_of).family() for name in manager.servers]

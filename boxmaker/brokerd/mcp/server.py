@@ -3,8 +3,10 @@ its egress proxy and its SDK session; the Server holds the backoff and the listi
 
 A run starts with spawn, `initialize` and `tools/list` within `start_timeout_ms`; a listing is
 judged tool by tool (catalog.check_tool) on the result as the server sent it, since the SDK
-refuses a listing whole when one tool is malformed. `notifications/tools/list_changed` lists it
-again. A stopped run is never reused: the next call starts a new one, after the backoff
+refuses a listing whole when one tool is malformed; a listing over MAX_TOOLS tools or
+MAX_LISTING_BYTES is refused whole (the server has no tools, one log line; the others are listed
+as usual). `notifications/tools/list_changed` lists it again, at most once per RELIST_S. A
+stopped run is never reused: the next call starts a new one, after the backoff
 (`restart_backoff_ms`, doubled per death in a row up to `restart_backoff_max_ms`).
 """
 
@@ -21,6 +23,7 @@ from typing import Any
 
 import anyio
 import mcp_types as types
+import orjson
 from mcp import ClientSession
 from pydantic import ValidationError
 
@@ -32,6 +35,9 @@ from boxmaker.brokerd.mcp.launch import LaunchError, sandbox_for, server_argv
 from boxmaker.brokerd.mcp.transport import BoundedStdio
 
 MAX_LIST_PAGES = 20
+MAX_TOOLS = 256  # tools in one server's listing; past it the server's listing is refused
+MAX_LISTING_BYTES = 256 << 10  # its tools' JSON as listed, all pages together
+RELIST_S = 1.0  # at most one listing per this, however often tools/list_changed comes
 CLIENT_INFO = types.Implementation(name="boxmaker-brokerd", version="1")
 
 
@@ -110,7 +116,7 @@ class Connection:
 
     async def _on_message(self, message: Any) -> None:
         if isinstance(message, types.ToolListChangedNotification):
-            asyncio.get_running_loop().create_task(self.server.relist(self))
+            self.server.relist_soon(self)
 
     def why(self, exc: BaseException | None = None) -> str:
         """What went wrong, the transport's fault first (it is the cause of the rest)."""
@@ -160,6 +166,9 @@ class Server:
         self.not_before = 0.0
         self.starts = 0
         self._lock = asyncio.Lock()
+        self._relist: asyncio.Task[None] | None = None
+        self._relist_again = False
+        self._relisted = 0.0
 
     def log(self, line: str) -> None:
         self._log(f"mcp {self.config.name}: {line}")
@@ -209,6 +218,11 @@ class Server:
                 cursor = page.get("nextCursor")
                 if not isinstance(cursor, str) or not cursor:
                     break
+        why = listing_problem(raw_tools)
+        if why is not None:
+            self.log(f"its listing is refused, none of its tools is listed: {why}")
+            self.tools.record(self.config.name, [])
+            return
         kept = []
         for tool in raw_tools:
             checked = check_tool(self.config.name, tool if isinstance(tool, dict) else {})
@@ -217,6 +231,23 @@ class Server:
             else:
                 kept.append(checked)
         self.tools.record(self.config.name, kept)
+
+    def relist_soon(self, conn: Connection) -> None:
+        """A listing after notifications/tools/list_changed: at most one at a time and one
+        per RELIST_S; the notifications in between make one more listing, not one each."""
+        if self._relist is not None and not self._relist.done():
+            self._relist_again = True
+            return
+        self._relist = asyncio.get_running_loop().create_task(self._relist_paced(conn))
+
+    async def _relist_paced(self, conn: Connection) -> None:
+        while True:
+            self._relist_again = False
+            await asyncio.sleep(max(0.0, self._relisted + RELIST_S - time.monotonic()))
+            self._relisted = time.monotonic()
+            await self.relist(conn)
+            if not self._relist_again:
+                return
 
     async def relist(self, conn: Connection) -> None:
         """After notifications/tools/list_changed: the new list, for the next epoch."""
@@ -249,3 +280,19 @@ class Server:
         async with self._lock:
             if self.conn is not None:
                 await self._stop(self.conn, died=False)
+
+
+def listing_problem(tools: list[Any]) -> str | None:
+    """Why a server's listing is refused whole: over MAX_TOOLS tools, or over MAX_LISTING_BYTES
+    of JSON (a listing brokerd would carry to loopd in one frame, and decide on)."""
+    if len(tools) > MAX_TOOLS:
+        return f"{len(tools)} tools, over {MAX_TOOLS}"
+    size = 0
+    for tool in tools:
+        try:
+            size += len(orjson.dumps(tool))
+        except (TypeError, orjson.JSONEncodeError):
+            continue  # judged (and left out) on its own
+        if size > MAX_LISTING_BYTES:
+            return f"over {MAX_LISTING_BYTES} bytes of tools"
+    return None

@@ -4,7 +4,8 @@ The SDK's own `stdio_client` reads a line of any length and passes on any answer
 server could fill brokerd's memory or answer requests it was never sent. This one frames the
 same newline-delimited JSON-RPC (parsed and serialised by the SDK's own types) and watches it:
 a line over `message_cap_bytes`, a line that is not JSON-RPC, a response to an id brokerd did
-not send (or answered already), more than `flood_messages` unasked messages in a row, or the
+not send (or answered already), more than `flood_messages` unasked messages (notifications,
+pings, requests) since brokerd's last call, less those a minute drains (FLOOD_WINDOW_S), or the
 server's exit: each is a fault. On a fault the process group is killed and the read stream
 closed, so every pending request ends at once; `fault` says why.
 
@@ -20,6 +21,7 @@ import collections
 import contextlib
 import os
 import signal
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -29,7 +31,10 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from boxmaker.brokerd.tools.kind import visible
+
 STDERR_LINE = 1000  # characters of one stderr line in the log
+FLOOD_WINDOW_S = 60.0  # unasked messages refill at flood_messages per this many seconds
 REFUSED_ASKS = frozenset({"sampling/createMessage", "roots/list", "elicitation/create"})
 
 
@@ -58,7 +63,8 @@ class BoundedStdio:
         self.proc: asyncio.subprocess.Process | None = None
         self._pending: dict[Any, str] = {}  # our requests not yet answered: id -> method
         self.raw_results: dict[str, dict[str, Any]] = {}  # the latest result of each method
-        self._unasked = 0
+        self._unasked = 0.0  # a bucket: +1 per unasked message, drained over FLOOD_WINDOW_S
+        self._unasked_at = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self._to_session: MemoryObjectSendStream[SessionMessage | Exception]
         self.read_stream: MemoryObjectReceiveStream[SessionMessage | Exception]
@@ -152,7 +158,12 @@ class BoundedStdio:
                 # As sent: the SDK validates a listing whole, brokerd judges it tool by tool.
                 self.raw_results[method] = message.result
         else:
-            self._unasked += 1
+            # Counted whatever brokerd answers (the SDK answers a ping by itself): only a call
+            # of brokerd's own empties the bucket, and time drains it at flood_messages per
+            # FLOOD_WINDOW_S, so a server that pings now and then is never stopped.
+            now = time.monotonic()
+            drained = (now - self._unasked_at) * self.flood_messages / FLOOD_WINDOW_S
+            self._unasked, self._unasked_at = max(0.0, self._unasked - drained) + 1, now
             if self._unasked > self.flood_messages:
                 return f"sent over {self.flood_messages} messages nobody asked for (a flood)"
             if isinstance(message, types.JSONRPCRequest) and message.method in REFUSED_ASKS:
@@ -169,7 +180,8 @@ class BoundedStdio:
                 message = item.message
                 if isinstance(message, types.JSONRPCRequest):
                     self._pending[message.id] = message.method
-                self._unasked = 0
+                    if message.method == "tools/call":  # brokerd's own ask, not an answer
+                        self._unasked = 0.0
                 data = message.model_dump_json(by_alias=True, exclude_unset=True)
                 stdin.write(data.encode() + b"\n")
                 await stdin.drain()
@@ -196,6 +208,7 @@ class BoundedStdio:
             self._stderr_line(buffered)
 
     def _stderr_line(self, line: bytes) -> None:
-        text = line.decode("utf-8", "replace")[:STDERR_LINE]
+        # escaped: no ESC, CR or other control reaches brokerd's log (or a terminal showing it)
+        text = visible(line.decode("utf-8", "replace")[:STDERR_LINE])
         self.stderr_tail.append(text[:200])
         self.log(f"stderr: {text}")

@@ -38,6 +38,7 @@ REDIRECTS = frozenset({301, 302, 303, 307, 308})
 TEXT_TYPES = ("text/", "application/json", "application/xml", "application/xhtml+xml")
 HTML_TYPES = ("text/html", "application/xhtml+xml")
 CHUNK = 65536
+HTML_GRACE_S = 2.0  # past the fetch's own deadline, for turning its HTML into text
 
 Connect = Callable[[tuple[str, int], float], socket.socket]
 HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is not followed
@@ -178,7 +179,8 @@ def fetch(
                 if hop_ok is not None and (why := hop_ok(current)) is not None:
                     raise Refused(why)
                 continue
-            return FetchResult(current, _as_text(body, ctype), status, cut, None, tuple(hosts))
+            text = _as_text(body, ctype, lambda: time.monotonic() >= deadline + HTML_GRACE_S)
+            return FetchResult(current, text, status, cut, None, tuple(hosts))
         raise Refused(f"more than {limits.max_redirects} redirects")
     except Refused as err:
         return FetchResult(current, error=str(err), hosts=tuple(hosts))
@@ -263,7 +265,7 @@ def _read(resp: http.client.HTTPResponse, cap: int) -> tuple[bytes, bool]:
     return b"".join(chunks)[:cap], True
 
 
-def _as_text(body: bytes, ctype: str) -> str:
+def _as_text(body: bytes, ctype: str, out_of_time: Callable[[], bool] | None = None) -> str:
     kind, _, params = ctype.partition(";")
     kind = kind.strip().lower()
     if not kind.startswith(TEXT_TYPES) and not kind.endswith(("+json", "+xml")):
@@ -277,7 +279,7 @@ def _as_text(body: bytes, ctype: str) -> str:
         text = body.decode(charset, "replace")
     except LookupError:
         text = body.decode("utf-8", "replace")
-    return html_to_text(text) if kind.startswith(HTML_TYPES) else text
+    return html_to_text(text, out_of_time) if kind.startswith(HTML_TYPES) else text
 
 
 def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
@@ -293,13 +295,24 @@ def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
 
 def _always(target: Target, args: Args) -> tuple[str, str] | str:
     """That host, only for a URL on its scheme's own port: a grant names hosts, not ports, so
-    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule)."""
+    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule).
+    Never an address netcheck refuses (loopback, private...): a rule on 127.0.0.1 would open
+    every port of it (llama-server's, inferproxy's), whatever port the URL named."""
     try:
         scheme, _host, port, _path = _target(args.get("url", ""))
     except Refused as exc:
         return f"nothing: {exc}"
     if port != (443 if scheme == "https" else 80):
         return f"nothing: a grant names a host, not its port {port}; this call is allowed once"
+    try:
+        kind = netcheck.why_refused(netcheck.parse(str(target)))
+    except ValueError:
+        kind = None  # a name: fetch reaches only public addresses through it
+    if kind is not None:
+        return (
+            f"nothing: {target} is {kind}, and a grant on it would open every port of it; "
+            "this call is allowed once (write a rule in grants.toml to allow it always)"
+        )
     return ("hosts", str(target))
 
 

@@ -43,7 +43,8 @@ class Context(Protocol):
     fetch_limits: Any  # fetch.FetchLimits
     reached: str | None  # the host the call reached, set by the tool (taint records it)
     cancelled: Callable[[], bool]  # true once loopd gave up on the call (serve.py watches)
-    epoch: int  # the epoch the call claims: an MCP tool list is frozen per epoch
+    epoch: int  # the epoch the call claims: an MCP tool list is frozen per session and epoch
+    session: str  # the session the call is of (loopd names it)
 
     def verdict(self, name: str, target: Target) -> Any: ...  # policy.Decision of the grants
 

@@ -8,7 +8,10 @@ row to `BUILTIN`. Tools named at run time (an MCP server's `<server>.<tool>`) co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+import contextlib
+import contextvars
+import threading
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
 from boxmaker.brokerd.tools.clock import CLOCK
@@ -20,6 +23,19 @@ from boxmaker.brokerd.tools.shell import SHELL
 
 BUILTIN: tuple[Tool, ...] = (CLOCK, READ_FILE, LIST_DIR, WRITE_FILE, EDIT_FILE, NOTE, SHELL, FETCH)
 
+# True while a decision reads the table (under the decision log's lock): a family then gives
+# only the rows it has and starts nothing (an MCP server's start can take its whole timeout).
+DECIDING: contextvars.ContextVar[bool] = contextvars.ContextVar("deciding", default=False)
+
+
+@contextlib.contextmanager
+def deciding() -> Iterator[None]:
+    token = DECIDING.set(True)
+    try:
+        yield
+    finally:
+        DECIDING.reset(token)
+
 
 @dataclass(frozen=True, slots=True)
 class Family:
@@ -30,6 +46,8 @@ class Family:
     names: Callable[[], Iterable[str]]  # the names it has now
     # the row a grant names, looked up without starting anything (None: `rows`)
     grant_row: Callable[[str], Tool | None] | None = None
+    # makes its rows ready (starts an MCP server): called before a decision, never in one
+    prepare: Callable[[], None] | None = None
 
 
 class Table:
@@ -72,6 +90,21 @@ class Table:
         row = family.grant_row(name)
         return row if row is not None and row.name == name else None
 
+    def prepare(self, name: str | None = None) -> None:
+        """Makes ready the family of `name` (None: every family, at once): outside a
+        decision, so that the decision reads rows that are there and waits for nothing."""
+        if name is not None:
+            family = None if name in self._tools else self._family_of(name)
+            if family is not None and family.prepare is not None:
+                family.prepare()
+            return
+        jobs = [f.prepare for f in self._families if f.prepare is not None]
+        threads = [threading.Thread(target=job, daemon=True) for job in jobs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
     def grant_names(self) -> list[str]:
         """What a rule may name, for its error: the tools that need a grant, then each family
         as `<prefix><tool>` (listing its tools would start an MCP server)."""
@@ -81,6 +114,10 @@ class Table:
     def names(self) -> tuple[str, ...]:
         dynamic = [n for f in self._families for n in f.names()]
         return (*self._tools, *dynamic)
+
+    def own(self) -> list[Tool]:
+        """The tools of the table itself, no family's (what a failing family leaves)."""
+        return list(self._tools.values())
 
     def tools(self) -> list[Tool]:
         return [t for n in self.names() if (t := self.get(n)) is not None]

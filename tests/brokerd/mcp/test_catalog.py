@@ -60,7 +60,7 @@ def test_arguments_are_checked_against_the_listed_schema() -> None:
     schema = ToolSchema("s.t", "", OBJ)
     assert argument_problem(schema, {"a": "x"}) is None
     assert "'a' is a required property" in (argument_problem(schema, {}) or "")
-    assert "a: 3 is not of type 'string'" in (argument_problem(schema, {"a": 3}) or "")
+    assert "a: is not of type 'string'" in (argument_problem(schema, {"a": 3}) or "")
     assert argument_problem(schema, ["a"]) is not None
 
 

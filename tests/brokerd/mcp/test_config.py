@@ -59,7 +59,16 @@ def test_no_mcp_table_is_no_servers() -> None:
     assert parse("") == {}
 
 
+TRUSTED_WORKSPACE = "[mcp.s] trusted: a server that sees the workspace"
 BAD = [
+    ('[mcp.s]\ncommand = "x"\nworkspace = "rw"\ntrusted = true\n', TRUSTED_WORKSPACE),
+    ('[mcp.s]\ncommand = "x"\nworkspace = "ro"\ntrusted = true\n', TRUSTED_WORKSPACE),
+    ('[mcp.s]\ntrusted = true\ncommand = "x"\nworkspace = "rw"\n', TRUSTED_WORKSPACE),
+    (
+        '[mcp.s]\ncommand = "x"\nworkspace = "rw"\ntrusted = true\nhosts = ["a.b"]\n',
+        TRUSTED_WORKSPACE,
+    ),
+    ('[mcp.s]\ncommand = "x"\nworkspace = "ro"\ntrusted = true\ncwd = "/tmp"\n', TRUSTED_WORKSPACE),
     ('[mcp."a.b"]\ncommand = "x"\n', "[mcp.a.b]: a server name"),
     ('[mcp.1x]\ncommand = "x"\n', "[mcp.1x]: a server name"),
     ("[mcp.s]\nargs = []\n", "[mcp.s]: missing key command"),

@@ -97,4 +97,6 @@ def addrs(*texts: str) -> list[ipaddress.IPv4Address | ipaddress.IPv6Address]:
 def test_every_resolved_address_is_checked_as_fetch_does(
     resolved: list[str], allowed: bool
 ) -> None:
-    assert (POLICY.why_not_addresses(addrs(*resolved)) is None) is allowed
+    host = resolved[0] if resolved == ["127.0.0.1"] else "example.com"
+    port = 8080 if host == "127.0.0.1" else 443
+    assert (POLICY.why_not_addresses(addrs(*resolved), host, port) is None) is allowed

@@ -93,6 +93,7 @@ def test_every_mcp_decision_is_decided_again(log: bytes, tmp_path: Path) -> None
         "cwd": "/workspace",
         "writes": True,
         "untrusted": True,
+        "workspace": "ro",
     }
     status, said = verify(tmp_path, log)
     assert status == 0, said
