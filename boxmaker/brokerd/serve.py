@@ -235,7 +235,7 @@ def run(
     manager = McpManager(servers or {}, config.workspace, log.warn)
     table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
     try:
-        broker = Broker(config, table=table)
+        broker = Broker(config, table=table, warn=log.warn)
     except (OSError, UnicodeDecodeError, GrantsError, LogError) as exc:  # say which, exit 1
         log.warn(f"serve: cannot start: {exc}")
         manager.close()
