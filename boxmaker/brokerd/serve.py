@@ -37,6 +37,7 @@ from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.sandbox import SandboxLimits
 from boxmaker.brokerd.tools.table import BUILTIN, Table
 from boxmaker.proto import ToolResponse
 from boxmaker.proto.broker import (
@@ -232,7 +233,8 @@ def run(
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
     # MCP servers (docs/mcp.md): each started at its first use, never here; stopped with brokerd
-    manager = McpManager(servers or {}, config.workspace, log.warn)
+    write_bytes = SandboxLimits(**config.shell).write_bytes  # the shell's quota, for rw servers too
+    manager = McpManager(servers or {}, config.workspace, log.warn, write_bytes=write_bytes)
     table = Table(BUILTIN, families(manager, lambda ctx: ctx.epoch))
     try:
         broker = Broker(config, table=table, warn=log.warn)

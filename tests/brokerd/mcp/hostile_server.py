@@ -32,6 +32,7 @@ TOOLS = [
     "environ",
     "slow_echo",
     "spawn_sleeper",
+    "fill",
 ]
 BAD = [
     {"name": "bad_type", "inputSchema": {"type": "string"}},
@@ -167,6 +168,16 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
         )
         proc = subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
         text(rid, f"sleeper {proc.pid}")
+    elif name == "fill":  # `<file>:<MiB>[:<its folder's mode>]`, 1 MiB at a time
+        path, mib, *mode = target.split(":")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            for _ in range(int(mib)):
+                f.write(b"f" * (1 << 20))
+                f.flush()
+        if mode:
+            os.chmod(os.path.dirname(path), int(mode[0], 8))
+        text(rid, f"filled {path}: {mib} MiB")
     elif name == "late_tool":
         text(rid, "late")
     else:
