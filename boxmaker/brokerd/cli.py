@@ -14,7 +14,8 @@ from boxmaker.brokerd.mcp.config import parse_mcp
 from boxmaker.brokerd.mcp.rows import ReplayTable, replayed_row
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.tools.table import TABLE
-from boxmaker.session.chain_files import read_chain
+from boxmaker.session.chain import ChainError
+from boxmaker.session.chain_files import verify_files
 
 OWN_FILES = ("socket", "owner_socket", "grants", "log", "home")  # never inside the workspace
 
@@ -35,12 +36,14 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         return ExitStatus.USAGE if exc.code else ExitStatus.OK
     log = DaemonLog("brokerd", env.stdout, env.stderr)
     if args.command == "verify":
+        chain = None
         try:
             unreplayed: list[str] = []  # MCP calls it cannot decide again (ledger.replay)
-            data = read_chain(args.log)  # every file of it, oldest first
-            count = replay(data, ReplayTable(TABLE), unreplayed, replayed_row)
-        except (OSError, LogError) as exc:
-            log.warn(f"verify: FAILED: {exc}")
+            chain, _ = verify_files(args.log)  # every file of it, oldest first
+            count = replay(chain.data, ReplayTable(TABLE), unreplayed, replayed_row)
+        except (OSError, LogError, ChainError) as exc:
+            why = str(exc) if chain is None else chain.locate(str(exc))
+            log.warn(f"verify: FAILED: {why}")
             return ExitStatus.ERROR
         log.say(
             f"verify: ok: the chain holds and {count} decision(s) replay the same"

@@ -154,7 +154,7 @@ def test_a_forged_mcp_line_fails_verify(
     verify_chain(data)  # the chain holds...
     status, said = verify(tmp_path, data)
     assert status == 1, said  # ...the replay does not
-    assert "verify: FAILED: line" in said
+    assert "verify: FAILED: decisions.jsonl line" in said
     assert says in said, said
 
 
