@@ -110,7 +110,9 @@ class Broker:
         self.fetch_limits = fetch.FetchLimits(**config.fetch)
         self.ledger = Ledger()
         self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
-        self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
+        self.log.append(
+            "start", grants=self.grants_text.decode(), workspace=config.workspace, rows=True
+        )
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
         self.grants_file = amend.GrantsFile(config.grants, table)
@@ -249,14 +251,22 @@ class Broker:
             resp = error(f"{tool.name}: brokerd failed: {type(exc).__name__}: {exc}")
         if tool.untrusted and not resp.untrusted:  # what it reveals, errors too (issue 27)
             resp = ToolResponse(resp.content, resp.class_, untrusted=True, truncated=resp.truncated)
-        self.log.append(
-            "result",
-            id=call_id,
-            error=resp.content.startswith("error: "),
-            truncated=resp.truncated,
-            chars=len(resp.content),
-            untrusted=resp.untrusted,
-            host=ctx.reached,
-            **{"class": str(resp.class_)},
-        )
+        try:
+            self.log.append(
+                "result",
+                id=call_id,
+                error=resp.content.startswith("error: "),
+                truncated=resp.truncated,
+                chars=len(resp.content),
+                untrusted=resp.untrusted,
+                host=ctx.reached,
+                **{"class": str(resp.class_)},
+            )
+        except LogError as exc:
+            # It ran: saying "refused" would be false. Its output is withheld, since its
+            # taint (the result line) is not on disk before it (issue 37 item 10).
+            return error(
+                f"{tool.name} ran, but its result could not be logged, so its output is "
+                f"withheld: brokerd's decision log: {exc}"
+            )
         return resp

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from boxmaker.brokerd.paths import WalkFailed, tree_bytes
+from boxmaker.brokerd.tree import WalkFailed, tree_bytes
 
 QUOTA_CHECK_S = 0.1  # how often a running command's workspace writes are counted, at least
 

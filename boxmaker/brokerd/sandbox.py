@@ -42,8 +42,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
-from boxmaker.brokerd.paths import clear_set_id, closed_folder
+from boxmaker.brokerd.paths import closed_folder
 from boxmaker.brokerd.quota import WriteQuota
+from boxmaker.brokerd.tree import clear_set_id
 
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {

@@ -18,6 +18,7 @@ import contextlib
 import os
 import select
 import selectors
+import signal
 import socket
 import threading
 from typing import Any, TypeVar
@@ -54,6 +55,9 @@ from boxmaker.proto.errors import BodyError, FrameError
 PROG = "brokerd"
 WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
 CANCELLED = "cancelled: loopd closed the call"
+# SIGHUP too, as loopd (issue 38 item 5): brokerd has nothing to reload (the grants are read at
+# start and by "always"); log rotators and supervisorctl send it: a clean stop, not a death.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _bind(path: str, uid: int, setting: str) -> UnixListener:
@@ -243,7 +247,7 @@ def run(
         manager.close()
         return ExitStatus.ERROR
     server = Server(broker, log)
-    with stop_signals() as stop:
+    with stop_signals(STOP_SIGNALS) as stop:
         try:
             tools = _bind(config.socket, loopd_uid, "[broker] socket")
             try:

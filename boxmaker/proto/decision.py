@@ -16,6 +16,7 @@ import orjson
 
 from ._codec import (
     BOOL,
+    BOOL_OR_ABSENT,
     HEX64,
     OBJECT,
     OPT_STR,
@@ -44,6 +45,9 @@ class Start:
     time: str = field(metadata=wire(TIME))
     grants: str = field(metadata=wire(STR))
     workspace: str = field(metadata=wire(STR))
+    # True from the brokerd that logs every listed MCP tool's request with its `row` (absent in
+    # older logs): verify then refuses an MCP request that lacks one and is not denied.
+    rows: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,4 +1,4 @@
-"""Issue 37 item 7: the walk under the workspace (`paths._tree`, behind the write quota and the
+"""Issue 37 item 7: the walk under the workspace (`tree._tree`, behind the write quota and the
 set-id clearing) never skips a folder silently. A folder it cannot open is made enterable (it
 is the workspace) or named in the failure; sibling folders are never held open at once (a wide
 workspace cannot exhaust RLIMIT_NOFILE).
@@ -24,7 +24,7 @@ MIB = 1 << 20
 
 def as_brokerd(code: str, nofile: int | None = None) -> str:
     """Runs `code` (paths and quota imported) as a plain brokerd; its stdout."""
-    head = "import os, resource, sys\nfrom boxmaker.brokerd import paths, quota\n"
+    head = "import os, resource, sys\nfrom boxmaker.brokerd import quota, tree\n"
     if nofile is not None:
         head += f"resource.setrlimit(resource.RLIMIT_NOFILE, ({nofile}, {nofile}))\n"
     argv = [sys.executable, "-c", head + textwrap.dedent(code)]
@@ -78,7 +78,7 @@ def test_a_set_id_file_in_a_folder_brokerd_cannot_read_loses_its_bit(
     os.chmod(planted, 0o4755)
     os.chmod(ws / "d" / "e", folder_mode)
     os.chmod(ws / "d", folder_mode)
-    out = as_brokerd(f"print(paths.clear_set_id({str(ws)!r}))")
+    out = as_brokerd(f"print(tree.clear_set_id({str(ws)!r}))")
     assert out.strip() == "1"
     assert os.lstat(planted).st_mode & SET_ID == 0
 
@@ -90,7 +90,7 @@ def test_1100_folders_under_1024_descriptors_keep_no_set_id_file(tmp_path: Path)
         f = ws / f"d{i}" / "s"
         f.write_bytes(b"")
         os.chmod(f, 0o4755)
-    out = as_brokerd(f"print(paths.clear_set_id({str(ws)!r}))", nofile=1024)
+    out = as_brokerd(f"print(tree.clear_set_id({str(ws)!r}))", nofile=1024)
     assert out.strip() == "1100"
     kept = [p for p in ws.rglob("s") if p.lstat().st_mode & SET_ID]
     assert kept == []
@@ -110,8 +110,8 @@ def test_a_folder_that_cannot_be_made_enterable_is_named_never_skipped(tmp_path:
     os.chmod(ws / "theirs", 0o000)
     out = as_brokerd(f"""
         try:
-            paths.clear_set_id({str(ws)!r})
-        except paths.WalkFailed as exc:
+            tree.clear_set_id({str(ws)!r})
+        except tree.WalkFailed as exc:
             print("failed:", exc)
     """)
     assert out.startswith("failed: under "), out
@@ -127,8 +127,8 @@ def test_a_tree_deeper_than_the_descriptors_says_the_walk_failed(tmp_path: Path)
     out = as_brokerd(
         f"""
         try:
-            print(paths.tree_bytes({str(ws)!r}))
-        except paths.WalkFailed as exc:
+            print(tree.tree_bytes({str(ws)!r}))
+        except tree.WalkFailed as exc:
             print("failed:", exc)
         """,
         nofile=100,
