@@ -234,6 +234,7 @@ def replay(
     schema_checked: set[str] = set()  # MCP calls decided on facts, not on their schema
     ledger = Ledger()
     rows_logged = False  # this brokerd's start says every MCP request carries its row
+    cut: dict[str, int] = {}  # requests logged with their arguments cut -> their line
     rowless: dict[str, int] = {}  # MCP requests without a row where one was due -> their line
     count = 0
     for n, rec in enumerate(records, 1):
@@ -252,7 +253,9 @@ def replay(
         except GrantsError as exc:
             raise LogError(f"line {n}: {exc}") from None
         facts = rec.get("row") if kind == "request" and rows is not None else None
-        if facts is not None:
+        if kind == "request" and rec.get("size") is not None:
+            cut[rec["id"]] = n  # logged cut: only a refusal may follow
+        elif facts is not None:
             assert rows is not None
             row = rows(rec["tool"], facts)
             if isinstance(row, str):
@@ -277,6 +280,12 @@ def replay(
             if again.hash != rec["hash"]:
                 raise LogError(f"line {n}: the call's hash differs from the one logged")
             hashes[rec["id"]] = rec["hash"]
+        elif kind == "decision" and rec["id"] in cut:
+            if rec["mode"] != "deny":
+                raise LogError(
+                    f"line {cut[rec['id']]}: a request logged cut (only a denied call's is), "
+                    f"then {rec['mode']} at line {n} (edited?)"
+                )
         elif kind == "decision" and rec["id"] in rowless and rec["mode"] != "deny":
             raise LogError(
                 f"line {rowless[rec['id']]}: an MCP request without its row, in a log whose "

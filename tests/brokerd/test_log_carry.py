@@ -13,6 +13,7 @@ import signal
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -163,7 +164,7 @@ def rechain(path: Path, edit: dict) -> None:  # type: ignore[type-arg]
     path.write_bytes(b"".join(out))
 
 
-BAD_CARRIES = {
+BAD_CARRIES: dict[str, dict[str, Any]] = {
     "empty": {},
     "sessions missing": {"calls": {}, "open": {}},
     "a taint of the wrong shape": {"v": 2, "tainted": {"s": [1, "x"]}, "open": {}},
