@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
@@ -16,7 +17,10 @@ from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.tools.table import TABLE
 from boxmaker.session.chain import ChainError
 from boxmaker.session.chain_files import verify_files
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import read_regular
 
+CONFIG_MAX_BYTES = 1 << 20
 OWN_FILES = ("socket", "owner_socket", "grants", "log", "home")  # never inside the workspace
 
 
@@ -56,11 +60,13 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         )
         return ExitStatus.OK
     try:
-        with open(args.config, "rb") as f:
-            config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
+        data = read_regular(Path(args.config), CONFIG_MAX_BYTES, follow=True)  # no FIFO hang
+        if data is None:
+            raise ConfigError("no such file")
+        config = parse_config(data, os.path.dirname(os.path.abspath(args.config)))
         refuse_paths_in_workspace(config)
         servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
-    except (OSError, ConfigError) as exc:
+    except (OSError, ConfigError, SessionError) as exc:
         log.warn(f"serve: {args.config}: {exc}")
         return ExitStatus.USAGE
     from boxmaker.brokerd.serve import run

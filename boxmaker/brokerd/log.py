@@ -25,6 +25,7 @@ import errno
 import fcntl
 import os
 import re
+import stat
 import threading
 from datetime import UTC, datetime
 from typing import Any, Protocol
@@ -76,7 +77,11 @@ class DecisionLog:
     @staticmethod
     def _open_locked(path: str, create: int) -> int:
         flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | create
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: never a log
+            os.close(fd)
+            raise LogError(f"{path}: not a regular file (move it away)")
+        os.set_blocking(fd, True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -6,6 +6,7 @@ file and its own line number."""
 
 from __future__ import annotations
 
+import ast
 import os
 import subprocess
 import sys
@@ -154,3 +155,61 @@ def test_the_verifiers_pass_a_whole_rotated_log(tmp_path: Path) -> None:
     for reader in READERS:
         status, out = run(reader, log)
         assert status == 0, (reader, out)
+
+
+READER_MODULES = [
+    "boxmaker/session/chain_files.py",
+    "boxmaker/bxctl/decisions.py",
+    "boxmaker/bxctl/verify_broker.py",
+    "boxmaker/brokerd/amend.py",
+    "boxmaker/brokerd/cli.py",
+    "boxmaker/brokerd/log.py",
+]
+
+
+@pytest.mark.parametrize("rel", READER_MODULES)
+def test_no_reader_of_brokerd_files_opens_one_bare(rel: str) -> None:
+    """The files these modules read (grants, decision-log files, brokerd's config) go through
+    session.files (open_regular, read_regular): no builtin open() nor Path.open()."""
+    root = Path(__file__).resolve().parents[2]
+    tree = ast.parse((root / rel).read_text())
+    bare = [
+        node.lineno
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Call)
+        and (
+            (isinstance(node.func, ast.Name) and node.func.id == "open")
+            or (
+                isinstance(node.func, ast.Attribute)
+                and node.func.attr == "open"
+                and not (isinstance(node.func.value, ast.Name) and node.func.value.id == "os")
+            )
+        )
+    ]
+    assert bare == [], f"{rel}: a bare open at line(s) {bare}"
+
+
+@pytest.mark.parametrize("which", ["config", "log"])
+def test_brokerd_serve_with_a_fifo_for_its_config_or_log_says_so(
+    tmp_path: Path, which: str
+) -> None:
+    (tmp_path / "ws").mkdir()
+    (tmp_path / "grants.toml").write_text('[[grant]]\ntool = "read_file"\nmode = "allow"\n')
+    config = tmp_path / "brokerd.toml"
+    config.write_text(
+        "[broker]\n"
+        f'socket = "{tmp_path}/b.sock"\nowner_socket = "{tmp_path}/o.sock"\n'
+        f'workspace = "{tmp_path}/ws"\ngrants = "{tmp_path}/grants.toml"\n'
+        f'home = "{tmp_path}/home"\nlog = "{tmp_path}/decisions.jsonl"\n'
+    )
+    if which == "config":
+        config.unlink()
+        os.mkfifo(config)
+    else:
+        os.mkfifo(tmp_path / "decisions.jsonl")
+    argv = [sys.executable, "-m", "boxmaker.brokerd", "serve", "--config", str(config)]
+    done = subprocess.run(argv, capture_output=True, text=True, timeout=BOUND_S, check=False)
+    assert done.returncode != 0
+    said = (done.stdout + done.stderr).strip()
+    assert "not a regular file" in said, said
+    assert "Traceback" not in said
