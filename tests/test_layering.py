@@ -132,14 +132,19 @@ RULES: dict[str, frozenset[str]] = {
         {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
         | {f"{BROKERD}.tools.kind"}  # the row an MCP request line's facts give
     ),
-    f"{BROKERD}.amend": frozenset({TOML, f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}),
+    f"{BROKERD}.amend": frozenset(  # "always"; the grants file read by the home-file rules
+        {SESSION, TOML, f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}
+    ),
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"}),
-    f"{BROKERD}.quota": frozenset({f"{BROKERD}.paths"}),  # shell's write quota: a workspace walk
+    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"})
+    | frozenset({f"{BROKERD}.tree"}),
+    f"{BROKERD}.quota": frozenset({f"{BROKERD}.tree"}),  # the write quota: a workspace walk
+    f"{BROKERD}.tree": frozenset({f"{BROKERD}.paths"}),  # the walk: bytes added, set-id bits
     # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
     # the sandbox; rows makes their tools rows of the table
     f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"})
+    | frozenset({f"{BROKERD}.quota"})  # an rw server's write quota
     | frozenset({f"{BROKERD}.targets", f"{BROKERD}.paths", f"{BROKERD}.tools"}),  # arg grants
     f"{BROKERD}.netcheck": frozenset(),  # [core]: which addresses fetch may reach
     f"{BROKERD}.taint": frozenset(),  # [core]: taint recomputed from the decision records

@@ -97,12 +97,20 @@ class CallContext:
 
 class Broker:
     def __init__(
-        self, config: BrokerConfig, *, use_openat2: bool | None = None, table: Table = TABLE
+        self,
+        config: BrokerConfig,
+        *,
+        use_openat2: bool | None = None,
+        table: Table = TABLE,
+        warn: Callable[[str], None] | None = None,
     ) -> None:
         self.config = config
         self.table = table
+        self.warn = warn or (lambda _line: None)  # brokerd's own log (stderr)
         self.grants_text = read_grants(config.grants)  # no final link, regular, bounded
         self.rules: tuple[Rule, ...] = parse_grants(self.grants_text, table)
+        for left in amend.clean_leftovers(config.grants):  # a merge killed half way
+            self.warn(f'removed {left}, left by an "always" merge that was cut short')
         if use_openat2 is None and os.environ.get("BOXMAKER_BROKERD_NO_OPENAT2"):
             use_openat2 = False  # the tests run the escape table on the fallback walk too
         self.ws = Workspace(config.workspace, use_openat2=use_openat2)
@@ -113,9 +121,12 @@ class Broker:
         self.fetch_limits = fetch.FetchLimits(**config.fetch)
         self.ledger = Ledger()
         self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
-        self.log.append("start", grants=self.grants_text.decode(), workspace=config.workspace)
+        self.log.append(
+            "start", grants=self.grants_text.decode(), workspace=config.workspace, rows=True
+        )
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
+        self.grants_file = amend.GrantsFile(config.grants, table)
 
     def close(self) -> None:
         self.log.close()
@@ -243,9 +254,10 @@ class Broker:
         """Merges `rule` into the grants file as it is on disk, then into the rules in force;
         when it cannot, the log says why (`grant_refused`) and the answer was a yes."""
         with self._grants_lock:
-            refused = amend.merge(self.config.grants, rule, self.table)
+            refused = self.grants_file.merge(rule, len(self.rules))
             if refused is not None:
                 self.log.append("grant_refused", id=call_id, reason=refused)
+                self.warn(f'"always" on call {call_id}: {refused}')
                 return
             with self.log.lock:  # no decision between the line and the rules
                 self.log.append("grant", rule=rule.to_json())
@@ -273,14 +285,22 @@ class Broker:
             resp = error(f"{tool.name}: brokerd failed: {type(exc).__name__}: {exc}")
         if tool.untrusted and not resp.untrusted:  # what it reveals, errors too (issue 27)
             resp = ToolResponse(resp.content, resp.class_, untrusted=True, truncated=resp.truncated)
-        self.log.append(
-            "result",
-            id=call_id,
-            error=resp.content.startswith("error: "),
-            truncated=resp.truncated,
-            chars=len(resp.content),
-            untrusted=resp.untrusted,
-            host=ctx.reached,
-            **{"class": str(resp.class_)},
-        )
+        try:
+            self.log.append(
+                "result",
+                id=call_id,
+                error=resp.content.startswith("error: "),
+                truncated=resp.truncated,
+                chars=len(resp.content),
+                untrusted=resp.untrusted,
+                host=ctx.reached,
+                **{"class": str(resp.class_)},
+            )
+        except LogError as exc:
+            # It ran: saying "refused" would be false. Its output is withheld, since its
+            # taint (the result line) is not on disk before it (issue 37 item 10).
+            return error(
+                f"{tool.name} ran, but its result could not be logged, so its output is "
+                f"withheld: brokerd's decision log: {exc}"
+            )
         return resp

@@ -6,6 +6,7 @@ import argparse
 import importlib.util
 import os
 from collections.abc import Sequence
+from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker._daemon.log import DaemonLog
@@ -16,8 +17,12 @@ from boxmaker.brokerd.mcp.rows import ReplayTable, replayed_row
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.state import FAILED, STARTING, state_path, write_state
 from boxmaker.brokerd.tools.table import TABLE
-from boxmaker.session.chain_files import read_chain
+from boxmaker.session.chain import ChainError
+from boxmaker.session.chain_files import verify_files
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import read_regular
 
+CONFIG_MAX_BYTES = 1 << 20
 OWN_FILES = ("socket", "owner_socket", "grants", "log", "home")  # never inside the workspace
 
 
@@ -37,12 +42,14 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         return ExitStatus.USAGE if exc.code else ExitStatus.OK
     log = DaemonLog("brokerd", env.stdout, env.stderr)
     if args.command == "verify":
+        chain = None
         try:
             unreplayed: list[str] = []  # MCP calls it cannot decide again (ledger.replay)
-            data = read_chain(args.log)  # every file of it, oldest first
-            count = replay(data, ReplayTable(TABLE), unreplayed, replayed_row)
-        except (OSError, LogError) as exc:
-            log.warn(f"verify: FAILED: {exc}")
+            chain, _ = verify_files(args.log)  # every file of it, oldest first
+            count = replay(chain.data, ReplayTable(TABLE), unreplayed, replayed_row)
+        except (OSError, LogError, ChainError) as exc:
+            why = str(exc) if chain is None else chain.locate(str(exc))
+            log.warn(f"verify: FAILED: {why}")
             return ExitStatus.ERROR
         log.say(
             f"verify: ok: the chain holds and {count} decision(s) replay the same"
@@ -56,8 +63,10 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
         return ExitStatus.OK
     config: BrokerConfig | None = None
     try:
-        with open(args.config, "rb") as f:
-            config = parse_config(f.read(), os.path.dirname(os.path.abspath(args.config)))
+        data = read_regular(Path(args.config), CONFIG_MAX_BYTES, follow=True)  # no FIFO hang
+        if data is None:
+            raise ConfigError("no such file")
+        config = parse_config(data, os.path.dirname(os.path.abspath(args.config)))
         write_state(state_path(config.socket), STARTING)
         refuse_paths_in_workspace(config)
         servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
@@ -66,7 +75,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
                 f"[mcp.{next(iter(servers))}]: the MCP client is not installed; install the "
                 "extra (pip install 'boxmaker[mcp]'; make install does), or remove [mcp.*]"
             )
-    except (OSError, ConfigError) as exc:
+    except (OSError, ConfigError, SessionError) as exc:
         log.warn(f"serve: {args.config}: {exc}")
         if config is not None:  # else where its state goes is not known
             write_state(state_path(config.socket), FAILED, error=f"{args.config}: {exc}")

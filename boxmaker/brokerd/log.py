@@ -24,12 +24,16 @@ import contextlib
 import errno
 import fcntl
 import os
+import re
+import stat
 import threading
 from datetime import UTC, datetime
 from typing import Any, Protocol
 
 import orjson
 
+from boxmaker.brokerd.ledger import MAX_CARRY_BYTES
+from boxmaker.brokerd.ledger import Ledger as TaintLedger
 from boxmaker.brokerd.policy import LogError
 from boxmaker.proto import decision
 from boxmaker.proto.hash import sha256_hex
@@ -37,6 +41,8 @@ from boxmaker.session.chain import GENESIS_PREV, ChainError, verify_chain
 from boxmaker.session.chain_files import archives, read_chain
 
 DEFAULT_ROTATE_BYTES = 16 << 20
+MAX_CARRY_LINE = MAX_CARRY_BYTES + 4096  # a carry line: its ledger and its head
+OLD_PIECE_BYTES = 16 << 20  # an over-bound file at start is read this much at a time
 MAX_LINE_BYTES = 4 << 20  # a request carries at most a 1 MiB frame's arguments, twice, escaped
 CARRY = "carry"
 
@@ -71,7 +77,11 @@ class DecisionLog:
     @staticmethod
     def _open_locked(path: str, create: int) -> int:
         flags = os.O_RDWR | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC | create
-        fd = os.open(path, flags, 0o600)
+        fd = os.open(path, flags | os.O_NONBLOCK, 0o600)
+        if not stat.S_ISREG(os.fstat(fd).st_mode):  # a FIFO, a device: never a log
+            os.close(fd)
+            raise LogError(f"{path}: not a regular file (move it away)")
+        os.set_blocking(fd, True)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
@@ -93,12 +103,9 @@ class DecisionLog:
 
     def _load(self) -> None:
         size = os.fstat(self.fd).st_size
-        bound = self.rotate_bytes + MAX_LINE_BYTES
-        if size > bound:
-            raise LogError(
-                f"{self.path}: {size} bytes, over the {bound} brokerd reads at start "
-                "([broker] log_rotate_bytes and one line); raise log_rotate_bytes to open it"
-            )
+        if size > self.rotate_bytes + MAX_LINE_BYTES + MAX_CARRY_LINE:
+            self._load_old(size)  # a log from before rotation, or a bound lowered since
+            return
         data = os.pread(self.fd, size, 0)
         tail = data.rfind(b"\n") + 1
         if tail < len(data):  # a torn last line (killed mid-write): never fsync'd, never acted on
@@ -111,12 +118,51 @@ class DecisionLog:
             raise LogError(f"{self.path}: {exc}") from None
         self._torn = False  # a failed append's bytes are still there (its cut-back failed)
         self.size = tail  # the end of the last whole line: where a failed append is cut back
+        self.seq0 = self.seq = seq
         self.seq = seq + len(records)
-        if self._ledger is not None:
-            for rec in records:
-                if rec["type"] == CARRY:
+        self.head = data.index(b"\n") + 1 if records and records[0]["type"] == CARRY else 0
+        self._feed(records)
+
+    def _feed(self, records: list[dict[str, Any]]) -> None:
+        if self._ledger is None:
+            return
+        for rec in records:
+            if rec["type"] == CARRY:
+                try:
                     self._ledger.restore(rec["ledger"])
-                self._ledger.feed(rec)
+                except LogError as exc:
+                    raise LogError(
+                        f"{self.path}: line {rec['seq'] - self.seq0 + 1}: {exc}"
+                    ) from None
+            self._ledger.feed(rec)
+
+    def _load_old(self, size: int) -> None:
+        """A file over what brokerd reads at start: checked and fed in pieces (never whole in
+        memory), then rotated at once, so the next start reads only the new file."""
+        data = os.pread(self.fd, min(size, OLD_PIECE_BYTES), 0)
+        seq, prev = self._start_of(data)
+        self.seq0 = seq
+        at, n = 0, 0
+        while at < size:
+            piece = os.pread(self.fd, min(size - at, OLD_PIECE_BYTES), at)
+            end = piece.rfind(b"\n") + 1
+            if end == 0:
+                if at + len(piece) < size:
+                    raise LogError(f"{self.path}: a line over {OLD_PIECE_BYTES} bytes at byte {at}")
+                break  # a torn last line: cut below
+            try:
+                records, prev = verify_chain(piece[:end], seq + n, prev)
+            except ChainError as exc:
+                raise LogError(f"{self.path}: {_shifted(str(exc), n)}") from None
+            self.seq = seq + n
+            self._feed(records)
+            n += len(records)
+            at += end
+        if at < size:  # a torn last line (killed mid-write): never fsync'd, never acted on
+            os.ftruncate(self.fd, at)
+        self._torn = False
+        self.size, self.seq, self.prev, self.head = at, seq + n, prev, 0
+        self._rotate()
 
     def _start_of(self, data: bytes) -> tuple[int, str]:
         """Where this file's chain begins: 0 and the genesis for the first file; for a later one
@@ -138,8 +184,8 @@ class DecisionLog:
     def append(self, kind: str, **fields: Any) -> None:
         """Writes one record and fsyncs it; LogError (and nothing of it left) when it cannot."""
         with self.lock:
-            if self.size >= self.rotate_bytes:
-                self._rotate()
+            if self.size - self.head >= self.rotate_bytes:  # the carry never counts: its size
+                self._rotate()  # is bounded apart (ledger.MAX_CARRY_BYTES)
             rec = {"time": now(), **fields}
             typed = decision.record(kind, rec)  # RecordError: a bug here, not loopd's input
             self._write(decision.encode_line(typed, self.seq, self.prev), kind)
@@ -169,7 +215,7 @@ class DecisionLog:
         """The current file becomes `<log>.<n>`; a new one goes on from a `carry` record."""
         olds = archives(self.path)
         number = 1 + (int(olds[-1].rsplit(".", 1)[1]) if olds else 0)
-        snap = self._ledger.snapshot() if self._ledger is not None else {}
+        snap = (self._ledger or TaintLedger()).snapshot()
         frm = f"{os.path.basename(self.path)}.{number}"
         line = decision.encode_line(decision.Carry(now(), frm, snap), self.seq, self.prev)
         nxt = f"{self.path}.next"
@@ -193,11 +239,11 @@ class DecisionLog:
                 f"{nxt}: cannot rotate the log ({exc.strerror or exc}); nothing runs until it can"
             ) from None
         os.close(self.fd)
-        self.fd, self.size = fd, len(line)
+        self.fd, self.size, self.head = fd, len(line), len(line)
         self.seq += 1
         self.prev = sha256_hex(line)
         if self._ledger is not None:
-            self._ledger.feed(orjson.loads(line))
+            self._ledger.restore(snap)  # as a restart would: live, restarted and replay agree
 
     def _cut_back(self) -> None:
         # What a failed write left is never a record: cut it so the next line follows a whole one.
@@ -208,6 +254,11 @@ class DecisionLog:
 
     def close(self) -> None:
         os.close(self.fd)
+
+
+def _shifted(message: str, n: int) -> str:
+    """A piece's "line N" as the file's line."""
+    return re.sub(r"\bline ([0-9]+)\b", lambda m: f"line {int(m.group(1)) + n}", message)
 
 
 def _fsync_folder(path: str) -> None:

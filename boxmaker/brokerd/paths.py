@@ -293,63 +293,6 @@ def write_atomic(ws: Workspace, parts: tuple[str, ...], data: bytes) -> None:
         os.fsync(dfd)
 
 
-def _tree(top: str) -> Iterator[tuple[int, str, os.stat_result]]:
-    """Every entry beneath the folder `top`, as (its folder's descriptor, name, lstat), no
-    symlink followed: each folder is opened O_NOFOLLOW from its parent's descriptor."""
-    pending = [os.open(top, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)]
-    while pending:
-        dfd = pending.pop()
-        try:
-            with os.scandir(dfd) as entries:
-                listed = []
-                for entry in entries:
-                    with contextlib.suppress(FileNotFoundError):  # removed meanwhile
-                        listed.append((entry.name, entry.stat(follow_symlinks=False)))
-            for name, st in listed:
-                if stat.S_ISDIR(st.st_mode):
-                    with contextlib.suppress(OSError):  # gone or replaced meanwhile
-                        flags = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
-                        pending.append(os.open(name, flags, dir_fd=dfd))
-                yield dfd, name, st
-        finally:
-            os.close(dfd)
-
-
-def tree_bytes(top: str) -> int:
-    """The bytes allocated to everything beneath `top` (st_blocks: a sparse file counts what it
-    holds, not its size), for the shell's per-call write quota."""
-    return sum(st.st_blocks * 512 for _, _, st in _tree(top))
-
-
-def clear_set_id(top: str) -> int:
-    """Clears the set-uid and set-gid bits of everything beneath the folder `top` (the
-    workspace, after a shell call): a set-id program made in the sandbox would run as its owner
-    for any uid that reaches it outside. No symlink is followed (one could name a host file),
-    and an entry is changed through its own O_PATH descriptor after checking it is what the
-    listing saw. Returns how many."""
-    cleared = 0
-    for dfd, name, st in _tree(top):
-        if st.st_mode & SET_ID_BITS and not stat.S_ISLNK(st.st_mode):
-            cleared += _clear_one(dfd, name)
-    return cleared
-
-
-def _clear_one(dfd: int, name: str) -> int:
-    try:
-        fd = os.open(name, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
-    except OSError:
-        return 0
-    try:
-        st = os.fstat(fd)
-        if stat.S_ISLNK(st.st_mode) or not st.st_mode & SET_ID_BITS:
-            return 0
-        # chmod through the descriptor's magic link: it names this inode, never a path again.
-        os.chmod(f"/proc/self/fd/{fd}", stat.S_IMODE(st.st_mode) & ~SET_ID_BITS)
-        return 1
-    finally:
-        os.close(fd)
-
-
 MAX_GRANTS_BYTES = 1 << 20
 
 

@@ -223,6 +223,9 @@ def listed(rules: Sequence[Rule], tool: Tool) -> bool:
     return any(r.mode is not Mode.DENY for r in mine)
 
 
+DENIED_ARGS_CHARS = 1024  # of a denied call's arguments, logged; the rest is its hash and size
+
+
 def request_fields(
     call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
 ) -> dict[str, object]:
@@ -238,4 +241,10 @@ def request_fields(
     }
     if decided.tool is not None and decided.tool.facts is not None:
         fields["row"] = dict(decided.tool.facts)  # what replay rebuilds the row from
+    if decided.decision.mode is Mode.DENY and len(arguments) > DENIED_ARGS_CHARS:
+        # Nothing runs, so nothing is decided again from them: what loopd can make brokerd
+        # write for a refused call is bounded (issue 37 item 10); the hash is the whole call's.
+        fields["size"] = len(arguments.encode("utf-8", "surrogatepass"))
+        fields["arguments"] = arguments[:DENIED_ARGS_CHARS]
+        fields["canonical"] = canonical[:DENIED_ARGS_CHARS]
     return fields

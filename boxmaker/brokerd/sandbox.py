@@ -42,8 +42,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from boxmaker.brokerd.config import SHELL_BOUNDS
-from boxmaker.brokerd.paths import clear_set_id, closed_folder
+from boxmaker.brokerd.paths import closed_folder
 from boxmaker.brokerd.quota import WriteQuota
+from boxmaker.brokerd.tree import clear_set_id
 
 MOUNT_POINT = "/workspace"
 ENVIRONMENT = {
@@ -119,6 +120,7 @@ class ShellResult:
     cancelled: bool = False  # killed because loopd gave up on the call
     wrote: int = 0  # what the call added to the workspace (bytes allocated), when over quota
     quota: int = 0  # the quota it passed; 0: not passed
+    uncounted: str | None = None  # why its writes could not be counted (it was stopped)
 
     @property
     def stopped(self) -> bool:
@@ -142,6 +144,11 @@ class ShellResult:
             notes.append(
                 f"it added {self.wrote} bytes to the workspace, over the quota of {self.quota} "
                 f"([broker.shell] write_bytes){stop}"
+            )
+        if self.uncounted:
+            notes.append(
+                f"brokerd cannot count what it added to the workspace ({self.uncounted}); "
+                "the command was stopped"
             )
         if self.exit_code is not None:
             notes.append(f"exit status {self.exit_code}")
@@ -383,7 +390,8 @@ class Sandbox:
             cancelled=cancel,
             elapsed_ms=int((time.monotonic() - started) * 1000),
             wrote=quota.used if quota is not None else 0,
-            quota=quota.limit if over and quota is not None else 0,
+            quota=quota.limit if over and quota is not None and quota.used > quota.limit else 0,
+            uncounted=quota.failed if quota is not None else None,
         )
 
 

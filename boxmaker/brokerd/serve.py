@@ -18,6 +18,7 @@ import contextlib
 import os
 import select
 import selectors
+import signal
 import socket
 import threading
 from collections.abc import Callable
@@ -38,6 +39,7 @@ from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.policy import LogError
+from boxmaker.brokerd.sandbox import SandboxLimits
 from boxmaker.brokerd.state import FAILED, READY, STOPPED, state_path, write_state
 from boxmaker.brokerd.tools.table import BUILTIN, Family, Table
 from boxmaker.proto import ToolResponse
@@ -56,6 +58,9 @@ from boxmaker.proto.frame import MAX_FRAME_BYTES
 PROG = "brokerd"
 WATCH_S = 0.1  # how often a call in progress looks at whether loopd is still there
 CANCELLED = "cancelled: loopd closed the call"
+# SIGHUP too, as loopd (issue 38 item 5): brokerd has nothing to reload (the grants are read at
+# start and by "always"); log rotators and supervisorctl send it: a clean stop, not a death.
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
 
 
 def _bind(path: str, uid: int, setting: str) -> UnixListener:
@@ -261,11 +266,12 @@ def run(
 ) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
-    manager = _Mcp(servers or {}, config.workspace, log)
+    write_bytes = SandboxLimits(**config.shell).write_bytes  # the shell's quota, for rw servers too
+    manager = _Mcp(servers or {}, config.workspace, log, write_bytes)
     table = Table(BUILTIN, manager.families)
     state = state_path(config.socket)
     try:
-        broker = Broker(config, table=table)
+        broker = Broker(config, table=table, warn=log.warn)
     except GrantsError as exc:  # the file the owner edits: its path, the line, what to do
         why = (
             f"{config.grants}: {exc}; fix it (conf/grants.toml.example shows every key), "
@@ -281,7 +287,7 @@ def run(
         manager.close()
         return ExitStatus.ERROR
     server = Server(broker, log)
-    with stop_signals() as stop:
+    with stop_signals(STOP_SIGNALS) as stop:
         try:
             tools = _bind(config.socket, loopd_uid, "[broker] socket")
             try:
@@ -338,14 +344,16 @@ class _Mcp:
     brokerd. The MCP client (the `mcp` extra: most of brokerd's packages, a web stack among them)
     is imported only when `[mcp.*]` names a server (docs/decisions/mcp-extra.md)."""
 
-    def __init__(self, servers: dict[str, McpServerConfig], workspace: str, log: DaemonLog):
+    def __init__(
+        self, servers: dict[str, McpServerConfig], workspace: str, log: DaemonLog, write_bytes: int
+    ):
         self.close: Callable[[], None] = lambda: None
         self.families: list[Family] = []
         if servers:
             from boxmaker.brokerd.mcp.manager import McpManager
             from boxmaker.brokerd.mcp.rows import epoch_key, families
 
-            manager = McpManager(servers, workspace, log.warn)
+            manager = McpManager(servers, workspace, log.warn, write_bytes=write_bytes)
             self.close, self.families = manager.close, families(manager, epoch_key)
 
 

@@ -20,6 +20,7 @@ brokerd's request of the tool it names. loopd's own tools (clock, recall, find_t
 
 from __future__ import annotations
 
+import os
 import tomllib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -29,8 +30,10 @@ from typing import Any
 import orjson
 
 from boxmaker.proto import ToolCall
-from boxmaker.session.chain import ChainError, verify_chain
-from boxmaker.session.chain_files import read_chain
+from boxmaker.session.chain import ChainError
+from boxmaker.session.chain_files import archives, verify_files
+from boxmaker.session.errors import SessionError
+from boxmaker.session.files import read_regular
 
 from .stack import RUN_ENV, RUN_ENV_NAME, checkout_run_folder, read_run_env
 
@@ -181,14 +184,17 @@ def broker_log_for(
     config = read_run_env(run / RUN_ENV_NAME).get(BROKERD_CONFIG_ENV)
     if not config:
         return None
-    try:
-        with open(config, "rb") as f:
-            log = tomllib.load(f).get("broker", {}).get("log")
-    except (OSError, tomllib.TOMLDecodeError):
+    try:  # by the home-file rules: a FIFO there never hangs bxctl
+        data = read_regular(Path(config), CONFIG_MAX_BYTES, follow=True)
+        log = tomllib.loads((data or b"").decode()).get("broker", {}).get("log")
+    except (OSError, SessionError, UnicodeDecodeError, tomllib.TOMLDecodeError):
         return None
     if not isinstance(log, str) or not log:
         return None
     return Path(config).parent / log  # brokerd's relative paths are its config's folder's
+
+
+CONFIG_MAX_BYTES = 1 << 20  # brokerd's TOML config
 
 
 def read_asks(path: Path, session: str) -> list[Asked]:
@@ -199,9 +205,9 @@ def read_asks(path: Path, session: str) -> list[Asked]:
         OSError: the log cannot be read.
         ChainError: a line breaks the chain (the message names it).
     """
-    with path.open("rb"):  # read_chain takes a missing file for an empty log: say it is missing
-        pass
-    records, _ = verify_chain(read_chain(str(path)))
+    if not archives(str(path)):
+        os.lstat(path)  # a missing log is an error here, not an empty one (never opened: a FIFO)
+    _, records = verify_files(str(path))  # by the home-file rules, files named in errors
     return asks_of(records, session)
 
 

@@ -13,8 +13,8 @@ from collections import Counter
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker.session.chain import ChainError, verify_chain
-from boxmaker.session.chain_files import read_chain
+from boxmaker.session.chain import ChainError
+from boxmaker.session.chain_files import verify_files
 
 HELP = "check brokerd's decision log's hash chain from disk"
 
@@ -25,7 +25,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
     try:
-        records, _ = verify_chain(read_chain(str(args.log)))  # its rotated files, oldest first
+        _, records = verify_files(str(args.log))  # its rotated files, oldest first
     except OSError as exc:
         env.stderr.write(f"bxctl verify-broker: {args.log}: {exc.strerror or exc}\n")
         return ExitStatus.ERROR

@@ -16,6 +16,7 @@ import orjson
 
 from ._codec import (
     BOOL,
+    BOOL_OR_ABSENT,
     HEX64,
     OBJECT,
     OPT_STR,
@@ -34,6 +35,7 @@ from .errors import BodyError, EncodeError, RecordError
 
 # A JSON object that may be left out: None in Python, no key in JSON (an old line reads the same).
 OBJECT_OR_ABSENT = Codec("object", OBJECT.decode, OBJECT.encode, absent_is_none=True)
+UINT_OR_ABSENT = Codec("integer", UINT.decode, UINT.encode, absent_is_none=True)
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +46,9 @@ class Start:
     time: str = field(metadata=wire(TIME))
     grants: str = field(metadata=wire(STR))
     workspace: str = field(metadata=wire(STR))
+    # True from the brokerd that logs every listed MCP tool's request with its `row` (absent in
+    # older logs): verify then refuses an MCP request that lacks one and is not denied.
+    rows: bool | None = field(default=None, metadata=wire(BOOL_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +67,9 @@ class Request:
     # A row known only at run time (an MCP tool's): the facts of it the decision read, so that
     # `brokerd verify` decides the call again without its server (mcp/rows.py, row_facts).
     row: JsonObj | None = field(default=None, metadata=wire(OBJECT_OR_ABSENT))
+    # A denied call's arguments over policy.DENIED_ARGS_CHARS are logged cut to it: `size` is
+    # their whole size in bytes (the hash is the whole call's). Absent: logged whole.
+    size: int | None = field(default=None, metadata=wire(UINT_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

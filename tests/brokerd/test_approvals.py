@@ -3,6 +3,7 @@ on owner.sock, and only an answer bound to the exact call (its id and its hash) 
 
 from __future__ import annotations
 
+import os
 import threading
 from typing import Any
 
@@ -378,6 +379,8 @@ def test_always_merges_into_the_file_as_it_is_on_disk_now(rig: Rig) -> None:
     rig.start()
     edited = ASK_WRITES + '\n# the owner, later\n[[grant]]\ntool = "list_dir"\nmode = "allow"\n'
     rig.grants.write_text(edited)
+    settled = rig.grants.stat().st_mtime - 60  # and saved a while before the answer
+    os.utime(rig.grants, (settled, settled))
     call = Call(rig, "write_file", {"path": "a.txt", "content": "x"})
     owner_says(rig, call.wait_needed()["id"], "always")
     call.result()

@@ -94,7 +94,7 @@ def test_an_approval_forged_into_the_log_fails_the_replay(rig: Rig) -> None:
     assert "the log was edited or reordered" in out.stderr
     chained = run_cli(bxctl, ["verify-broker", rig.log])
     assert chained.status == 1
-    assert "REFUSED: line" in chained.stdout
+    assert "REFUSED: decisions.jsonl line" in chained.stdout
 
 
 def test_kill_9_mid_call_then_restart(rig: Rig) -> None:

@@ -62,9 +62,16 @@ def check_log(rig: Rig, results: list[str]) -> None:
     assert written <= logged, f"written without an allow decision on disk: {written - logged}"
     refused = [r for r in results if "decision log" in r]
     assert refused, results
-    for text in refused:
+    for i, text in enumerate(results):
+        if "decision log" not in text:
+            continue
         assert str(rig.log) in text, text
-        assert text.startswith("error: refused"), text
+        ran = (rig.workspace / f"f{i}.txt").exists()
+        if "ran, but its result could not be logged" in text:  # issue 37 item 10
+            assert ran, text  # it did run: never called "refused"
+        else:
+            assert text.startswith("error: refused"), text
+            assert not ran, f"f{i}.txt was written, but its answer says refused: {text}"
     # Once full, it stays refused: nothing after the first refusal was written.
     first = results.index(refused[0])
     assert all("decision log" in r for r in results[first:]), results

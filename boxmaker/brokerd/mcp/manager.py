@@ -40,7 +40,8 @@ from boxmaker.brokerd.mcp.catalog import (
 )
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.mcp.server import Connection, Server, StartError
-from boxmaker.brokerd.sandbox import clear_ambient_capabilities
+from boxmaker.brokerd.quota import WriteQuota
+from boxmaker.brokerd.sandbox import SandboxLimits, clear_ambient_capabilities
 from boxmaker.proto import ToolSchema
 from boxmaker.proto.tool import ToolResponse
 
@@ -56,8 +57,11 @@ class McpManager:
         workspace: str,
         log: Callable[[str], None],
         runtime_dir: str | None = None,
+        write_bytes: int = SandboxLimits().write_bytes,
     ) -> None:
         self.tools = EpochTools()
+        self.workspace = workspace
+        self.write_bytes = write_bytes  # [broker.shell]'s: one quota for every workspace writer
         self._own_runtime = runtime_dir is None
         self.runtime_dir = runtime_dir or tempfile.mkdtemp(prefix="boxmaker-mcp-")
         if self._own_runtime:
@@ -150,14 +154,63 @@ class McpManager:
             conn = await server.connection()
         except StartError as exc:
             return refusal(f"{name}: the server {server.config.name} could not start: {exc}", True)
-        resp = await self._call(server, conn, parts[1], arguments)
         if server.config.workspace != "rw":
-            return resp
+            return await self._call(server, conn, parts[1], arguments)
+        resp = await self._quota_call(server, conn, parts[1], arguments)
         # what the server wrote keeps no set-id bit (the mount is nosuid inside, not outside)
         note = await asyncio.get_running_loop().run_in_executor(None, server.sandbox.after_call)
         if not note:
             return resp
         return ToolResponse(resp.content + note, resp.class_, resp.untrusted, resp.truncated)
+
+    async def _quota_call(
+        self, server: Server, conn: Connection, tool: str, arguments: Any
+    ) -> ToolResponse:
+        """A call of a server that writes the workspace, under shell's write quota
+        ([broker.shell] write_bytes, counted as quota.py counts a shell call's): what the call
+        adds is counted as it runs, and past the quota the server is stopped (the call answered
+        so) as shell's command is killed."""
+        loop = asyncio.get_running_loop()
+        quota = await loop.run_in_executor(None, WriteQuota, self.workspace, self.write_bytes)
+        called = asyncio.ensure_future(self._call(server, conn, tool, arguments))
+        watched = asyncio.ensure_future(self._watch(quota))
+        try:
+            await asyncio.wait({called, watched}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            watched.cancel()
+        if not called.done():  # over the quota while it ran
+            called.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await called
+            return await self._fault(server, conn, self._over(server, quota))
+        resp = called.result()
+        if await loop.run_in_executor(None, quota.over):  # what it wrote since the last count
+            await server.fault(conn, self._over(server, quota))
+            return ToolResponse(
+                resp.content + f"\n[{self._over(server, quota)}; the server was stopped]",
+                resp.class_,
+                True,
+                resp.truncated,
+            )
+        return resp
+
+    async def _watch(self, quota: WriteQuota) -> None:
+        """Returns once the quota is passed (or cannot be counted); counts at quota's pace."""
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(max(0.0, quota.next_check - time.monotonic()))
+            if await loop.run_in_executor(None, quota.over):
+                return
+
+    def _over(self, server: Server, quota: WriteQuota) -> str:
+        name = server.config.name
+        if quota.failed is not None:
+            why = quota.failed
+            return f"{name}: brokerd cannot count what the call added to the workspace ({why})"
+        return (
+            f"{name}: the call added {quota.used} bytes to the workspace, over the quota of "
+            f"{quota.limit} ([broker.shell] write_bytes)"
+        )
 
     async def _epoch_tools(self, epoch: Hashable, server: Server) -> dict[str, ToolSchema]:
         """The epoch's list (catalog.EpochTools), the called server listed first if it never

@@ -36,6 +36,7 @@ TOOLS = [
     "spawn_sleeper",
     "idle_flood",
     "stderr_controls",
+    "fill",
 ]
 # What stderr_controls writes, one line each: a terminal would act on every one of them.
 CONTROLS = ["\x1b[2J\x1b[H cleared", "\rapproved", "\x9b31m red", "\u202eevil", "\x07\x08 bell"]
@@ -185,6 +186,16 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
     elif name == "idle_flood":  # answers, then sends `target` unasked every ms, forever
         threading.Thread(target=flood_forever, args=(target or "ping",), daemon=True).start()
         text(rid, "flooding")
+    elif name == "fill":  # `<file>:<MiB>[:<its folder's mode>]`, 1 MiB at a time
+        path, mib, *mode = target.split(":")
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        with open(path, "wb") as f:
+            for _ in range(int(mib)):
+                f.write(b"f" * (1 << 20))
+                f.flush()
+        if mode:
+            os.chmod(os.path.dirname(path), int(mode[0], 8))
+        text(rid, f"filled {path}: {mib} MiB")
     elif name == "late_tool":
         text(rid, "late")
     else:

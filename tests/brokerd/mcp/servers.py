@@ -46,7 +46,9 @@ class Rig:
     logged: list[str] = field(default_factory=list)
     managers: list[McpManager] = field(default_factory=list)
 
-    def manager(self, tables: dict[str, Any], own_runtime: bool = False) -> McpManager:
+    def manager(
+        self, tables: dict[str, Any], own_runtime: bool = False, write_bytes: int | None = None
+    ) -> McpManager:
         servers: dict[str, McpServerConfig] = parse_mcp(tables, str(self.base))
         lock = threading.Lock()
 
@@ -55,7 +57,8 @@ class Rig:
                 self.logged.append(line)
 
         runtime = None if own_runtime else str(self.base / "run")
-        m = McpManager(servers, str(self.workspace), log, runtime_dir=runtime)
+        quota = {} if write_bytes is None else {"write_bytes": write_bytes}
+        m = McpManager(servers, str(self.workspace), log, runtime_dir=runtime, **quota)
         self.managers.append(m)
         return m
 

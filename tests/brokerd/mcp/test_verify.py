@@ -155,7 +155,7 @@ def test_a_forged_mcp_line_fails_verify(
     verify_chain(data)  # the chain holds...
     status, said = verify(tmp_path, data)
     assert status == 1, said  # ...the replay does not
-    assert "verify: FAILED: line" in said
+    assert "verify: FAILED: decisions.jsonl line" in said
     assert says in said, said
 
 
@@ -165,6 +165,9 @@ def test_a_log_without_row_facts_still_verifies(log: bytes, tmp_path: Path) -> N
     def old(records: Records) -> None:
         for r in of(records, "request"):
             del r["row"]
+        for r in records:
+            if r["type"] == "start":
+                del r["rows"]  # nor the start line saying they are
 
     status, said = verify(tmp_path, forged(log, old))
     assert status == 0, said
@@ -183,3 +186,22 @@ def test_a_schema_refusal_is_counted_not_decided(log: bytes, tmp_path: Path) -> 
     status, said = verify(tmp_path, forged(log, refused))
     assert status == 0, said
     assert "5 decision(s) replay the same; 1 MCP call(s) not decided again" in said
+
+
+@pytest.mark.parametrize(("session", "nth"), [("s1", 0), ("s1", 1), ("s3", 0)])
+@pytest.mark.parametrize("then", ["as logged", "allow"])
+def test_a_new_log_whose_mcp_request_lost_its_row_fails_verify(
+    log: bytes, tmp_path: Path, session: str, nth: int, then: str
+) -> None:
+    """Issue 37 item 10: the row deleted (and an allow forged after it): the start line says
+    every MCP request carries one, so only a refusal may follow a request without it."""
+
+    def edit(records: Records) -> None:
+        del of(records, "request", session)[nth]["row"]
+        if then == "allow":
+            of(records, "decision", session)[nth]["mode"] = "allow"
+
+    status, said = verify(tmp_path, forged(log, edit))
+    assert status == 1, said
+    assert "an MCP request without its row" in said, said
+    assert "decisions.jsonl line" in said
