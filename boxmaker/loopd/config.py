@@ -6,8 +6,7 @@ says in words what the value must be, and checks and converts it, within a maxim
 types are exact (a bool is not an integer, nor is a float; an integer is a fine float); a key with
 no default is required; relative paths resolve against the file's folder; `_relations` checks keys
 against each other. An error is one `ConfigError`, one line naming the file, the dotted key and
-what was expected. `parse_config` is a core (no I/O, the environment is a parameter);
-`load_config` reads the file: a regular file of at most 1 MiB.
+what was expected. `parse_config` is a core (no I/O); `load_config` reads the file (<= 1 MiB).
 """
 
 from __future__ import annotations
@@ -245,9 +244,10 @@ class LoopConfig:
     parallel_tools: Annotated[bool, BOOL] = True
     tool_timeout_ms: Annotated[int, MS] = 30_000
     # A turn that does not say (bxctl chat without --thinking/--no-thinking) asks for reasoning
-    # when this is true; false for a model that has no reasoning mode (its answer would land in
-    # reasoning_content, with no content).
+    # when this is true; false for a model with no reasoning mode (its answer would land in
+    # reasoning_content). nudge: turn.nudge's one retry of advice or an unsupported claim.
     thinking: Annotated[bool, BOOL] = True
+    nudge: Annotated[bool, BOOL] = False
 
 
 _CORE_LIST = list_of(_TOOL_NAME, "a list of distinct tool names", unique=True, nonempty=False)
