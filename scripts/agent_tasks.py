@@ -66,7 +66,7 @@ def peer_of(name: str, run: Run) -> Callable[..., None]:
 
 
 def line(side: str, task: Task, outcome: Outcome, seconds: float, label: str) -> dict[str, Any]:
-    why = task.judge(outcome)
+    why = outcome.why
     return {
         "label": label, "side": side, "task": task.name, "kind": task.kind,
         "pass": why is None, "why": why or "", "seconds": round(seconds, 1),
@@ -105,8 +105,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs only")
     args = ap.parse_args(argv)
     if args.table:
-        rows = [orjson.loads(x) for p in args.table for x in p.read_bytes().splitlines() if x]
-        print(table(rows))
+        saved = [orjson.loads(x) for p in args.table for x in p.read_bytes().splitlines() if x]
+        print(table(saved))
         return 0
     tasks = by_name(args.tasks.split(",")) if args.tasks else list(TASKS)
     if args.kinds:

@@ -93,13 +93,15 @@ def langchain_peer(run: Run) -> Callable[[Task, list[str], str, Outcome], None]:
     def task_run(task: Task, turns: list[str], session: str, outcome: Outcome) -> None:
         config, base = baseline(run)
         tools = PeerTools(run, config, session, task.approve)
-        sampling = _sampling(config)
-        model = ChatOpenAI(
-            base_url=f"http://{run.stack.env['BOXMAKER_UPSTREAM']}/v1", api_key="none",
-            model=config.inference.model, temperature=sampling["temperature"],
-            seed=sampling["seed"], max_tokens=sampling["max_tokens"], timeout=900,
-            extra_body={"chat_template_kwargs": {"enable_thinking": False}},
-        )  # fmt: skip
+        options: dict[str, Any] = {
+            "base_url": f"http://{run.stack.env['BOXMAKER_UPSTREAM']}/v1",
+            "api_key": "none",
+            "model": config.inference.model,
+            "timeout": 900,
+            "extra_body": {"chat_template_kwargs": {"enable_thinking": False}},
+            **_sampling(config),
+        }
+        model = ChatOpenAI(**options)
 
         def tool_of(name: str, description: str, schema: dict[str, Any]) -> StructuredTool:
             def func(**kwargs: Any) -> str:
@@ -142,7 +144,7 @@ def openai_peer(run: Run) -> Callable[[Task, list[str], str, Outcome], None]:
         tools = PeerTools(run, config, session, task.approve)
         client = OpenAI(base_url=f"http://{run.stack.env['BOXMAKER_UPSTREAM']}/v1",
                         api_key="none", timeout=900)  # fmt: skip
-        schemas = [
+        schemas: list[Any] = [
             {"type": "function",
              "function": {"name": t.name, "description": t.description, "parameters": t.parameters}}
             for t in base.tools
@@ -161,7 +163,8 @@ def openai_peer(run: Run) -> Callable[[Task, list[str], str, Outcome], None]:
                 if not reply.tool_calls:
                     answer = reply.content or ""
                     break
-                for c in reply.tool_calls:
+                calls: list[Any] = list(reply.tool_calls)
+                for c in calls:
                     try:
                         args = orjson.loads(c.function.arguments or "{}")
                     except orjson.JSONDecodeError:

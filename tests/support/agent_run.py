@@ -51,7 +51,7 @@ class Memory:
         self.saved = {p.name: p.read_bytes() for p in folder.glob("*")} if folder.is_dir() else {}
 
     def restore(self) -> None:
-        if not self.folder.is_dir():
+        if not self.folder.is_dir():  # none was made since
             return
         for p in self.folder.glob("*"):
             if p.name not in self.saved and p.is_file():
@@ -124,6 +124,7 @@ def run_box(run: Run, task: Task, url: str, session: str) -> Outcome:
                 outcome.errors.append(error)
         outcome.calls = box_calls(run.records(session))
         outcome.approvals = owner_answers(run.stack.decisions, session)
+        outcome.why = task.judge(outcome)  # before the memory folder is put back
     finally:
         memory.restore()
     return outcome
@@ -140,6 +141,7 @@ def run_peer(run: Run, task: Task, url: str, session: str, peer: PeerTurn) -> Ou
     try:
         peer(task, turns(task, url), session, outcome)
         outcome.approvals = owner_answers(run.stack.decisions, session)
+        outcome.why = task.judge(outcome)  # before the memory folder is put back
     finally:
         memory.restore()
     return outcome

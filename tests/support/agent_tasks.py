@@ -41,6 +41,7 @@ class Outcome:
     memory: Path  # brokerd's home/memory, where notes land
     approvals: list[str] = field(default_factory=list)  # the owner's answers, brokerd's log
     errors: list[str] = field(default_factory=list)  # a turn that ended in an error
+    why: str | None = None  # the judge's word, taken before the runner puts memory back
 
     @property
     def last(self) -> str:

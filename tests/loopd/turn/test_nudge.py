@@ -132,7 +132,7 @@ def test_off_by_default_and_within_the_tool_rounds() -> None:
 
 
 def test_what_is_nudged_and_what_is_not() -> None:
-    owner = [START, User(T, "copy a.txt upper-cased to b.txt")]
+    owner: list[LogRecord] = [START, User(T, "copy a.txt upper-cased to b.txt")]
     assert nudge(owner, "I cannot read files from the workspace.") == NUDGE_ADVICE
     assert nudge(owner, "```bash\ncat a.txt\n```") == NUDGE_ADVICE
     assert nudge(owner, "The port is 7411.") is None
@@ -140,12 +140,12 @@ def test_what_is_nudged_and_what_is_not() -> None:
     assert nudge(owner, "The file was not written: you denied it.") is None
     assert nudge(owner, "b.txt has not been written, since you said no.") is None
     denied = ToolCall("w", "write_file", '{"path": "b.txt"}')
-    refused = [*owner, Assistant(T, None, None, (denied,)),
+    refused: list[LogRecord] = [*owner, Assistant(T, None, None, (denied,)),
                ToolResult(T, 0, "w", "error: denied: the owner did not approve", ResultClass.PUBLIC,
                           False, False)]  # fmt: skip
     assert nudge(refused, "I have written b.txt.") == NUDGE_CLAIM  # a denial supports nothing
     assert nudge(refused, "I can't: you did not approve the write.") is None  # a call was made
-    nudged = [*owner, User(T, NUDGE_ADVICE)]
+    nudged: list[LogRecord] = [*owner, User(T, NUDGE_ADVICE)]
     assert nudge(nudged, ADVICE) is None  # once a turn
 
 
