@@ -126,11 +126,15 @@ def main(argv: list[str] | None = None) -> int:
                 for side in sides:
                     session = f"{side}-{task.name}-{int(time.time())}"
                     began = time.monotonic()
-                    if side == "box":
-                        outcome = run_box(run, task, url, session)
-                    else:
-                        assert peer is not None
-                        outcome = run_peer(run, task, url, session, peer)
+                    try:
+                        if side == "box":
+                            outcome = run_box(run, task, url, session)
+                        else:
+                            assert peer is not None
+                            outcome = run_peer(run, task, url, session, peer)
+                    except Exception as exc:  # one task's breakage is its failure, not the run's
+                        outcome = Outcome([], [], run.stack.workspace, run.stack.home)
+                        outcome.why = f"the runner failed: {type(exc).__name__}: {exc}"[:300]
                     row = line(side, task, outcome, time.monotonic() - began, args.label)
                     rows.append(row)
                     with args.out.open("ab") as f:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import subprocess
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,7 +19,7 @@ from typing import Any
 import orjson
 
 from boxmaker.verify.checks import called_tool, paired_calls, target
-from boxmaker.verify.device import Run
+from boxmaker.verify.device import Run, json_lines
 from tests.support.agent_tasks import PAGES, Call, Outcome, Task
 from tests.support.web import Quiet, http_server
 
@@ -110,6 +111,27 @@ def box_calls(records: list[Any]) -> list[Call]:
     return out
 
 
+# One turn's bound: a new session's first turn reads the ~1,200-token baseline cold, over 5
+# minutes with the machine's 2 cores shared at load 12 (verify-device's TURN_BOUND is 300 s).
+TURN_S = 900.0
+
+
+def say(run: Run, text: str, session: str, approve: str) -> tuple[str, str]:
+    """One `bxctl chat --say --json` turn: (the answer, "" or what ended the turn otherwise)."""
+    try:
+        p = run.stack.bxctl("--session", session, "--json", "--say", text, timeout=TURN_S,
+                            stdin=approve)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "", f"no answer within {TURN_S:.0f} s"
+    lines = json_lines(p.stdout)
+    final = lines[-1] if lines else {}
+    if p.returncode == 0 and "usage" in final:
+        return str(final.get("content") or ""), ""
+    if "code" in final:
+        return "", f"error {final['code']}: {final.get('message')}"
+    return "", f"bxctl exited {p.returncode}: {p.stderr.strip()[-200:]}"
+
+
 def run_box(run: Run, task: Task, url: str, session: str) -> Outcome:
     """The task through `bxctl chat --say`, a turn at a time, in one fresh session."""
     memory = Memory(run.stack.home / "memory")
@@ -118,8 +140,8 @@ def run_box(run: Run, task: Task, url: str, session: str) -> Outcome:
     outcome = Outcome([], [], run.stack.workspace, memory.folder)
     try:
         for text in turns(task, url):
-            done, error = run.say(text, session, approve)
-            outcome.answers.append(str((done or {}).get("content") or ""))
+            answer, error = say(run, text, session, approve)
+            outcome.answers.append(answer)
             if error:
                 outcome.errors.append(error)
         outcome.calls = box_calls(run.records(session))
