@@ -19,6 +19,7 @@ import argparse
 import io
 import os
 import pwd
+import signal
 import sys
 import time
 from collections import defaultdict
@@ -36,11 +37,16 @@ from tests.support.agent_tasks import KINDS, TASKS, Outcome, Task, by_name
 from tests.support.tool_model import _Stack
 
 
-def start() -> Run:
+def start(before: Path | None = None, upstream: str | None = None) -> Run:
+    """The profile's stack. `before`: a checkout of an earlier tree whose loopd, brokerd and
+    config run instead (on PYTHONPATH); `upstream`: another stack's llama-server to use."""
     from tests.support.llama import ensure_tool_model
 
     ensure_tool_model()
     stack = _Stack({})
+    if before is not None:
+        stack.source = before / "conf" / "loopd.qwen-coder.toml"
+    stack.upstream = upstream
     stack.extra_grants = FETCH_GRANT
     if os.geteuid() == 0:  # shell's sandbox user must reach the workspace (tool_model_run)
         os.chmod(stack.run, 0o755)
@@ -48,12 +54,19 @@ def start() -> Run:
         nobody = pwd.getpwnam("nobody")
         os.chown(stack.workspace, nobody.pw_uid, nobody.pw_gid)
     run = Run(stack, io.StringIO())
+    saved = os.environ.get("PYTHONPATH")
+    if before is not None:  # the stack's programs and its bxctl run the earlier tree's code
+        os.environ["PYTHONPATH"] = str(before)
     try:
         stack.start()
         stack.wait_loopd()
     except BaseException:
         stack.stop()
         raise
+    finally:
+        os.environ.pop("PYTHONPATH", None)
+        if saved is not None:
+            os.environ["PYTHONPATH"] = saved
     return run
 
 
@@ -94,6 +107,10 @@ def table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(out)
 
 
+def _interrupted(_signum: int, _frame: object) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--side", choices=("box", "peer", "both"), default="both")
@@ -103,7 +120,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=Path("agent-tasks.jsonl"))
     ap.add_argument("--label", default="", help="a word for this run's rows (before, after)")
     ap.add_argument("--table", type=Path, nargs="+", help="print the table of saved runs only")
+    ap.add_argument("--before", type=Path, help="a checkout of an earlier tree: each task runs "
+                    "on it first (side 'before'), on the same llama-server")  # fmt: skip
     args = ap.parse_args(argv)
+    signal.signal(signal.SIGTERM, _interrupted)  # a stopped run still stops its stacks
     if args.table:
         saved = [orjson.loads(x) for p in args.table for x in p.read_bytes().splitlines() if x]
         print(table(saved))
@@ -111,7 +131,9 @@ def main(argv: list[str] | None = None) -> int:
     tasks = by_name(args.tasks.split(",")) if args.tasks else list(TASKS)
     if args.kinds:
         tasks = [t for t in tasks if t.kind in args.kinds.split(",")]
-    sides = ("box", "peer") if args.side == "both" else (args.side,)
+    sides: tuple[str, ...] = ("box", "peer") if args.side == "both" else (args.side,)
+    if args.before is not None:
+        sides = ("before", *sides)
     if "peer" in sides:  # fail now, not after the model's start
         __import__("langchain.agents" if args.peer == "langchain" else "openai")
     rows: list[dict[str, Any]] = []
@@ -119,7 +141,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"starting the tool-model stack (load {os.getloadavg()[0]:.1f})", flush=True)
     run = start()
     print(f"stack up in {time.monotonic() - t0:.0f} s", flush=True)
+    runs = {"box": run, "peer": run}
     try:
+        if args.before is not None:
+            runs["before"] = start(args.before, run.stack.env["BOXMAKER_UPSTREAM"])
+            print(f"the earlier tree's stack up in {time.monotonic() - t0:.0f} s", flush=True)
         peer = peer_of(args.peer, run) if "peer" in sides else None
         with pages() as url:
             for task in tasks:
@@ -127,13 +153,13 @@ def main(argv: list[str] | None = None) -> int:
                     session = f"{side}-{task.name}-{int(time.time())}"
                     began = time.monotonic()
                     try:
-                        if side == "box":
-                            outcome = run_box(run, task, url, session)
+                        if side != "peer":
+                            outcome = run_box(runs[side], task, url, session)
                         else:
                             assert peer is not None
                             outcome = run_peer(run, task, url, session, peer)
                     except Exception as exc:  # one task's breakage is its failure, not the run's
-                        outcome = Outcome([], [], run.stack.workspace, run.stack.home)
+                        outcome = Outcome([], [], runs[side].stack.workspace, run.stack.home)
                         outcome.why = f"the runner failed: {type(exc).__name__}: {exc}"[:300]
                     row = line(side, task, outcome, time.monotonic() - began, args.label)
                     rows.append(row)
@@ -144,6 +170,8 @@ def main(argv: list[str] | None = None) -> int:
                           f"load {row['load']:.1f} calls {row['calls']} {row['why']}",
                           flush=True)  # fmt: skip
     finally:
+        if "before" in runs:
+            runs["before"].stack.stop()
         run.stack.stop()
     print(table(rows))
     print(f"{len(rows)} runs in {time.monotonic() - t0:.0f} s; rows appended to {args.out}")
