@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 PYX := $(wildcard boxmaker/_fast/*.pyx boxmaker/_fast/*.pxd)
 EXT_STAMP := .stamp-build
 
-.PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server tool-model record verify-device
+.PHONY: install build test fuzz soak bench run chat help stop status ctl annotate debug lint typecheck clean llama-server tool-model record verify-device agent-tasks
 
 # The venv with the package (editable), its test dependencies and the build tools.
 # Versions pinned by constraints.txt (scripts/constraints.py writes it), so every install is the
@@ -159,6 +159,16 @@ llama-server:
 # machine into the same cache.
 tool-model: llama-server
 	PYTHON=$(PYTHON) bash scripts/fetch_tool_model.sh
+
+# The owner-task suite (issue 40; docs/decisions/agent-tasks.md) on the tool profile: each task
+# on Boxmaker and on the stock-framework floor (LangChain's create_agent, the agent-peer extra) on
+# one llama-server, a table of task kind x pass. AGENT_TASKS_ARGS: e.g. --side box --tasks port.
+$(VENV)/.stamp-agent-peer: $(VENV)/.stamp-install
+	$(PY) -m pip install --quiet --no-build-isolation -e '.[agent-peer]'
+	touch $@
+
+agent-tasks: install tool-model $(VENV)/.stamp-agent-peer
+	$(PY) scripts/agent_tasks.py $(AGENT_TASKS_ARGS)
 
 # Records raw responses from a real llama-server into recordings/ (never edited by hand).
 record: install

@@ -245,9 +245,10 @@ class LoopConfig:
     parallel_tools: Annotated[bool, BOOL] = True
     tool_timeout_ms: Annotated[int, MS] = 30_000
     # A turn that does not say (bxctl chat without --thinking/--no-thinking) asks for reasoning
-    # when this is true; false for a model that has no reasoning mode (its answer would land in
-    # reasoning_content, with no content).
+    # when this is true; false for a model with no reasoning mode (its answer would land in
+    # reasoning_content). nudge: turn.nudge's one retry of advice or an unsupported claim.
     thinking: Annotated[bool, BOOL] = True
+    nudge: Annotated[bool, BOOL] = False
 
 
 _CORE_LIST = list_of(_TOOL_NAME, "a list of distinct tool names", unique=True, nonempty=False)

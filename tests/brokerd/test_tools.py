@@ -46,14 +46,34 @@ def test_write_then_edit_then_read(rig: Rig) -> None:
     twice = rig.call("edit_file", {"path": "f.txt", "old": "a", "new": "c"})["content"]
     assert twice == "error: f.txt: old text found 2 times; it must occur exactly once " \
         "(give more context)"  # fmt: skip
-    none = rig.call("edit_file", {"path": "f.txt", "old": "z", "new": "c"})["content"]
-    assert "found 0 times" in none
+    none = rig.call("edit_file", {"path": "f.txt", "old": "a  b", "new": "c"})["content"]
+    # A miss names the next step and shows the lines to copy old from (issue 40.2).
+    assert none == (
+        "error: f.txt: old text not found; the nearest lines are 'a b a'. Read the file first "
+        "(read_file) and give old exactly as it is written there, or write_file the whole file."
+    )
     assert rig.call("edit_file", {"path": "f.txt", "old": "b", "new": "B"})["content"] == (
         "edited f.txt: now 5 bytes"
     )
     assert rig.call("read_file", {"path": "f.txt"})["content"] == "a B a"
     missing = rig.call("edit_file", {"path": "nope.txt", "old": "a", "new": "b"})["content"]
     assert "no such file" in missing
+
+
+def test_a_missing_file_lists_the_folder_that_is_there(rig: Rig) -> None:
+    """read_file of a missing file names the nearest existing folder's entries (issue 40.2):
+    the model's next call can name the file that is there instead of guessing."""
+    (rig.workspace / "notes").mkdir(parents=True)
+    (rig.workspace / "notes" / "plans.txt").write_text("x")
+    (rig.workspace / "notes" / "old").mkdir()
+    rig.start()
+    got = rig.call("read_file", {"path": "notes/plan.txt"})["content"]
+    assert got == (
+        "error: notes/plan.txt: no such file or folder; notes/ holds: notes/old/, "
+        "notes/plans.txt. Use one of those paths."
+    )
+    deeper = rig.call("read_file", {"path": "nothere/a/b.txt"})["content"]
+    assert deeper.endswith("; the workspace holds: notes/. Use one of those paths."), deeper
 
 
 def test_a_write_is_atomic_and_keeps_the_mode(rig: Rig) -> None:
@@ -214,7 +234,7 @@ def test_a_read_denied_file_reveals_nothing_through_another_tool(
     ("args", "reveals"),
     [
         ({"path": "f.txt", "old": "a", "new": "b"}, "found 2 times"),
-        ({"path": "f.txt", "old": "zz", "new": "b"}, "found 0 times"),
+        ({"path": "f.txt", "old": "zz", "new": "b"}, "old text not found"),
         ({"path": "nope.txt", "old": "a", "new": "b"}, "no such file"),
         ({"path": "f.txt", "old": "b", "new": "B"}, "edited"),
         ({"path": "f.txt", "old": "b", "new": "x" * 70_000}, "bytes, over"),

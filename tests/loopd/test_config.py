@@ -77,6 +77,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("loop.parallel_tools", True),
     ("loop.tool_timeout_ms", 30_000),
     ("loop.thinking", True),  # the brief: a turn reasons unless it asks not to
+    ("loop.nudge", False),  # issue 40: off unless a profile turns it on (qwen-coder)
     ("channel.drain_ms", 10_000),
     ("channel.worker_idle_ms", 300_000),
     ("channel.first_frame_ms", 5000),

@@ -108,11 +108,13 @@ class FileTools:
             raise PathRefused(f"{shown}: no such file (write_file creates one)")
         text = old.decode("utf-8", "surrogateescape")
         count = text.count(args["old"]) if args["old"] else 0
-        if count != 1:
+        if count > 1:
             raise PathRefused(
                 f"{shown}: old text found {count} times; it must occur exactly "
                 "once (give more context)"
             )
+        if count == 0:
+            raise PathRefused(f"{shown}: old text not found; {_nearest(text, args['old'])}")
         return text, text.replace(args["old"], args["new"], 1)
 
     def edit_file(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
@@ -160,6 +162,53 @@ class FileTools:
         return f"edit {shown}:\n" + "\n".join(diff)
 
 
+_MISSING = "no such file or folder"
+SHOWN_ENTRIES = 40  # the most names a missing file's error lists
+NEAREST_LINES = 3
+
+
+def _nearest(text: str, old: str) -> str:
+    """What an edit whose old text is not in the file should do next: the file's lines nearest
+    the old text, to copy from."""
+    lines = [line for line in text.split("\n") if line.strip()]
+    probe = next((line for line in old.split("\n") if line.strip()), old)
+    near = difflib.get_close_matches(probe, lines, NEAREST_LINES, 0.3)
+    shown = "; ".join(repr(line) for line in near)
+    where = f"the nearest lines are {shown}" if near else "no line is near it"
+    return (
+        f"{where}. Read the file first (read_file) and give old exactly as it is written "
+        "there, or write_file the whole file."
+    )
+
+
+def _around(ctx: Context, parts: tuple[str, ...]) -> str:
+    """The entries of the nearest folder above `parts` that exists, for a missing file's error:
+    only when list_dir of that folder is allowed without asking (the error must not show what
+    an approval would have guarded), less the names the grants deny to list_dir."""
+    folder = parts[:-1]
+    while True:
+        try:
+            names = list_entries(ctx.files.ws, folder)
+            break
+        except (PathRefused, OSError):
+            if not folder:
+                return "list_dir shows what is there."
+            folder = folder[:-1]
+    shown = "/".join(folder) + "/" if folder else "the workspace"
+    if str(ctx.verdict("list_dir", folder).mode) != "allow":
+        return "list_dir shows what is there."
+    names = [
+        n for n in names if str(ctx.verdict("list_dir", (*folder, n.rstrip("/"))).mode) != "deny"
+    ]
+    if not names:
+        return f"{shown} is empty."
+    more = f" and {len(names) - SHOWN_ENTRIES} more" if len(names) > SHOWN_ENTRIES else ""
+    listed = ", ".join(
+        ("/".join(folder) + "/" if folder else "") + n for n in names[:SHOWN_ENTRIES]
+    )
+    return f"{shown} holds: {listed}{more}. Use one of those paths."
+
+
 def _readable(text: str) -> str:
     """Text read with surrogateescape (to write its bytes back unchanged), made valid UTF-8."""
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
@@ -187,7 +236,13 @@ def _file_tool(
     name = schema.name
 
     def run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
-        resp: ToolResponse = getattr(ctx.files, name)(_parts(target), args)
+        try:
+            resp: ToolResponse = getattr(ctx.files, name)(_parts(target), args)
+        except PathRefused as exc:
+            # A missing file names what is there, so the model's next call can be right.
+            if not str(exc).endswith(_MISSING):
+                raise
+            raise PathRefused(f"{exc}; {_around(ctx, _parts(target))}") from None
         return resp
 
     def run_list(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
@@ -222,7 +277,8 @@ def _file_tool(
 READ_FILE = _file_tool(
     ToolSchema(
         "read_file",
-        "Reads a text file in the workspace. offset and limit (bytes) read a part of a long file.",
+        "Reads a text file in the workspace and returns its text. Read a file before you answer "
+        "about it or change it. offset and limit (bytes) read a part of a long file.",
         {
             "type": "object",
             "properties": {
@@ -240,7 +296,8 @@ READ_FILE = _file_tool(
 LIST_DIR = _file_tool(
     ToolSchema(
         "list_dir",
-        "Lists a folder in the workspace: one entry a line, folders ending in /.",
+        'Lists a folder in the workspace ("." is the workspace itself): one entry a line, '
+        "folders ending in /. Use it to see or count what a folder holds.",
         {"type": "object", "properties": {"path": PATH}, "required": ["path"]},
     ),
     {"path": str},
@@ -252,7 +309,8 @@ LIST_DIR = _file_tool(
 WRITE_FILE = _file_tool(
     ToolSchema(
         "write_file",
-        "Writes a file in the workspace (replaces it whole, atomically).",
+        "Writes content to a file in the workspace, replacing it whole (atomically), or "
+        "creates it. To change or copy a file, read_file it first and write the whole new text.",
         {
             "type": "object",
             "properties": {"path": PATH, "content": {"type": "string"}},
@@ -268,7 +326,7 @@ EDIT_FILE = _file_tool(
     ToolSchema(
         "edit_file",
         "Edits a file in the workspace: replaces the text old, which must occur exactly once, "
-        "by new.",
+        "by new. Read the file first and copy old exactly as it is written there.",
         {
             "type": "object",
             "properties": {"path": PATH, "old": {"type": "string"}, "new": {"type": "string"}},

@@ -226,6 +226,12 @@ def _resolve_call_tool(call: ToolCall, registry: Registry) -> Resolution:
         return _error(CALL_TOOL, f"{CALL_TOOL}: {args}")
     name: str = args["name"]
     tool = registry.get(name)
+    if name in (FIND_TOOL, CALL_TOOL):  # seen: call_tool("find_tool") again and again (issue 40)
+        core = ", ".join(t.schema.name for t in registry.tools if t.core)
+        return _error(
+            name,
+            f"{CALL_TOOL}: {name} is not called through {CALL_TOOL}. Call a tool directly: {core}.",
+        )
     if tool is None:
         return _error(
             name, f"{CALL_TOOL}: there is no tool named {_quoted(name)}; {FIND_TOOL} lists them."

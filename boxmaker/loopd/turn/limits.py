@@ -5,6 +5,7 @@
 | Tool iterations per turn | `tool_iterations`  | 8       | asking for round N+1 ends the turn |
 | Repeated identical call  | `repeat_detection` | on      | not run; a second repeat ends it   |
 | Tool result size         | `tool_result_cap`  | 16 KiB  | cut at a character, marked         |
+| A nudge (turn.nudge)     | `nudge`            | off     | one per turn, spends a tool round  |
 
 The thinking cap is the client's (`Usage.thinking_capped`); context full is an HTTP 400 the loop
 maps to `session_full`. Both live in `turn.loop`.
@@ -44,10 +45,13 @@ class LoopLimits:
     tool_iterations: int = 8
     repeat_detection: bool = True
     tool_result_cap: int = 16_384  # bytes of UTF-8
+    nudge: bool = False  # [loop] nudge: turn.nudge's one retry
 
     @classmethod
     def from_config(cls, config: LoopConfig) -> LoopLimits:
-        return cls(config.tool_iterations, config.repeat_detection, config.tool_result_cap)
+        return cls(
+            config.tool_iterations, config.repeat_detection, config.tool_result_cap, config.nudge
+        )
 
 
 class Verdict(enum.Enum):
@@ -82,6 +86,13 @@ class TurnLimiter:
     rounds: int = 0  # batches judged so far
     repeats: int = 0
     _seen: set[tuple[str, str]] = field(default_factory=set)
+
+    def spend(self) -> bool:
+        """Takes one round for a nudge (turn.nudge); False when none is left."""
+        if self.rounds >= self.limits.tool_iterations:
+            return False
+        self.rounds += 1
+        return True
 
     def plan(self, calls: Sequence[ToolCall]) -> BatchPlan:
         n = self.limits.tool_iterations

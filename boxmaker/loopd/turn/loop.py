@@ -18,7 +18,10 @@ The turn:
    baseline's tools, and the turn's `thinking` switch (the generation prompt only).
 3. `Assistant` and `Usage` are appended; `CacheLoss` too when the completion lost the cache the
    session's previous completion (in any turn) left.
-4. No tool calls: done, with the content and the last Usage.
+4. No tool calls: done, with the content and the last Usage; unless `[loop] nudge` is on and
+   `turn.nudge` finds the answer is advice with no call or an unsupported claim of a write: then
+   (once a turn, spending one tool round) its note is appended as a `user` record and step 2
+   again. The note is an ordinary message of the log, so replay and the cache see it like any.
 5. Otherwise the batch is judged by `turn.limits`, numbered from the session's call counter in
    call order, and resolved by `tools.registry` (unknown or invalid calls and `find_tool` are
    answered here; the port sees only valid calls of its tools). The port's calls go out in one
@@ -45,6 +48,7 @@ from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
 from boxmaker.loopd.turn import compact as comp
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
+from boxmaker.loopd.turn.nudge import is_nudge, nudge
 from boxmaker.loopd.turn.records import (
     cache_loss,
     cache_loss_event,
@@ -274,7 +278,9 @@ class TurnLoop:
             got = yield Complete(request)
             if isinstance(got, InferError) and _full(got) and self._compact and not retried:
                 retried = True  # one compaction and one retry, whatever happens
-                turn_start = max(i for i, r in enumerate(self.records) if type(r) is User)
+                turn_start = max(
+                    i for i, r in enumerate(self.records) if type(r) is User and not is_nudge(r)
+                )
                 if (yield from self._compacted("context_full", turn_start)):
                     previous = last_usage(self.records)
                     continue
@@ -295,6 +301,10 @@ class TurnLoop:
                 yield from self._append(loss)
                 yield Emit(cache_loss_event(loss))
             if not got.tool_calls:
+                note = nudge(self.records, got.content or "") if self._limits.nudge else None
+                if note is not None and limiter.spend():
+                    yield from self._append(User(self._now(), note))
+                    continue
                 yield Done(TurnDone(got.content, turn_usage(usage)))
                 return
             ended = yield from self._batch(got.tool_calls, limiter)

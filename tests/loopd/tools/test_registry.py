@@ -134,6 +134,11 @@ def test_clock_goes_to_the_port_with_its_arguments_as_sent() -> None:
             "nope",
             'call_tool: there is no tool named "nope"',
         ),
+        (  # issue 40: the tool model sent this again and again; the error names the way out
+            call(CALL_TOOL, {"name": FIND_TOOL, "arguments": {"query": "copy file"}}),
+            FIND_TOOL,
+            "call_tool: find_tool is not called through call_tool. Call a tool directly: clock.",
+        ),
         (
             call(CALL_TOOL, {"name": "clock", "arguments": {}}),
             "clock",
