@@ -114,6 +114,7 @@ help:
 	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
 	@echo "make tool-model     fetch the tool-calling model (Qwen2.5-Coder-1.5B) once, into ~/.cache/boxmaker"
 	@echo "make verify-device  the on-device checks on a stack of their own"
+	@echo "make agent-tasks    the owner-task suite on the tool profile, beside a stock framework"
 	@echo "make bench          the speed figures against the peers"
 	@echo "make fuzz           the fuzzers"
 	@echo "make soak           the reliability tests, longer"

@@ -5,8 +5,7 @@ Each key is declared once below, `name: Annotated[type, Kind] = default`; its `K
 walker (_config/walker.py) reads every section against its dataclass: unknown keys are errors;
 types are exact; a key with no default is required; relative paths resolve against the file's
 folder; `_relations` checks keys against each other. An error is one line naming the file and
-the dotted key. `parse_config` is a core; `load_config` reads the file (at most 1 MiB).
-"""
+the dotted key. `parse_config` is a core; `load_config` reads the file (at most 1 MiB)."""
 
 from __future__ import annotations
 

@@ -13,11 +13,9 @@ A turn_done too large for one frame is sent as `answer_part` events and a shorte
 (`done_frames`): the answer is the parts' texts joined, then turn_done's content.
 
 A TurnEvent is an object tagged by `type`, then its fields in the brief's order, e.g.
-`{"type": "progress", "total": 900, "cache": 512, "processed": 128}`.
-
-`channel_frame(body)` encodes any of these as its frame; `decode_body(frame)` turns a decoded frame
-back into its typed body, checking that `final` is what the kind requires. Body errors raise
-BodyError (a ProtocolError: the edge answers `bad_request`).
+`{"type": "progress", "total": 900, "cache": 512, "processed": 128}`. `channel_frame(body)`
+encodes any of these as its frame; `decode_body(frame)` turns a frame back into its typed body,
+checking `final`. Body errors raise BodyError (a ProtocolError: the edge answers `bad_request`).
 """
 
 import enum
@@ -52,14 +50,12 @@ from .wire import WireError
 @dataclass(frozen=True, slots=True)
 class Turn:
     """One user message for a session. `resume: false` requires that the session does not
-    exist yet; `true` requires that it does. `thinking` (optional): false asks for no reasoning on
-    this turn, true for reasoning; left out (None) is loopd's `[loop] thinking`. It changes only
-    the generation prompt (DECISIONS.md). None is encoded by leaving the key out, never as null,
-    and a null is refused. `compact: true` (issue 21, `/compact`) asks for no turn: the session's
-    thread is folded into a new epoch now, and `content` is ignored; left out is a turn.
-    `client_ref` (optional, M4 section 6): the client's name for this turn (gatewayd's
-    `mm:<post id>`), kept in the `User` record; a turn whose client_ref the session's log already
-    holds is not run again: its recorded answer is sent, or `error{interrupted}` if it was cut."""
+    exist yet; `true` that it does. `thinking` (optional): false asks for no reasoning on this
+    turn, true for reasoning, None (left out, never null) is loopd's `[loop] thinking`; it changes
+    only the generation prompt (DECISIONS.md). `compact: true` (issue 21, `/compact`): no turn,
+    the thread is folded into a new epoch now. `client_ref` (optional, M4 section 6): the
+    client's name for the turn (`mm:<post id>`), kept in the `User` record; a turn whose
+    client_ref the log holds is not run again (its recorded answer, or `error{interrupted}`)."""
 
     session: str = field(metadata=wire(SESSION_ID))
     content: str = field(metadata=wire(STR))

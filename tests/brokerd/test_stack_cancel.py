@@ -89,7 +89,7 @@ def test_a_cancel_withdraws_the_held_call_and_the_owner_is_told(
     assert final.code is ErrorCode.STOPPED
     assert took < STOPPED_WITHIN_S
     said = err.getvalue().splitlines()[-1]  # after the question (a pipe echoes no newline)
-    assert "[approval: not taken: brokerd says no call " in said, said
+    assert "[approval: yes: not taken: no call " in said, said
     assert "loopd withdrew it" in said
     assert "did not run" in said
     assert not (rig.workspace / "no.txt").exists()

@@ -49,6 +49,7 @@ from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
 from boxmaker.loopd.turn import compact as comp
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
 from boxmaker.loopd.turn.nudge import is_nudge, nudge
+from boxmaker.loopd.turn.outcome import outcome_of
 from boxmaker.loopd.turn.records import (
     cache_loss,
     cache_loss_event,
@@ -377,27 +378,6 @@ class TurnLoop:
             outcome.untrusted,
             outcome.truncated or cut,
         )
-
-
-_DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies on
-
-
-def outcome_of(plan: Resolution, outcome: ToolOutcome | None, content: str) -> str:
-    """What became of a call, for tool_result (issue 39 item 6), from what loopd recorded: its
-    own note, or brokerd's `error: denied: ...` / `error: cancelled: ...` (brokerd/broker.py)."""
-    if isinstance(plan, Answer):
-        return "refused" if plan.error else "done"
-    if not isinstance(outcome, ToolResponse) or not content.startswith("error: "):
-        return "failed" if not isinstance(outcome, ToolResponse) else "done"
-    said = content.removeprefix("error: ")
-    if said.startswith("denied: the owner did not approve ("):
-        answer = said.removeprefix("denied: the owner did not approve ")
-        if answer.startswith("(timeout)"):
-            return "timed_out"
-        return "denied" if answer.startswith(_DENIED) else "refused"
-    if said.startswith("denied: "):
-        return "refused"
-    return "cancelled" if said.startswith("cancelled: ") else "failed"
 
 
 def _response_problem(response: ToolResponse) -> str | None:
