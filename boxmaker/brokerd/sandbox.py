@@ -146,10 +146,7 @@ class ShellResult:
                 f"([broker.shell] write_bytes){stop}"
             )
         if self.uncounted:
-            notes.append(
-                f"brokerd cannot count what it added to the workspace ({self.uncounted}); "
-                "the command was stopped"
-            )
+            notes.append(f"its writes cannot be counted ({self.uncounted}); it was stopped")
         if self.exit_code is not None:
             notes.append(f"exit status {self.exit_code}")
         tail = "[" + "; ".join(notes) + "]"
