@@ -234,6 +234,25 @@ class Run:
 
     # --- the order -------------------------------------------------------------------------------
 
+    def after_loopd(self) -> list[tuple[str, str, Callable[[], Check | None]]]:
+        """The checks that run once loopd listens, in order, each (name, expected, step): all()
+        runs every one; the tests run on their own stack the ones a model changes."""
+        return [
+            ("plain", "an answer", lambda: checks.judge_plain_turn(
+                "plain", *self.say(PROMPTS["plain"]))),
+            ("baseline", "at most 3000 tokens", self.budget),
+            ("brokerd", "brokerd lists its tools", self.brokerd),
+            ("clock", "a clock call", self.clock),
+            ("read_file", "a read_file call", self.read_file),
+            ("list_dir", "a list_dir call", self.list_dir),
+            ("write_file", "an approved write_file call", self.write_file),
+            ("log", "a consistent log", self.log),
+            ("resume", "a resumed turn that hits the cache", self.resume),
+            ("thinking_cap", "a capped thinking block", self.thinking_cap),
+            ("proxy_kill", "a stream that survives", self.proxy_kill),
+            ("requests", "every request extends the one before", self.requests),
+        ]  # fmt: skip
+
     def all(self) -> None:
         exp = "the stack starts"
         self.guarded("start", exp, self.start)
@@ -244,19 +263,8 @@ class Run:
         self.guarded("loopd", "loopd serve listening", self.wait_loopd)
         if len(self.results) > count:  # loopd did not start: no turn can run
             return
-        self.guarded("plain", "an answer", lambda: checks.judge_plain_turn(
-            "plain", *self.say(PROMPTS["plain"])))  # fmt: skip
-        self.guarded("baseline", "at most 3000 tokens", self.budget)
-        self.guarded("brokerd", "brokerd lists its tools", self.brokerd)
-        self.guarded("clock", "a clock call", self.clock)
-        self.guarded("read_file", "a read_file call", self.read_file)
-        self.guarded("list_dir", "a list_dir call", self.list_dir)
-        self.guarded("write_file", "an approved write_file call", self.write_file)
-        self.guarded("log", "a consistent log", self.log)
-        self.guarded("resume", "a resumed turn that hits the cache", self.resume)
-        self.guarded("thinking_cap", "a capped thinking block", self.thinking_cap)
-        self.guarded("proxy_kill", "a stream that survives", self.proxy_kill)
-        self.guarded("requests", "every request extends the one before", self.requests)
+        for name, expected, step in self.after_loopd():
+            self.guarded(name, expected, step)
 
 
 def _list_tools(path: Path) -> list[ToolSchema] | None:

@@ -1,7 +1,8 @@
-"""One tool-model stack for the package's tool-model tests (test_tool_model.py and
-test_tool_model_mcp.py): the qwen-coder profile with brokerd, a fetch rule naming 127.0.0.1, and
-mcp-server-time allowed. One start of the 1.1 GB model for both modules; every test talks in a
-session of its own, so one test's taint (a fetched page, an MCP result) is not another's."""
+"""One tool-model stack for the package's tool-model tests (test_tool_model.py,
+test_tool_model_checks.py: verify-device's checks on this model, and test_tool_model_mcp.py): the
+qwen-coder profile with brokerd, a fetch rule naming 127.0.0.1, and mcp-server-time allowed. One
+start of the 1.1 GB model for the three modules; every test talks in a session of its own, so
+one test's taint (a fetched page, an MCP result) is not another's."""
 
 from __future__ import annotations
 

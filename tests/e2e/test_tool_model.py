@@ -48,7 +48,7 @@ def run(tool_model: Run) -> Run:
 
 def test_an_approved_edit_changes_the_file(run: Run) -> None:
     """The files family's edit (read_file, list_dir and write_file on this model are
-    tests/verify/test_device_real.py's tool-profile run, through the same bxctl chat): the
+    verify-device's checks, test_tool_model_checks.py, through the same bxctl chat): the
     approved edit_file's result, the bytes on disk with only the asked part changed, brokerd's
     log holding the owner's yes."""
     path = run.stack.workspace / "shopping.txt"
