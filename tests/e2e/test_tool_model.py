@@ -27,7 +27,7 @@ import orjson
 import pytest
 
 from boxmaker._toml import toml_dumps
-from boxmaker.proto import ToolResult
+from boxmaker.proto import Assistant, ToolResult
 from boxmaker.verify.device import TURN_BOUND, Run
 from tests.support.tool_model import approvals, results_of, turn
 from tests.support.web import page_server
@@ -59,20 +59,26 @@ def test_an_approved_edit_changes_the_file(run: Run) -> None:
     assert edited, records
     assert edited[0].content.startswith("edited "), edited
     assert path.read_text() == "eggs\nsugar\nmilk\n"
-    assert approvals(run, "edit_file")[:1] == ["yes"]  # answered on owner.sock by bxctl chat
+    assert approvals(run, "edit_file", "edit")[:1] == [
+        "yes"
+    ]  # answered on owner.sock by bxctl chat
 
 
 def test_a_refused_write_leaves_no_file_and_the_turn_goes_on(run: Run) -> None:
     path = run.stack.workspace / "refused.txt"
-    answer, records = turn(run, "refused-write", 'Write the text "nope" to the file refused.txt.',
-                           approve="no\n")  # fmt: skip
+    _, records = turn(run, "refused-write", 'Write the text "nope" to the file refused.txt.',
+                           approve="no\nno\nno\n")  # fmt: skip
     written = results_of(records, "write_file")
     assert written, records
     assert all(not r.content.startswith("wrote ") for r in written), written
     assert any("denied" in r.content for r in written), written
     assert not path.exists()
-    assert "no" in approvals(run, "write_file")
-    assert answer.strip(), records  # an answer after the refusal: the turn went on
+    assert "no" in approvals(run, "write_file", "refused-write")
+    # the turn went on: the model was asked again after the refusal (an answer, or another call
+    # such as a note of the refusal, which the profile's prompt now tends to make)
+    after = records[next(i for i, r in enumerate(records) if r is written[0]) + 1 :]
+    shown = [(type(r).__name__, str(getattr(r, "content", ""))[:120]) for r in records]
+    assert any(isinstance(r, Assistant) for r in after), shown
 
 
 def test_note_lands_in_a_memory_file(run: Run) -> None:
@@ -87,7 +93,7 @@ def test_note_lands_in_a_memory_file(run: Run) -> None:
     assert noted[0].content.startswith("noted in memory/"), noted
     name = noted[0].content.removeprefix("noted in ").strip()
     assert (run.stack.home / name).read_text().lower().count("boiler") == 1
-    assert approvals(run, "note")[:1] == ["yes"]
+    assert approvals(run, "note", "note")[:1] == ["yes"]
 
 
 def test_shell_lists_the_workspace(run: Run) -> None:
@@ -96,7 +102,7 @@ def test_shell_lists_the_workspace(run: Run) -> None:
     ran = results_of(records, "shell")
     assert ran, records
     assert "ledger-2291.csv" in ran[0].content, ran  # run in brokerd's sandbox, in the workspace
-    assert approvals(run, "shell")[:1] == ["yes"]
+    assert approvals(run, "shell", "shell")[:1] == ["yes"]
     # Not asserted: the answer. Of two runs one quoted the listing and one said only "The shell
     # command `ls` executed successfully, listing the files in the current directory."
 

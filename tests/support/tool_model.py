@@ -89,8 +89,13 @@ def results_of(records: list[Any], tool: str) -> list[ToolResult]:
     ]
 
 
-def approvals(run: Run, tool: str) -> list[str]:
-    """The owner's answers brokerd logged for calls of `tool`."""
+def approvals(run: Run, tool: str, session: str) -> list[str]:
+    """The owner's answers brokerd logged for calls of `tool` in `session` (the stack is shared:
+    another test's session may have asked about the same tool)."""
     lines = [orjson.loads(x) for x in run.stack.decisions.read_bytes().splitlines()]
-    ids = {x["id"] for x in lines if x.get("type") == "request" and x.get("tool") == tool}
+    ids = {
+        x["id"]
+        for x in lines
+        if x.get("type") == "request" and x.get("tool") == tool and x.get("session") == session
+    }
     return [x["answer"] for x in lines if x.get("type") == "approval" and x["id"] in ids]
