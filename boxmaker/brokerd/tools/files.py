@@ -277,8 +277,7 @@ def _file_tool(
 READ_FILE = _file_tool(
     ToolSchema(
         "read_file",
-        "Reads a text file in the workspace and returns its text. Read a file before you answer "
-        "about it or change it. offset and limit (bytes) read a part of a long file.",
+        "Reads a text file in the workspace. offset and limit (bytes) read a part of a long file.",
         {
             "type": "object",
             "properties": {
@@ -296,8 +295,7 @@ READ_FILE = _file_tool(
 LIST_DIR = _file_tool(
     ToolSchema(
         "list_dir",
-        'Lists a folder in the workspace ("." is the workspace itself): one entry a line, '
-        "folders ending in /. Use it to see or count what a folder holds.",
+        "Lists a folder in the workspace: one entry a line, folders ending in /.",
         {"type": "object", "properties": {"path": PATH}, "required": ["path"]},
     ),
     {"path": str},
@@ -309,8 +307,7 @@ LIST_DIR = _file_tool(
 WRITE_FILE = _file_tool(
     ToolSchema(
         "write_file",
-        "Writes content to a file in the workspace, replacing it whole (atomically), or "
-        "creates it. To change or copy a file, read_file it first and write the whole new text.",
+        "Writes a file in the workspace (replaces it whole, atomically).",
         {
             "type": "object",
             "properties": {"path": PATH, "content": {"type": "string"}},
@@ -326,7 +323,7 @@ EDIT_FILE = _file_tool(
     ToolSchema(
         "edit_file",
         "Edits a file in the workspace: replaces the text old, which must occur exactly once, "
-        "by new. Read the file first and copy old exactly as it is written there.",
+        "by new.",
         {
             "type": "object",
             "properties": {"path": PATH, "old": {"type": "string"}, "new": {"type": "string"}},

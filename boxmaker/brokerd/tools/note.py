@@ -73,8 +73,7 @@ def _always(target: Target, _args: Args) -> tuple[str, str] | str:
 NOTE = Tool(
     ToolSchema(
         "note",
-        "Keeps a note for later (the owner says remember, or note): appends text to "
-        "memory/notes.md (file notes), or to "
+        "Keeps a note for later: appends text to memory/notes.md (file notes), or to "
         "memory/core.md (file core, read at every session's start; the owner approves).",
         {
             "type": "object",

@@ -48,7 +48,8 @@ def test_an_answer_over_one_frame_reaches_the_client_whole(env: ServeEnv) -> Non
     streamed = "".join(f.text for f in frames if isinstance(f, ContentEvent))
     assert streamed == ANSWER
     assert env.log_lines("big")[-2]["content"] == ANSWER  # the assistant record, then usage
-    # bxctl chat --say prints exactly the answer (a newline added where it had none).
+    # bxctl chat --say prints the whole answer (a newline added where it had none), its control
+    # characters escaped visibly as everything the model wrote is (issue 37 item 5).
     said = subprocess.run(
         [*BXCTL_CHAT, "--socket", str(env.socket), "--session", "big", "--say", "again"],
         capture_output=True,
@@ -56,4 +57,4 @@ def test_an_answer_over_one_frame_reaches_the_client_whole(env: ServeEnv) -> Non
         check=False,
     )
     assert said.returncode == 0, said.stderr
-    assert said.stdout.decode() == ANSWER.rstrip("\n") + "\n"
+    assert said.stdout.decode() == ANSWER.rstrip("\n").replace("\x01", "\\x01") + "\n"
