@@ -179,7 +179,7 @@ def _checker(schema: dict[str, Any]) -> Any:
     """The validator class for `schema`, every keyword counted, the regular expressions and
     uniqueItems not run; `additionalProperties` where `patternProperties` is there, and
     `unevaluatedProperties`, not run either (both would run the patterns)."""
-    from jsonschema.validators import extend, validator_for  # type: ignore[import-untyped]
+    from jsonschema.validators import extend, validator_for
 
     base = validator_for(schema)
     keywords = dict(base.VALIDATORS)
