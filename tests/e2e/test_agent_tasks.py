@@ -5,6 +5,7 @@ the disk, brokerd's decision log and the session's calls."""
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -29,7 +30,14 @@ def test_an_owner_task_runs_through_the_stack_and_is_judged(
     but the turn limits, and the judge's verdict is printed. Not asserted: the pass itself; on
     2 shared cores the model passed none of these (docs/decisions/agent-tasks.md), and the
     figures belong to `make agent-tasks`, not to make test's verdict."""
-    outcome = run_box(tool_model, task, url, f"task-{task.name}")
+    try:
+        outcome = run_box(tool_model, task, url, f"task-{task.name}")
+    finally:  # the stack is shared: the task's files would be in the later tests' listings
+        for child in tool_model.stack.workspace.iterdir():
+            if child.is_dir() and not child.is_symlink():
+                shutil.rmtree(child)
+            else:
+                child.unlink()
     assert len(outcome.answers) == len(task.turns)
     assert all(c.result for c in outcome.calls), outcome.calls
     assert all("turn_limit" in e for e in outcome.errors), outcome.errors
