@@ -4,7 +4,9 @@ A held call waits on its own Event for at most `approval_timeout_ms`. Only an an
 owner.sock that names the call's id AND carries its hash (tool + canonical arguments) can approve
 it: an approval for another call, or for the same id with other arguments, approves nothing.
 There is no default: an empty answer, a timeout, or an owner connection that closes after it
-took the call (`claim`) without answering is a denial.
+took the call (`claim`) without answering is a denial. Once the wait the owner was told of has
+ended, the call timed out: an answer or a close that comes after is not taken, whichever thread
+sees the deadline first.
 
 loopd may withdraw a held call (its turn was stopped, or its tool timeout passed: it closed the
 call): the call is denied at once. An owner who answers a call that is no longer held is told
@@ -93,6 +95,9 @@ class Approvals:
         """None when the answer was taken, else why not (for the owner's error frame)."""
         with self._lock:
             held = self._held.get(call_id)
+            if held is not None and held.answer is None and _expired(held):
+                held.answer = "timeout"  # the wait the owner was told of had ended
+                held.done.set()
             if held is None or held.answer is not None:
                 fate = _fate(held) if held is not None else self._ended.get(call_id)
                 return f"no call {call_id!r} is waiting for an answer: " + (
@@ -110,8 +115,15 @@ class Approvals:
         with self._lock:
             held = self._held.get(call_id)
             if held is not None and held.answer is None:
+                if not withdrawn and _expired(held):
+                    why = "timeout"  # the owner's side closed as the wait ended: it timed out
                 held.answer, held.withdrawn = why, withdrawn
                 held.done.set()
+
+
+def _expired(held: Held) -> bool:
+    """The wait the owner was told of has ended, whichever thread notices it first."""
+    return held.until is not None and time.monotonic() >= held.until
 
 
 def _fate(held: Held) -> str | None:

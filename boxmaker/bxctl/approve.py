@@ -172,7 +172,7 @@ def ask(
             out.write("\n[approval: no answer before brokerd's wait ended: it denied the call]\n")
             out.flush()
             return ""
-        if line is None:  # Ctrl-C: no (in a chat, the Canceller sent its cancel)
+        if line is None:  # Ctrl-C: no (in a chat, the cancel goes out once brokerd has it)
             stop = "; stopping the answer" if canceller is not None else ""
             out.write(f"\n[approval: Ctrl-C: denied{stop}]\n")
             answer = "no"
@@ -189,7 +189,12 @@ def ask(
         left = None if until is None else round((until - time.monotonic()) * 1000)
         out.write(f"please answer {choices(held)}{wait_note(left)}: ")
         out.flush()
-    why = owner.answered(held.id, held.hash, answer)
+    try:
+        why = owner.answered(held.id, held.hash, answer)
+    finally:
+        if line is None and canceller is not None:
+            # the owner's no is brokerd's record; the cancel after it stops the turn
+            canceller.cancel()
     late = until is not None and time.monotonic() >= until
     if why is not None:
         reason = "too late: brokerd's wait had ended and it denied the call" if late else why

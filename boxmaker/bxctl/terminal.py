@@ -228,8 +228,7 @@ class StopOnInterrupt:
     def _handler(self, signum: int, frame: object) -> None:
         canceller = self._canceller
         if canceller is not None and canceller.asking:  # at an approval: no, and stop
-            canceller.cancel()
-            raise KeyboardInterrupt  # ends the question's read (approve.py answers no)
+            raise KeyboardInterrupt  # ends the question's read: approve.py answers no, then cancels
         if canceller is not None and canceller.cancel():
             with contextlib.suppress(OSError, ValueError):
                 os.write(self._err.fileno(), STOPPING.encode())

@@ -58,3 +58,28 @@ def test_the_fates_kept_are_bounded() -> None:
     assert approvals.not_held("c0") == "no call 'c0' is waiting for an answer"
     assert "nobody answered" in approvals.not_held(f"c{ENDED_KEPT}")
     assert approvals.not_held("never") == "no call 'never' is waiting for an answer"
+
+
+@pytest.mark.parametrize("after", ["answer", "close"])
+def test_past_the_wait_the_owner_was_told_the_call_timed_out(after: str) -> None:
+    """The chat's own clock may end the question before brokerd's waiting thread wakes (a busy
+    machine): the call timed out either way, and a yes that comes after is not taken."""
+    approvals = Approvals()
+    call = HeldCall("c1", "write_file", "write_file a.txt", "", "", "", "hc1")
+    held = approvals.hold(call, timeout_s=0.0)  # its wait has ended; no thread noticed yet
+    if after == "answer":
+        why = approvals.answer("c1", held.hash, "yes")
+        assert why is not None
+        assert "nobody answered it within approval_timeout_ms" in why
+    else:
+        approvals.deny("c1", "closed")
+    assert approvals.wait(held, 5.0) == "timeout"
+    assert "nobody answered" in approvals.not_held("c1")
+
+
+def test_before_the_wait_ends_a_close_is_a_close() -> None:
+    approvals = Approvals()
+    call = HeldCall("c1", "write_file", "write_file a.txt", "", "", "", "hc1")
+    held = approvals.hold(call, timeout_s=60.0)
+    approvals.deny("c1", "closed")
+    assert approvals.wait(held, 5.0) == "closed"
