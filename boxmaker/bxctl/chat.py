@@ -192,7 +192,13 @@ class _TextView:
             Stream.ERRORS: env.stderr,
         }
         dim = use_color(isatty(events), env.environ)
-        self._renderer = Renderer(dim=dim, split=say, stream_content=not say, live=isatty(events))
+        self._renderer = Renderer(
+            dim=dim,
+            split=say,
+            stream_content=not say,
+            live=isatty(events),
+            width=lambda: columns(events),
+        )
 
     def write(self, pieces: list[Piece]) -> None:
         touched: set[int] = set()

@@ -51,7 +51,8 @@ What each event becomes:
 from __future__ import annotations
 
 import enum
-from collections.abc import Mapping
+import textwrap
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from boxmaker.proto import (
@@ -203,19 +204,30 @@ class Renderer:
         split: ANSWER and EVENTS are different streams (`--say`); else they share one.
         stream_content: show content events as they arrive. `--say` turns it off and prints
             the turn_done content instead, so stdout carries exactly the answer.
+        live: EVENTS is a terminal: a tool's line is completed in place, progress rewritten.
+        width: the terminal's columns now (it may be resized), or None: status lines are
+            wrapped at spaces to it, and counted in rows, so a line rewritten in place is found.
     """
 
     def __init__(
-        self, *, dim: bool, split: bool, stream_content: bool = True, live: bool = False
+        self,
+        *,
+        dim: bool,
+        split: bool,
+        stream_content: bool = True,
+        live: bool = False,
+        width: Callable[[], int | None] = lambda: None,
     ) -> None:
         self._dim = dim
         self._split = split
         self._stream_content = stream_content
         self._live = live
+        self._width = width
         self._runs: dict[Stream, _Run] = {Stream.ANSWER: _Run.NONE, Stream.EVENTS: _Run.NONE}
         self._streamed = False  # some content was shown this turn
         self._head: list[str] = []  # answer_part texts: the head of a turn_done too large
-        self._lines = 0  # whole lines written on EVENTS' stream since the first pending call
+        self._lines = 0  # rows written on EVENTS' stream since the first pending call
+        self._one_row = True  # the last line written took one row (it can be rewritten)
         self._pending: list[tuple[str, int | None]] = []  # (tool, its line number when live)
         self._reading = False  # a progress line is on the screen, the cursor at its end
         self._fold_failed: str | None = None  # why this turn's compaction folded nothing
@@ -242,7 +254,14 @@ class Renderer:
 
     def _line(self, to: Stream, text: str) -> list[Piece]:
         if self._physical(to) is self._physical(Stream.EVENTS):
-            self._lines += 1
+            width = self._width() if self._live else None
+            rows = _rows(text, width) if to is Stream.EVENTS else None
+            if rows is None:  # the answer's own text, or a width unknown: rows not countable
+                self._pending = [(name, None) for name, _ in self._pending]
+                rows = [text]
+            text = "\n".join(rows)
+            self._lines += len(rows)
+            self._one_row = len(rows) == 1
         return [*self._start(to, _Run.NONE), Piece(to, text + "\n")]
 
     def _run_started(self, to: Stream) -> None:
@@ -255,14 +274,18 @@ class Renderer:
             self._pending.append((event.name, None))
             return []
         pieces = self._line(Stream.EVENTS, status_line(event) or "")
-        self._pending.append((event.name, self._lines))
+        self._pending.append((event.name, self._lines if self._one_row else None))
         return pieces
 
     def _tool_done(self, event: ToolResultEvent) -> list[Piece]:
         text = status_line(event) or ""
         i = next((i for i, (name, _) in enumerate(self._pending) if name == event.name), None)
         at = self._pending.pop(i)[1] if i is not None else None
-        if at is None or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE:
+        if (
+            at is None
+            or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE
+            or _rows(text, self._width()) != [text]
+        ):
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
 
@@ -372,7 +395,7 @@ class Renderer:
                 self._runs[where] = _Run.NONE
         for name, at in self._pending:  # no result came: its line says so
             line = f"[tool {one_line(name)}: no result]"
-            if at is None:
+            if at is None or _rows(line, self._width()) != [line]:
                 pieces += self._line(Stream.EVENTS, line)
             else:
                 text = rewrite_above(self._lines - at + 1, line)
@@ -381,3 +404,19 @@ class Renderer:
         self._streamed = False
         self._head = []
         return pieces
+
+
+def _rows(text: str, width: int | None) -> list[str] | None:
+    """A status line as the rows it takes on a terminal `width` columns wide: wrapped at spaces
+    (issue 39 item 7: at 40 columns they broke mid-word), a word wider than the width cut; with
+    no width known, one row. None when the rows cannot be counted: characters that may take
+    two columns in a line that might not fit (it stays as it is; nothing above is rewritten)."""
+    if width is None or len(text) <= width // 2:
+        return [text]
+    if width < 1 or not text.isascii() or not text.isprintable():
+        return None
+    if len(text) <= width:
+        return [text]
+    return textwrap.wrap(
+        text, width, subsequent_indent="  " if width > 8 else "", break_on_hyphens=False
+    ) or [text]

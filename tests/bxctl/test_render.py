@@ -393,3 +393,60 @@ def test_a_result_after_an_approval_gets_a_line_of_its_own() -> None:
     plain = Renderer(dim=False, split=False, live=True)  # no approval: rewritten in place
     plain.event(ToolCallStartedEvent("read_file"))
     assert "\x1b[1A" in plain.event(Done("read_file", ResultClass.PUBLIC, False))[0].text
+
+
+NARROW = 40
+
+
+def _shown(width: int, *events: TurnEvent) -> list[str]:
+    from tests.support.screen import Screen
+
+    screen = Screen(width)
+    r = Renderer(dim=False, split=False, live=True, width=lambda: width)
+    for event in events:
+        for piece in r.event(event):
+            screen.feed(piece.text)
+    return [line for line in screen.lines() if line]
+
+
+def test_at_40_columns_status_lines_wrap_at_spaces_and_results_land_on_their_own_line() -> None:
+    """Issue 39 item 7: at 40 columns the chat's own lines broke mid-word, and a line above a
+    wrapped one was rewritten a row too low (rows were counted as lines)."""
+    long_tool = "mcp_git_show_the_commit_and_its_diff"
+    shown = _shown(
+        NARROW,
+        ToolCallStartedEvent("read_file"),
+        ToolCallStartedEvent(long_tool),
+        RetryingEvent(2, 250, "the inference server is unavailable now"),
+        ToolResultEvent("read_file", ResultClass.PUBLIC, False),
+        ToolResultEvent(long_tool, ResultClass.PUBLIC, False),
+    )
+    assert shown[0] == "[tool read_file: done, public]"
+    assert all(len(line) <= NARROW for line in shown)
+    words = set(" ".join(shown).split())
+    for text in (f"[tool {long_tool}: running]", "[retrying (attempt 2) in 250 ms: unavailable"):
+        assert set(text.split()) <= words, (text, shown)  # no word cut in two
+    assert not any("running" in line and "read_file" in line for line in shown)
+    assert shown[-1] == "  done, public]"  # the long tool's result: lines of its own, at the end
+    assert " ".join(" ".join(shown).split()).endswith(f"[tool {long_tool}: done, public]")
+
+
+@pytest.mark.parametrize("width", [12, 20, 25, 33, 40, 41, 80])
+def test_whatever_the_width_a_result_replaces_its_running_line_or_follows_it(width: int) -> None:
+    """Where the running line fits one row it is completed in place; where it does not, the
+    result is a line of its own below everything (never over another line)."""
+    shown = _shown(
+        width,
+        ToolCallStartedEvent("read_file"),
+        WaitingEvent(True),
+        QueuedEvent(3),
+        ToolResultEvent("read_file", ResultClass.PUBLIC, False),
+    )
+    assert all(len(line) <= width for line in shown)
+    text = " ".join(" ".join(shown).split())
+    assert "[waiting: the inference slot is busy] [queued: 3 turns ahead]" in text
+    if width >= len("[tool read_file: done, public]"):
+        assert text.startswith("[tool read_file: done, public] [waiting")
+    else:
+        assert text.startswith("[tool read_file: running] [waiting")
+        assert text.endswith("ahead] [tool read_file: done, public]")
