@@ -4,14 +4,19 @@ brokerd's chat.sock (docs/gateway.md "Approvals").
 Notify (the default, and whenever chat.sock cannot be reached: brokerd's switch is off): the
 notice names the tool and loopd's brief line and says to answer on the box. With `[brokerd]
 chat_socket` set and brokerd's switch on, the notice is brokerd's whole view of the call with
-its code (approvals.question), unless brokerd says the call is box-only. An answer post is
-relayed only when who.py let it through (the owner's own post, no webhook, bot or system
-message) AND it is in the direct channel with the bot; brokerd checks the rest. The blocking
-calls run on the turn's thread (the notice) or in a thread of their own (an answer).
+its code (approvals.question), unless brokerd says the call is box-only. A post of the answer's
+shape is relayed only when who.py let it through (the owner's own post, no webhook, bot or
+system message), it is in the direct channel with the bot, and it can be meant as an answer: its
+code is one a question of this run showed, or brokerd holds a call the chat may answer now.
+Otherwise ("no thanks" with nothing held) it is a turn like any post. brokerd checks the rest.
+The blocking calls run on the turn's thread (the notice), in a thread of their own (an answer),
+or, bounded by HOLDING_TIMEOUT_S, on the event loop (whether anything is held).
 """
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 
@@ -25,6 +30,9 @@ from boxmaker.proto import ApprovalNeededEvent
 from boxmaker.proto.broker import ChatAnswer
 from boxmaker.proto.errors import BodyError, ProtocolError
 
+HOLDING_TIMEOUT_S = 1.0  # brokerd answers `pending` at once; a hung brokerd must not stall gatewayd
+SHOWN_KEPT = 256  # codes of this run's questions, so a late answer is told what became of its call
+
 
 class Relay:
     def __init__(
@@ -33,6 +41,8 @@ class Relay:
         self.socket = socket
         self.client = client
         self.say = say
+        self._shown: OrderedDict[str, None] = OrderedDict()  # codes this run's questions showed
+        self._lock = threading.Lock()  # notices come from the turns' threads
 
     async def post(self, channel: str, root: str, text: str, pending: str) -> None:
         """A notice that is not a reply (no marker), posted once (`pending`: the call's id)."""
@@ -55,6 +65,10 @@ class Relay:
             return approval_post(event.tool, event.summary, session)
         if not call.code:
             return box_only(event.tool, event.summary, call.box_only, session)
+        with self._lock:
+            self._shown[call.code] = None
+            while len(self._shown) > SHOWN_KEPT:
+                self._shown.popitem(last=False)
         dm = channel_type == DIRECT
         return question(call.tool, call.summary, call.code, call.wait_ms, session, dm)
 
@@ -62,7 +76,17 @@ class Relay:
         """The answer a post gives, when it is one to relay (the post already passed who.py)."""
         if self.socket is None or channel_type != DIRECT:
             return None
-        return answer_in(post.message)
+        said = answer_in(post.message)
+        if said is None:
+            return None
+        with self._lock:
+            if said.code in self._shown:
+                return said
+        try:
+            holding = any(c.code for c in chat_calls(self.socket, HOLDING_TIMEOUT_S))
+        except (OSError, ProtocolError, BodyError):
+            holding = False  # brokerd's switch off (no socket), or brokerd down: not an answer
+        return said if holding else None
 
     def relay(self, said: Said, post: Post) -> str:
         """Relays the owner's answer (blocking); the reply to post."""

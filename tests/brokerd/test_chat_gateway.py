@@ -3,7 +3,8 @@
 turns chat approvals on. A held call's question carries brokerd's code; the owner's `yes <code>`
 in the DM runs the call; a webhook's, another user's, "always", a wrong code and a stale answer
 approve nothing. With brokerd's switch off the notice says to answer on the box and no chat answer
-is taken; without gatewayd's [brokerd] chat_socket, an answer-shaped post is a turn as any other.
+is taken (an answer-shaped post is then a turn, as it is without gatewayd's [brokerd]
+chat_socket, or with nothing held).
 """
 
 from __future__ import annotations
@@ -207,7 +208,7 @@ def rig_pending(rig: Rig) -> str | None:
     return str(got.body["calls"][0]["id"]) if got.body["calls"] else None
 
 
-def test_with_brokerds_switch_off_the_notice_says_the_box_and_no_chat_answer_is_taken(
+def test_with_brokerds_switch_off_the_notice_says_the_box_and_an_answer_is_a_turn(
     stack: tuple[ServeEnv, Rig, FakeMattermost],
 ) -> None:
     env, rig, fake = stack
@@ -216,33 +217,34 @@ def test_with_brokerds_switch_off_the_notice_says_the_box_and_no_chat_answer_is_
     gw = gateway(env, rig, fake)  # gatewayd names the socket; brokerd did not turn it on
     try:
         dm = fake.direct_channel(OWNER)
-        env.model.load([calls(("call_tool", WRITE)), say("not written")])
+        env.model.load([calls(("call_tool", WRITE)), say("not written"), say("a turn")])
         post = fake.post_as(OWNER, dm, "write hello to a.txt")
         text = str(notice(gw, dm)["message"])
         assert "Answer on the box: `bxctl approve`" in text
         assert CODE.search(text) is None
-        sent = fake.post_as(OWNER, dm, "yes abcdef")
-        [reply] = gw.wait_replies(dm, sent["id"])
-        assert "**not taken**" in str(reply["message"])
-        assert "chat approvals are off" in str(reply["message"])
+        sent = fake.post_as(OWNER, dm, "yes abcdef")  # queued behind the held turn
         held = wait_for(lambda: rig_pending(rig), "the call, still held", BOUND_S)
         assert owner_says(rig, held, "no").kind == "answered"
-        gw.wait_replies(dm, post["id"])
+        assert gw.wait_replies(dm, post["id"])[0]["message"] == "not written"
+        assert gw.wait_replies(dm, sent["id"])[0]["message"] == "a turn"
         assert not (rig.workspace / "a.txt").exists()
+        assert rig.daemon is not None
+        assert not any("chat answer" in ln for ln in rig.daemon.lines)
     finally:
         gw.stop()
 
 
-def test_without_gatewayds_chat_socket_an_answer_shaped_post_is_a_turn(
-    stack: tuple[ServeEnv, Rig, FakeMattermost],
+@pytest.mark.parametrize("chat", [False, True])
+def test_an_answer_shaped_post_is_a_turn_without_chat_socket_or_a_held_call(
+    stack: tuple[ServeEnv, Rig, FakeMattermost], chat: bool
 ) -> None:
     env, rig, fake = stack
     start(env, rig)
-    gw = gateway(env, rig, fake, chat=False)
+    gw = gateway(env, rig, fake, chat=chat)
     try:
         dm = fake.direct_channel(OWNER)
         env.model.load([say("a turn")])
-        sent = fake.post_as(OWNER, dm, "yes abcdef")
+        sent = fake.post_as(OWNER, dm, "no thanks")  # the shape, with nothing held
         [reply] = gw.wait_replies(dm, sent["id"])
         assert reply["message"] == "a turn"
         assert rig.daemon is not None
