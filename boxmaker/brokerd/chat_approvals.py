@@ -138,7 +138,7 @@ class ChatDesk:
             (
                 h
                 for h in self.approvals.pending()
-                if hmac.compare_digest(code_of(h.id, h.hash), a.code)
+                if hmac.compare_digest(code_of(h.id, h.hash).encode(), a.code.encode())
             ),
             None,
         )

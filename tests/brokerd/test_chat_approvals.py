@@ -116,6 +116,7 @@ def test_always_a_wrong_code_and_other_words_are_refused_and_the_call_still_wait
         ("yes", wrong, f"no held call has the code {wrong!r}"),
         ("yes", code[:-1], "no held call has the code"),
         ("yes", "", "no held call has the code"),
+        ("yes", "üüüüüü", "no held call has the code"),  # not ASCII: refused, not a crash
     ]:
         kind, body = said(rig, quoted, word)
         assert (kind, why in body["message"]) == ("error", True), (word, quoted, body)
