@@ -164,8 +164,9 @@ RULES: dict[str, frozenset[str]] = {
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
     f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
     # gatewayd (issue 36): the Mattermost client is its floor, on websockets + httpx only; its
-    # cores (who, sessions, queues, split, replies, catchup, messages) sit beside its shell
-    # (serve, turns, config, cli), which reaches loopd through the shared channel client only
+    # cores (who, sessions, queues, split, replies, catchup, messages, approvals) sit beside its
+    # shell (serve, turns, relay, config, cli), which reaches loopd through the shared channel
+    # client only, and brokerd's chat.sock (when on) through the shared chat client
     "boxmaker.gatewayd": frozenset({PROTO, CLIENT, CONF, DEFAULTS, "boxmaker.gatewayd.mattermost"}),
     "boxmaker.gatewayd.mattermost": frozenset({PROTO}),
 }
@@ -232,6 +233,7 @@ R1_CORES = [
     *(f"boxmaker.gatewayd.{m}" for m in ("who", "sessions", "queues", "split", "replies")),
     "boxmaker.gatewayd.catchup",
     "boxmaker.gatewayd.messages",
+    "boxmaker.gatewayd.approvals",
 ]
 
 # The size of a module (STYLE.md R1: about 400 lines). The files over it, each with its way out.

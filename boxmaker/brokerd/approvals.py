@@ -33,6 +33,7 @@ class Held:
     done: threading.Event = field(default_factory=threading.Event)
     until: float | None = None  # time.monotonic() when brokerd stops waiting (wait sets it)
     withdrawn: bool = False  # loopd closed the call before the owner answered
+    by: tuple[str, str] | None = None  # answered from the chat: the post id and the user id
 
     @property
     def id(self) -> str:
@@ -91,8 +92,11 @@ class Approvals:
             fate = _fate(held) if held is not None else self._ended.get(call_id)
         return f"no call {call_id!r} is waiting for an answer" + (f": {fate}" if fate else "")
 
-    def answer(self, call_id: str, call_hash: str, answer: str) -> str | None:
-        """None when the answer was taken, else why not (for the owner's error frame)."""
+    def answer(
+        self, call_id: str, call_hash: str, answer: str, by: tuple[str, str] | None = None
+    ) -> str | None:
+        """None when the answer was taken, else why not (for the owner's error frame). `by`: the
+        chat's post and user ids (chat_approvals.py), logged with the approval."""
         with self._lock:
             held = self._held.get(call_id)
             if held is not None and held.answer is None and _expired(held):
@@ -106,6 +110,7 @@ class Approvals:
             if call_hash != held.hash:
                 return "the hash does not match the held call: an approval binds one exact call"
             held.answer = answer if answer in ANSWERS else "empty"
+            held.by = by
             held.done.set()
         return None
 

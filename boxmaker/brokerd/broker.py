@@ -239,12 +239,14 @@ class Broker:
             notify(held, f"{brief}\n{decided.tainted}" if decided.tainted else brief)
         answer = self.approvals.wait(held, self.config.approval_timeout_ms / 1000)
         approved = answer in APPROVING
+        chat = {"post_id": held.by[0], "user_id": held.by[1]} if held.by else {}
         self.log.append(
             "approval",
             id=call_id,
             hash=decided.hash,
             answer=answer,
             mode="allow" if approved else "deny",
+            **chat,
         )
         if answer == "always" and isinstance(rule, Rule):
             self._add_grant(call_id, rule)

@@ -30,7 +30,7 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     env = env or Environment()
     parser = argparse.ArgumentParser(prog="brokerd")
     sub = parser.add_subparsers(dest="command", required=True)
-    serve = sub.add_parser("serve", help="serve broker.sock and owner.sock")
+    serve = sub.add_parser("serve", help="serve broker.sock, owner.sock (and chat.sock when on)")
     serve.add_argument("--config", required=True)
     verify = sub.add_parser(
         "verify", help="check the decision log's chain (its rotated files too) and replay it"
@@ -90,8 +90,10 @@ def refuse_paths_in_workspace(config: BrokerConfig) -> None:
     links: there the sandbox and the file tools could write it (an owner.sock in the workspace
     let a command answer an approval)."""
     workspace = os.path.realpath(config.workspace)
-    for key in OWN_FILES:
-        path = getattr(config, key)
+    paths = [(key, getattr(config, key)) for key in OWN_FILES]
+    if config.chat is not None:
+        paths.append(("chat_approvals socket", config.chat.socket))
+    for key, path in paths:
         resolved = os.path.realpath(path)
         if resolved == workspace or resolved.startswith(workspace.rstrip("/") + "/"):
             shown = path if resolved == path else f"{path} (that is {resolved})"

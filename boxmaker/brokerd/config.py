@@ -5,6 +5,10 @@ SHELL_BOUNDS) and `[broker.fetch]` (FETCH_BOUNDS); sandbox.py and tools/fetch.py
 limits against the same bounds. Relative paths are taken from the config file's folder.
 `loopd_uid` and `owner_uid` default to brokerd's own uid (the shell fills them in: this module
 does no I/O).
+
+`[broker.chat_approvals]` is the owner's switch for answering approvals from the chat (off when
+absent or `enabled = false`; docs/gateway.md): a third socket for gatewayd's uid, and the tools
+whose calls may be answered there. `shell` and `note` (the memory file) are refused in the list.
 """
 
 from __future__ import annotations
@@ -20,8 +24,25 @@ MAX_SOCKET_PATH_BYTES = 107  # sun_path less its NUL
 MAX_UID = (1 << 32) - 2  # (uid_t)-1 means "no uid"
 
 
+# Calls of these tools are answered on the box only, whatever the list says (M4 section 8).
+BOX_ONLY_TOOLS = {
+    "shell": "a command can do anything the sandbox allows",
+    "note": "it writes the memory file that every new session reads",
+}
+
+
 class ConfigError(Exception):
     """The config cannot be used; the message names the key and what it must be."""
+
+
+@dataclass(frozen=True, slots=True)
+class ChatApprovals:
+    """`[broker.chat_approvals]` when enabled: the socket gatewayd's uid answers on, and the tools
+    whose held calls it may answer (yes or no)."""
+
+    socket: str
+    gatewayd_uid: int
+    tools: tuple[str, ...]
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +66,7 @@ class BrokerConfig:
     fetch: dict[str, int] = field(default_factory=dict)  # FetchLimits' fields that were set
     # the [mcp] table as read: mcp.config.parse_mcp checks it (cli.py), which imports this module
     mcp: dict[str, Any] = field(default_factory=dict)
+    chat: ChatApprovals | None = None  # [broker.chat_approvals], None when off
 
 
 # [broker.shell]: key -> (minimum, maximum). The defaults are SandboxLimits'.
@@ -83,13 +105,13 @@ _INTS: dict[str, tuple[int, int]] = {
 }
 
 
-def _path(key: str, value: Any, base: str) -> str:
+def _path(key: str, value: Any, base: str, table: str = "broker") -> str:
     if not isinstance(value, str) or not value or "\0" in value:
-        raise ConfigError(f"[broker] {key}: expected a non-empty path string, got {value!r}")
+        raise ConfigError(f"[{table}] {key}: expected a non-empty path string, got {value!r}")
     full = posixpath.normpath(posixpath.join(base, value))
     if key in ("socket", "owner_socket") and len(full.encode()) > MAX_SOCKET_PATH_BYTES:
         raise ConfigError(
-            f"[broker] {key}: {full} is {len(full.encode())} bytes; a Unix socket path may "
+            f"[{table}] {key}: {full} is {len(full.encode())} bytes; a Unix socket path may "
             f"have at most {MAX_SOCKET_PATH_BYTES} (choose a shorter folder)"
         )
     return full
@@ -119,8 +141,10 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
     table = doc.get("broker")
     if not isinstance(table, dict):
         raise ConfigError("missing [broker] table")
-    if unknown := sorted(table.keys() - {*_PATHS, *_INTS, "shell", "fetch"}):
-        known = ", ".join([*_PATHS, *_INTS, "[broker.shell]", "[broker.fetch]"])
+    if unknown := sorted(table.keys() - {*_PATHS, *_INTS, "shell", "fetch", "chat_approvals"}):
+        known = ", ".join(
+            [*_PATHS, *_INTS, "[broker.shell]", "[broker.fetch]", "[broker.chat_approvals]"]
+        )
         raise ConfigError(f"[broker]: unknown key(s) {', '.join(unknown)} (known: {known})")
     if missing := [k for k in _PATHS if k not in table]:
         raise ConfigError(f"[broker]: missing key(s) {', '.join(missing)}")
@@ -138,7 +162,63 @@ def parse_config(data: bytes, base_dir: str) -> BrokerConfig:
         values[name] = _limits(name, table.get(name, {}), bounds)
     if values["socket"] == values["owner_socket"]:
         raise ConfigError("[broker] socket and owner_socket must be two different paths")
-    return BrokerConfig(**values, mcp=doc.get("mcp", {}))
+    chat = _chat(table.get("chat_approvals", {}), base_dir)
+    if chat is not None and chat.socket in (values["socket"], values["owner_socket"]):
+        raise ConfigError(
+            "[broker.chat_approvals] socket must be a path of its own (not socket or owner_socket)"
+        )
+    if chat is not None and chat.gatewayd_uid == values.get("loopd_uid"):
+        raise ConfigError(_SAME_UID.format(uid=chat.gatewayd_uid))
+    return BrokerConfig(**values, mcp=doc.get("mcp", {}), chat=chat)
+
+
+_CHAT_KEYS = ("enabled", "socket", "gatewayd_uid", "tools")
+_SAME_UID = (
+    "[broker.chat_approvals] gatewayd_uid: {uid} is loopd's uid; the chat socket must never "
+    "admit loopd, so run gatewayd as a user of its own (docs/operations.md)"
+)
+
+
+def _chat(sub: Any, base: str) -> ChatApprovals | None:
+    """The owner's switch: None unless `enabled = true`; then every other key is required."""
+    if not isinstance(sub, dict):
+        raise ConfigError("[broker.chat_approvals]: expected a table")
+    if unknown := sorted(sub.keys() - set(_CHAT_KEYS)):
+        raise ConfigError(
+            f"[broker.chat_approvals]: unknown key(s) {', '.join(unknown)} "
+            f"(known: {', '.join(_CHAT_KEYS)})"
+        )
+    enabled = sub.get("enabled", False)
+    if type(enabled) is not bool:
+        raise ConfigError(
+            f"[broker.chat_approvals] enabled: expected true or false, got {enabled!r}"
+        )
+    if not enabled:
+        return None
+    if missing := [k for k in _CHAT_KEYS[1:] if k not in sub]:
+        raise ConfigError(
+            f"[broker.chat_approvals]: enabled, so {', '.join(missing)} must be set too"
+        )
+    socket = _path("socket", sub["socket"], base, "broker.chat_approvals")
+    uid = sub["gatewayd_uid"]
+    if type(uid) is not int or not 0 <= uid <= MAX_UID:
+        raise ConfigError(
+            f"[broker.chat_approvals] gatewayd_uid: expected a whole number 0 to {MAX_UID}, "
+            f"got {uid!r}"
+        )
+    tools = sub["tools"]
+    if not isinstance(tools, list) or not tools or not all(isinstance(t, str) and t for t in tools):
+        raise ConfigError(
+            "[broker.chat_approvals] tools: expected a non-empty list of tool names "
+            f'(e.g. ["write_file", "edit_file"]), got {tools!r}'
+        )
+    for name in tools:
+        if name in BOX_ONLY_TOOLS:
+            raise ConfigError(
+                f"[broker.chat_approvals] tools: {name!r} stays box-only ({BOX_ONLY_TOOLS[name]}); "
+                "take it out of the list"
+            )
+    return ChatApprovals(socket, uid, tuple(dict.fromkeys(tools)))
 
 
 def _limits(name: str, sub: Any, bounds: dict[str, tuple[int, int]]) -> dict[str, int]:

@@ -1,9 +1,10 @@
-"""`brokerd serve --config <toml>`: broker.sock for loopd, owner.sock for the owner.
+"""`brokerd serve --config <toml>`: broker.sock for loopd, owner.sock for the owner, and (when
+the owner turned chat approvals on) chat.sock for gatewayd (chat_approvals.py).
 
-Both sockets are bound 0600 in a folder only brokerd can change (`_daemon.listener`). Each
-accepted connection is checked with SO_PEERCRED against the ONE uid that socket serves (root
-gets no exception): broker.sock only `loopd_uid`, owner.sock only `owner_uid`. When that uid is
-not brokerd's own, the socket file is chowned to it (mode stays 0600), which needs CAP_CHOWN
+Each is bound 0600 in a folder only brokerd can change (`_daemon.listener`); each connection is
+checked with SO_PEERCRED against the ONE uid that socket serves (root gets no exception):
+broker.sock `loopd_uid`, owner.sock `owner_uid`, chat.sock gatewayd's (never loopd's). A socket
+for another uid than brokerd's is chowned to it (still 0600), which needs CAP_CHOWN
 (docs/operations.md). Every connection gets a thread; SIGTERM or SIGINT stops the accept loop.
 
 Bounds, so that loopd cannot exhaust brokerd: at most `[broker] max_connections` connections
@@ -34,6 +35,7 @@ from boxmaker._daemon.peer import peer_credentials
 from boxmaker._daemon.signals import stop_signals
 from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
+from boxmaker.brokerd.chat_approvals import CHAT_SETTING, ChatDesk, Route, banner, check_uids
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
@@ -45,6 +47,7 @@ from boxmaker.brokerd.tools.table import BUILTIN, Family, Table
 from boxmaker.proto import ToolResponse
 from boxmaker.proto.broker import (
     BROKER_KINDS,
+    CHAT_KINDS,
     OWNER_KINDS,
     Answer,
     Answered,
@@ -286,31 +289,34 @@ def run(
         write_state(state, FAILED, error=str(exc))
         manager.close()
         return ExitStatus.ERROR
-    server = Server(broker, log)
+    server, chat = Server(broker, log), config.chat
     with stop_signals(STOP_SIGNALS) as stop:
+        listeners: list[UnixListener] = []
         try:
-            tools = _bind(config.socket, loopd_uid, "[broker] socket")
-            try:
-                owner = _bind(config.owner_socket, owner_uid, "[broker] owner_socket")
-            except SetupError:
-                tools.close()
-                raise
+            check_uids(chat, loopd_uid)  # loopd_uid may have been left to its default
+            listeners.append(_bind(config.socket, loopd_uid, "[broker] socket"))
+            listeners.append(_bind(config.owner_socket, owner_uid, "[broker] owner_socket"))
+            if chat is not None:
+                listeners.append(_bind(chat.socket, chat.gatewayd_uid, CHAT_SETTING))
         except SetupError as exc:
+            for listener in listeners:
+                listener.close()
             log.warn(f"serve: {exc}")
             write_state(state, FAILED, error=str(exc))
             broker.close()
             manager.close()
             return ExitStatus.ERROR
-        routes = {
-            tools.sock: (loopd_uid, server.serve_loopd, "broker.sock"),
-            owner.sock: (owner_uid, server.serve_owner, "owner.sock"),
-        }
+        served: list[Route] = [(loopd_uid, server.serve_loopd, "broker.sock"),
+                               (owner_uid, server.serve_owner, "owner.sock")]  # fmt: skip
+        served += [ChatDesk(broker.approvals, chat, log).route()] if chat is not None else []
+        routes = {listener.sock: how for listener, how in zip(listeners, served, strict=True)}
         no = broker.sandbox.probe()
         log.listening(
             config.socket,
             f"owner socket {config.owner_socket}",
             f"loopd uid {loopd_uid}",
             f"owner uid {owner_uid}",
+            banner(chat),
             f"workspace {config.workspace}",
             "openat2" if broker.ws.openat2 else "O_NOFOLLOW walk (no openat2)",
             f"shell off: {no}" if no else "shell: sandbox ready",
@@ -330,8 +336,8 @@ def run(
                             continue
                         _accept(key.fileobj, routes, server, log)  # type: ignore[arg-type]
         finally:
-            tools.close()
-            owner.close()
+            for listener in listeners:
+                listener.close()
             manager.close()  # every server's process group killed: no sandbox process left
             broker.close()
             write_state(state, STOPPED)
@@ -387,7 +393,7 @@ def _counted(server: Server, name: str, handler: Any, client: socket.socket) -> 
 def _refuse(client: socket.socket, name: str, limit: int) -> None:
     with client, contextlib.suppress(OSError):
         client.settimeout(1.0)  # a fresh socket's buffer takes the frame at once
-        kinds = BROKER_KINDS if name == "broker.sock" else OWNER_KINDS
+        kinds = {"broker.sock": BROKER_KINDS, "chat.sock": CHAT_KINDS}.get(name, OWNER_KINDS)
         Conn(client, kinds).error(
             f"{name} has {limit} connections open, its bound ([broker] max_connections); "
             "close one or raise the bound"

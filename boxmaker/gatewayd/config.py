@@ -96,6 +96,14 @@ class LoopdConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class BrokerdConfig:
+    """[brokerd]: brokerd's chat socket, where the owner's yes or no from the chat goes; used
+    only when brokerd's own config turns chat approvals on (docs/gateway.md)."""
+
+    chat_socket: Annotated[Path | None, SOCKET] = None
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class StateConfig:
     """[state]: where gatewayd keeps its cursors (one small file per channel)."""
 
@@ -107,6 +115,7 @@ class GatewayConfig:
     mattermost: MattermostConfig
     limits: LimitsConfig = field(default_factory=LimitsConfig)
     loopd: LoopdConfig = field(default_factory=LoopdConfig)
+    brokerd: BrokerdConfig = field(default_factory=BrokerdConfig)
     state: StateConfig = field(default_factory=StateConfig)
 
 

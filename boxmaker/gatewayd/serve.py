@@ -26,13 +26,13 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from boxmaker.gatewayd import crashpoint
+from boxmaker.gatewayd.approvals import Said
 from boxmaker.gatewayd.catchup import Cursor, notice, plan
 from boxmaker.gatewayd.config import GatewayConfig
 from boxmaker.gatewayd.cursors import read_cursors, write_cursor
 from boxmaker.gatewayd.mattermost.client import ClientLimits, MattermostClient
 from boxmaker.gatewayd.mattermost.types import Connected, MattermostError, Post, redact
 from boxmaker.gatewayd.messages import (
-    approval_post,
     attachments_note,
     error_post,
     loopd_down,
@@ -40,6 +40,7 @@ from boxmaker.gatewayd.messages import (
     too_long,
 )
 from boxmaker.gatewayd.queues import FULL, RUN, SessionQueues
+from boxmaker.gatewayd.relay import Relay
 from boxmaker.gatewayd.replies import PART, REPLY_TO, missing, pending_id, posted_parts
 from boxmaker.gatewayd.sessions import Place, client_ref, place_of
 from boxmaker.gatewayd.split import split_answer
@@ -82,6 +83,7 @@ class Gateway:
         self._catching_up = asyncio.Lock()
         self.folder = config.state.folder / "cursors"
         self.run = secrets.token_hex(4)  # this run's part of every pending_post_id
+        self.relay = Relay(config.brokerd.chat_socket, client, self.say)  # approvals
 
     def say(self, line: str) -> None:
         sys.stderr.write(redact(f"gatewayd: {line}", self._token) + "\n")
@@ -153,6 +155,9 @@ class Gateway:
         self.taken.add(post.id)
         cursor.take(post.id)
         item = _Item(post, place, channel_type)
+        if (said := self.relay.answer_in(post, channel_type)) is not None:
+            self._spawn(self._relayed(item, said))  # an approval answer: never queued
+            return
         got = self.queues.offer(place.session, item)
         if got == RUN:
             self._spawn(self._session(item))
@@ -167,6 +172,11 @@ class Gateway:
             except Exception as e:  # a bug: said, the next post still runs
                 self.say(f"post {item.post.id}: {type(e).__name__}: {e}")
             item = self.queues.done(session)
+
+    async def _relayed(self, item: _Item, said: Said) -> None:
+        """The owner's approval answer, relayed to brokerd; what it said, posted once."""
+        await self._first_sight(item.post)
+        await self._notice(item, await in_thread(self.relay.relay, said, item.post))
 
     async def _notice(self, item: _Item, text: str) -> None:
         if await self._post_parts(item, [text]):
@@ -193,8 +203,10 @@ class Gateway:
         loop = asyncio.get_running_loop()
 
         def on_approval(event: ApprovalNeededEvent) -> None:
-            text = approval_post(event.tool, event.summary, place.session)
-            asyncio.run_coroutine_threadsafe(self._plain_post(item, text), loop)
+            text = self.relay.notice(event, place.session, item.channel_type)  # blocking
+            pending = f"{self.bot_id}:{self.run}:{post.id}:a{event.id}"
+            notice = self.relay.post(post.channel_id, place.root_id, text, pending)
+            asyncio.run_coroutine_threadsafe(notice, loop)
 
         typing = asyncio.create_task(self._typing(post.channel_id, place.root_id))
         try:
@@ -275,18 +287,6 @@ class Gateway:
                 await asyncio.sleep(wait)
         self.say(f"post {post.id}: not answered now; the next catch-up answers it")
         return False
-
-    async def _plain_post(self, item: _Item, text: str) -> None:
-        """A post that is not the reply (an approval's notice): said once, no marker."""
-        try:
-            await self.client.create_post(
-                item.post.channel_id,
-                text,
-                root_id=item.place.root_id,
-                pending_post_id=f"{self.bot_id}:{self.run}:{item.post.id}:a{time.monotonic_ns()}",
-            )
-        except MattermostError as e:
-            self.say(f"post {item.post.id}: the approval notice failed: {e}")
 
     # ---- the cursor -----------------------------------------------------------------------
 

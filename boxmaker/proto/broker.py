@@ -1,4 +1,4 @@
-"""brokerd's two sockets: their frame kinds and the typed body of each (M3). Frames as on
+"""brokerd's sockets: their frame kinds and the typed body of each (M3). Frames as on
 loop.sock (proto.frame); bodies decoded strictly (`decode`), like the channel's.
 
 broker.sock (loopd's uid): loopd sends `list` (answered `tools {tools}`, final) or `call`
@@ -12,6 +12,12 @@ owner.sock (the owner's uid): the owner sends `pending` (answered `pending {call
 `HeldCall`), `claim {id}` (answered `call`, a `HeldCall`: a claimed call left unanswered when
 the connection closes is denied) and `answer {id, hash, answer}` (`Answer`; answered
 `answered {id, answer}`).
+
+chat.sock (gatewayd's uid; only when brokerd's `[broker.chat_approvals]` turns it on): gatewayd
+sends `pending` (answered `pending {calls}`, a list of `ChatCall`: every held call, with a `code`
+when it may be answered from the chat, else `box_only` saying why) and `answer {code, answer,
+post_id, user_id}` (`ChatAnswer`: `yes` or `no` only; answered `answered {id, answer}`, or
+`error` when nothing was approved or denied).
 
 `HeldCall` is what the owner's prompt shows, whole, and what a terminal must render (bxctl
 chat): `tool` is brokerd's own name for the call (its parse, never loopd's word); `summary` is
@@ -30,7 +36,9 @@ from ._codec import STR, UINT, UINT_OR_ABSENT, from_obj, to_obj, wire
 
 BROKER_KINDS = frozenset({"list", "call", "tools", "approval_needed", "result", "error"})
 OWNER_KINDS = frozenset({"pending", "claim", "answer", "call", "answered", "error"})
+CHAT_KINDS = frozenset({"pending", "answer", "answered", "error"})
 ANSWERS = ("yes", "no", "always")
+CHAT_ANSWERS = ("yes", "no")  # never "always": a rule is added on the box only
 
 
 class _Body:
@@ -98,3 +106,28 @@ class Answer(_Body):
 class Answered(_Body):
     id: str = field(metadata=wire(STR))
     answer: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatCall(_Body):
+    """chat.sock `pending`'s calls: a held call as the chat may show it. `code` (derived from the
+    call's id and hash) is what an answer quotes; "" when the call is box-only, and then
+    `box_only` says why and `summary` is "" (gatewayd shows loopd's brief line)."""
+
+    id: str = field(metadata=wire(STR))
+    tool: str = field(metadata=wire(STR))
+    summary: str = field(metadata=wire(STR))
+    code: str = field(metadata=wire(STR))
+    box_only: str = field(metadata=wire(STR))
+    wait_ms: int | None = field(default=None, metadata=wire(UINT_OR_ABSENT))
+
+
+@dataclass(frozen=True, slots=True)
+class ChatAnswer(_Body):
+    """chat.sock `answer`: the owner's yes or no from Mattermost, the code it quoted, and the
+    post and user that said it (logged with the decision)."""
+
+    code: str = field(metadata=wire(STR))
+    answer: str = field(metadata=wire(STR))
+    post_id: str = field(metadata=wire(STR))
+    user_id: str = field(metadata=wire(STR))

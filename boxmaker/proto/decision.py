@@ -21,6 +21,7 @@ from ._codec import (
     OBJECT,
     OPT_STR,
     STR,
+    STR_OR_ABSENT,
     TIME,
     UINT,
     Codec,
@@ -93,6 +94,10 @@ class Approval:
     hash: str = field(metadata=wire(STR))
     answer: str = field(metadata=wire(STR))
     mode: str = field(metadata=wire(STR))
+    # An answer from the chat (brokerd's chat socket, docs/gateway.md): the Mattermost post that
+    # gave it and its user id, as gatewayd relayed them. Absent: answered on the box.
+    post_id: str | None = field(default=None, metadata=wire(STR_OR_ABSENT))
+    user_id: str | None = field(default=None, metadata=wire(STR_OR_ABSENT))
 
 
 @dataclass(frozen=True, slots=True)

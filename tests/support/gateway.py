@@ -22,8 +22,18 @@ REPLY_TO = "boxmaker_reply_to"
 
 
 class GatewayRig:
-    def __init__(self, env: ServeEnv, fake: FakeMattermost, **limits: Any) -> None:
+    def __init__(
+        self,
+        env: ServeEnv,
+        fake: FakeMattermost,
+        uid: int | None = None,
+        brokerd: dict[str, Any] | None = None,
+        **limits: Any,
+    ) -> None:
+        """`uid`: gatewayd runs as that user (setpriv; its files are given to it); `brokerd`:
+        gateway.toml's [brokerd] table (the chat socket)."""
         self.env = env
+        self.uid = uid
         self.fake = fake
         self.folder = env.folder / "gw"
         self.folder.mkdir(exist_ok=True)
@@ -41,15 +51,22 @@ class GatewayRig:
             "limits": {"typing_interval_ms": 200, **limits},
             "loopd": {"socket": str(env.socket)},
             "state": {"folder": str(self.folder / "state")},
+            **({"brokerd": brokerd} if brokerd else {}),
         }
         self.config.write_text(toml_dumps(table))
+        if uid is not None:
+            (self.folder / "state").mkdir(mode=0o700, exist_ok=True)
+            for path in (self.folder, token, self.folder / "state"):
+                os.chown(path, uid, uid)
         self.daemons: list[Daemon] = []
 
     def start(self, wait: bool = True) -> Daemon:
         env = {**os.environ, "BOXMAKER_GATEWAYD_CRASH_AT": str(self.plan)}
-        daemon = Daemon(
-            python_module("boxmaker.gatewayd", "serve", "--config", str(self.config)), env
-        )
+        argv = python_module("boxmaker.gatewayd", "serve", "--config", str(self.config))
+        if self.uid is not None:
+            argv = ["setpriv", f"--reuid={self.uid}", f"--regid={self.uid}", "--clear-groups",
+                    *argv]  # fmt: skip
+        daemon = Daemon(argv, env)
         self.daemons.append(daemon)
         if wait:  # gatewayd's lines go to stderr
             wait_for(
