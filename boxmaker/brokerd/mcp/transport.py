@@ -186,7 +186,11 @@ class BoundedStdio:
         assert self.proc is not None
         while self.proc.returncode is None:
             await asyncio.sleep(WATCH_S)
-            held, count = await asyncio.to_thread(tree_bytes, self.proc.pid, _processes(), PAGE)
+            try:
+                rows = await asyncio.to_thread(_processes)
+                held, count = tree_bytes(self.proc.pid, rows, PAGE)
+            except Exception as exc:  # unwatched is unbounded: fail closed
+                return self._broke(f"its memory could not be read ({type(exc).__name__}: {exc})")
             if held > cap:
                 return self._broke(
                     f"its {count} processes held {held >> 20} MiB together, over its "
