@@ -200,6 +200,7 @@ R1_CORES = [
     f"{BROKERD}.mcp.config",
     f"{BROKERD}.mcp.hosts",
     f"{BROKERD}.mcp.catalog",
+    f"{BROKERD}.mcp.memory",
     "boxmaker.inferproxy.limits",
     *sorted(_llama("errors", "types", "http", "sse", "request", "assemble", "info", "retry")),
     f"{LLAMA}.waits",

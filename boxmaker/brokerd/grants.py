@@ -11,7 +11,9 @@ A grants file is TOML, a list of rules:
 Which key a tool's rules take is the tool's row in the table (tools/table.py, `GrantKind`):
 paths and files for the path tools, `files = ["notes"]` or `["core"]` for note, `hosts` for
 fetch (names or addresses, normalised as the URL's host is: targets.normal_host; or "*" for any
-host), nothing for shell. A tool whose row allows it may say `class` (today only "public").
+host), nothing for shell. A host entry may name one port, `host:port` or `[v6]:port`
+(targets.host_port): then it covers that port only, and beats an entry of the host without a
+port (which covers every port). A tool whose row allows it may say `class` (today only "public").
 
 An MCP tool (`<server>.<tool>`, GrantKind.ARGS) takes nothing (the rule covers every call) or
 `args`, constraints on named string arguments, each `{ paths = [...] }` (prefixes inside the
@@ -31,13 +33,14 @@ The verdict on one call is policy.py's; "always" amendments are amend.py's.
 from __future__ import annotations
 
 import enum
+import functools
 import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from boxmaker._toml import toml_array_item
-from boxmaker.brokerd.targets import BadTarget, Fields, normal_host
+from boxmaker.brokerd.targets import BadTarget, Fields, HostPort, host_port
 from boxmaker.brokerd.tools.kind import GrantKind, Target, Tool
 
 ANY_HOST = "*"
@@ -86,7 +89,7 @@ class ArgRule:
             return 0 if deny else -1
         if isinstance(norm, tuple):
             return max((len(p) for p in self.paths if norm[: len(p)] == p), default=-1)
-        return 0 if norm in self.hosts else -1
+        return 0 if _host_depth(self.hosts, norm, deny) > 0 else -1
 
     def shown(self) -> str:
         if self.paths:
@@ -123,7 +126,9 @@ class Rule:  # hashable: the verdict keys a dict by rule
             depths = [a.depth(target, self.mode is Mode.DENY) for a in self.args]
             return -1 if any(d < 0 for d in depths) else sum(d + 1 for d in depths)
         if self.grant is GrantKind.HOSTS:
-            return 1 if target in self.hosts else 0 if ANY_HOST in self.hosts else -1
+            if not isinstance(target, HostPort):  # a host alone: its port is not known
+                target = HostPort(str(target))
+            return _host_depth(self.hosts, target, self.mode is Mode.DENY)
         if self.grant is GrantKind.NAMES:
             return 0 if target in self.files else -1
         assert isinstance(target, tuple)
@@ -164,6 +169,30 @@ class Rule:  # hashable: the verdict keys a dict by rule
         return obj
 
 
+@functools.lru_cache(maxsize=1024)
+def _entry(text: str) -> HostPort:
+    return host_port(text)  # a rule's entries are already in this form: it cannot raise
+
+
+def _host_depth(hosts: tuple[str, ...], target: HostPort, deny: bool) -> int:
+    """How specifically host entries cover `target`: 2 an entry naming its host and its port,
+    1 its host on every port, 0 "*", -1 none. A target whose port is not known meets an
+    entry's port only when the entry denies (the port it will reach may be that one)."""
+    best = -1
+    for text in hosts:
+        if text == ANY_HOST:
+            best = max(best, 0)
+            continue
+        entry = _entry(text)
+        if entry.host != target.host:
+            continue
+        if entry.port is None:
+            best = max(best, 1)
+        elif entry.port == target.port or (deny and target.port is None):
+            best = 2
+    return best
+
+
 def _prefix(text: Any, where: str) -> tuple[str, ...]:
     if not isinstance(text, str) or text.startswith("/"):
         raise GrantsError(f"{where}: a path is a relative string, got {text!r}")
@@ -179,7 +208,7 @@ def _host(text: Any, where: str) -> str:
     if not isinstance(text, str):
         raise GrantsError(f"{where}.hosts: a host is a string, got {text!r}")
     try:
-        return normal_host(text)
+        return str(host_port(text))
     except BadTarget as exc:
         raise GrantsError(f"{where}.hosts: {exc}") from None
 
@@ -236,7 +265,9 @@ def rule_of(obj: Any, where: str, table: Lookup) -> Rule:
     return Rule(tool.name, m, g, paths=paths, files=files, class_=class_)
 
 
-_ARGS_SHAPE = 'write args = { <argument> = { paths = ["folder"] } } or { hosts = ["name"] }'
+_ARGS_SHAPE = (
+    'write args = { <argument> = { paths = ["folder"] } } or { hosts = ["name", "name:port"] }'
+)
 
 
 def _arg_rules(table: Any, tool: Tool, where: str) -> tuple[ArgRule, ...]:

@@ -33,7 +33,7 @@ import orjson
 
 from boxmaker.brokerd.grants import ANY_HOST, Lookup, Mode, Rule
 from boxmaker.brokerd.taint import Taint, must_ask
-from boxmaker.brokerd.targets import BadTarget, Fields
+from boxmaker.brokerd.targets import BadTarget, Fields, HostPort
 from boxmaker.brokerd.tools.kind import Args, GrantKind, Target, Tool
 from boxmaker.brokerd.tools.spec import parse_arguments
 from boxmaker.proto.hash import sha256_hex
@@ -76,7 +76,9 @@ def call_hash(tool: str, args: Args) -> str:
 def shown(target: Target) -> str:
     if isinstance(target, Fields):
         return "this call"
-    return "/".join(target) or "." if isinstance(target, tuple) else target or "any command"
+    if isinstance(target, tuple):
+        return "/".join(target) or "."
+    return str(target) or "any command"
 
 
 def verdict(rules: Sequence[Rule], tool: Tool, target: Target) -> Decision:
@@ -201,7 +203,7 @@ def decide(
         what = "bad URL" if tool.grant is GrantKind.HOSTS else "bad path"
         return Decided(Decision(Mode.DENY, f"{what}: {exc}"), tool, args, None, hashed)
     d = verdict(rules, tool, target)
-    host = target if tool.grant is GrantKind.HOSTS and isinstance(target, str) else None
+    host = target.host if isinstance(target, HostPort) else None
     tainted = None
     if d.mode is not Mode.DENY:
         tainted = must_ask(taint, name, tool.writes, host)

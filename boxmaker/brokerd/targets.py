@@ -140,6 +140,66 @@ def normal_host(text: str) -> str:
     return ascii_host
 
 
+@dataclass(frozen=True, slots=True)
+class HostPort:
+    """A host (normal_host's form) and a port: a fetch call's target, a grant's host entry, an
+    MCP argument's host. `port` None: an entry for every port of the host, or a target whose
+    port is not known (a bare host name an MCP server is given)."""
+
+    host: str
+    port: int | None = None
+
+    def __str__(self) -> str:  # as a grant entry: brackets only where a port follows
+        if self.port is None:
+            return self.host
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+def host_port(text: str) -> HostPort:
+    """A host entry, `host`, `host:port`, `[v6]` or `[v6]:port` (an IPv6 address without
+    brackets takes no port), normalised: the host as normal_host makes it, so
+    `[::ffff:127.0.0.1]:8080`, `2130706433:8080` and `127.0.0.1.:8080` are all `127.0.0.1:8080`.
+
+    Raises:
+        BadTarget: not a host, or a port that is not a number 1 to 65535.
+    """
+    text = text.strip()
+    if "/" in text:
+        raise BadTarget(f"{text!r} is not a host name (a URL? write host or host:port alone)")
+    port_text: str | None = None
+    if text.startswith("["):
+        end = text.find("]")
+        if end < 0:
+            raise BadTarget(f"{text!r}: an IPv6 address in brackets lacks its ]")
+        host, rest = text[: end + 1], text[end + 1 :]
+        if rest and not rest.startswith(":"):
+            raise BadTarget(f"{text!r}: after ] only :port may follow")
+        port_text = rest[1:] if rest else None
+    elif text.count(":") == 1:
+        host, _, port_text = text.partition(":")
+    else:
+        host = text
+    if port_text is None:
+        return HostPort(normal_host(host))
+    if not (port_text.isascii() and port_text.isdigit()) or not 1 <= int(port_text) <= 65535:
+        raise BadTarget(f"{text!r}: a port is a number 1 to 65535")
+    return HostPort(normal_host(host), int(port_text))
+
+
+def scheme_port(scheme: str, port: int | None) -> int | None:
+    """The port a URL reaches: its own, or its scheme's (http 80, https 443); None when it
+    names none and its scheme has no default fetch knows."""
+    return port or {"http": 80, "https": 443}.get(scheme.lower())
+
+
+def url_host_port(url: str) -> HostPort:
+    """The host and port a URL reaches, as fetch connects (url_host; the port written, or the
+    scheme's). Raises BadTarget."""
+    host = url_host(url)
+    parts = urlsplit(url)
+    return HostPort(host, scheme_port(parts.scheme, parts.port))
+
+
 def url_host(url: str) -> str:
     """The normalised host a URL names, read by the same parser fetch connects with
     (`urlsplit(...).hostname`), so the decision and the connection see one host; BadTarget when
@@ -176,7 +236,7 @@ class Field:
     `why_path` / `why_host` say why."""
 
     path: tuple[str, ...] | None
-    host: str | None
+    host: HostPort | None
     why_path: str = ""
     why_host: str = ""
 
@@ -216,12 +276,13 @@ def workspace_path(value: str, cwd: str) -> tuple[str, ...]:
     return split_path(value, SANDBOX_WORKSPACE)
 
 
-def host_of(value: str) -> str:
-    """The host a string names: a URL's (`scheme://...`) as fetch reads it (url_host), or the
-    string itself as a host (normal_host: no port, no path, no userinfo). Raises BadTarget."""
+def host_of(value: str) -> HostPort:
+    """The host and port a string names: a URL's (`scheme://...`) as fetch reads it
+    (url_host_port), or the string itself as a host entry (host_port: a port if written; no
+    path, no userinfo). Raises BadTarget."""
     if "\0" in value:
         raise BadTarget("the value holds a NUL byte")
-    return url_host(value) if "://" in value else normal_host(value)
+    return url_host_port(value) if "://" in value else host_port(value)
 
 
 def string_fields(args: Mapping[str, object], strings: frozenset[str], cwd: str) -> Fields:
@@ -233,7 +294,7 @@ def string_fields(args: Mapping[str, object], strings: frozenset[str], cwd: str)
             values.append((name, None))
             continue
         path: tuple[str, ...] | None
-        host: str | None
+        host: HostPort | None
         why_path = why_host = ""
         try:
             path = workspace_path(value, cwd)

@@ -7,7 +7,8 @@ import orjson
 import pytest
 
 from boxmaker.brokerd.grants import Mode
-from tests.brokerd.core import always_rule, decide, parse_grants
+from boxmaker.brokerd.targets import HostPort
+from tests.brokerd.core import always_rule, decide, decision, parse_grants
 
 WS = "/srv/ws"
 
@@ -157,22 +158,29 @@ def test_a_zone_id_never_passes_a_deny(url: str) -> None:
         "http://EXAMPLE.org:1/",
     ],
 )
-def test_always_on_a_port_adds_nothing(url: str) -> None:
-    """A grant names a host, not a port: "always" on `h:8080` would grant every port of h."""
+def test_always_on_a_port_adds_that_host_on_that_port_only(url: str) -> None:
+    """A grant may name a port: "always" on `h:8080` grants h:8080, never every port of h."""
     from tests.brokerd.core import tool
 
     target = tool("fetch").target
     assert target is not None
-    assert always_rule("fetch", target({"url": url}, WS), {"url": url}) is None
+    at = target({"url": url}, WS)
+    rule = always_rule("fetch", at, {"url": url})
+    assert rule is not None
+    assert isinstance(at, HostPort)
+    assert at.port is not None
+    assert rule.hosts == (str(at),)
+    assert decision((rule,), "fetch", HostPort(at.host, at.port + 1)).mode is Mode.ASK
 
 
 @pytest.mark.parametrize(
     "url", ["http://example.org/", "https://example.org:443/", "http://example.org:80/a"]
 )
-def test_always_on_the_scheme_port_adds_that_host(url: str) -> None:
-    rule = always_rule("fetch", "example.org", {"url": url})
+def test_always_on_the_scheme_port_spells_that_port(url: str) -> None:
+    port = 443 if url.startswith("https") else 80
+    rule = always_rule("fetch", HostPort("example.org", port), {"url": url})
     assert rule is not None
-    assert rule.hosts == ("example.org",)
+    assert rule.hosts == (f"example.org:{port}",)
 
 
 @pytest.mark.parametrize(

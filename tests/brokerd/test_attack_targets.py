@@ -13,7 +13,13 @@ import pytest
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.grants import Mode
 from boxmaker.brokerd.mcp.hosts import EgressPolicy, parse_host
-from boxmaker.brokerd.targets import BadTarget, normal_host, string_fields, workspace_path
+from boxmaker.brokerd.targets import (
+    BadTarget,
+    HostPort,
+    normal_host,
+    string_fields,
+    workspace_path,
+)
 from tests.brokerd.core import always_rule, decide, parse_grants
 from tests.brokerd.test_attack_core import WS
 
@@ -123,13 +129,19 @@ def test_an_address_grant_opens_its_own_port_of_that_address_only(
         "http://127.0.0.1:8080/",
     ],
 )
-def test_always_on_a_loopback_or_private_address_adds_nothing(url: str) -> None:
-    from boxmaker.brokerd.targets import url_host
+def test_always_on_a_loopback_or_private_address_adds_that_port_only(url: str) -> None:
+    from boxmaker.brokerd.targets import url_host_port
 
-    assert always_rule("fetch", url_host(url), {"url": url}) is None
-
-
-def test_always_on_a_public_host_still_adds_it() -> None:
-    rule = always_rule("fetch", "93.184.215.14", {"url": "http://93.184.215.14/"})
+    at = url_host_port(url)
+    rule = always_rule("fetch", at, {"url": url})
     assert rule is not None
-    assert rule.hosts == ("93.184.215.14",)
+    assert rule.hosts == (str(at),)
+    assert at.port is not None
+    assert str(at).endswith(f":{at.port}")
+
+
+def test_always_on_a_public_host_adds_it_on_that_port() -> None:
+    at = HostPort("93.184.215.14", 80)
+    rule = always_rule("fetch", at, {"url": "http://93.184.215.14/"})
+    assert rule is not None
+    assert rule.hosts == ("93.184.215.14:80",)

@@ -14,12 +14,12 @@ from pathlib import Path
 import orjson
 import pytest
 
-from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.config import FETCH_BOUNDS, SHELL_BOUNDS, ConfigError, parse_config
 from boxmaker.brokerd.grants import GrantsError, Mode, Rule
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.sandbox import SandboxLimits
 from boxmaker.brokerd.taint import Record, taint_of
+from boxmaker.brokerd.targets import HostPort
 from boxmaker.brokerd.tools import fetch as fetch_tool
 from boxmaker.brokerd.tools.fetch import FetchLimits
 from boxmaker.proto.hash import sha256_hex
@@ -66,7 +66,7 @@ def test_fetch_is_per_host_and_asks_for_any_host_not_granted() -> None:
     assert (
         decide(rs, "fetch", '{"url": "HTTP://Docs.Python.ORG/3/"}', WS).decision.mode is Mode.ALLOW
     )
-    assert decide(rs, "fetch", '{"url": "http://[::1]:8/"}', WS).target == "::1"
+    assert decide(rs, "fetch", '{"url": "http://[::1]:8/"}', WS).target == HostPort("::1", 8)
     bad = decide(rs, "fetch", '{"url": "not a url"}', WS).decision
     assert (bad.mode, bad.reason.startswith("bad URL: the URL names no host")) == (Mode.DENY, True)
 
@@ -85,7 +85,7 @@ class Rules:  # the part of a call's context fetch reads its addresses from
     rules: tuple[Rule, ...]
 
 
-def allowed_addresses(rs: tuple[Rule, ...]) -> frozenset[netcheck.Address]:
+def allowed_addresses(rs: tuple[Rule, ...]) -> frozenset[fetch_tool.Granted]:
     return fetch_tool._addresses(Rules(rs), False)  # type: ignore[arg-type]
 
 
@@ -101,11 +101,12 @@ def test_shell_has_no_argument_constraint_and_always_adds_nothing() -> None:
     assert decide(rs, "shell", '{"command": "rm -rf /"}', WS).decision.mode is Mode.ALLOW
     assert decision((), "shell", "").mode is Mode.DENY  # no grant: denied, like the file tools
     assert always_rule("shell", "") is None  # "always" on shell would allow every command
-    rule = always_rule("fetch", "example.org", {"url": "https://example.org/a"})
+    rule = always_rule("fetch", HostPort("example.org", 443), {"url": "https://example.org/a"})
     assert rule is not None
     assert parse_grants(rule.to_toml().encode()) == (rule,)
-    assert decision((rule,), "fetch", "example.org").mode is Mode.ALLOW
-    assert decision((rule,), "fetch", "example.com").mode is Mode.ASK
+    assert decision((rule,), "fetch", HostPort("example.org", 443)).mode is Mode.ALLOW
+    assert decision((rule,), "fetch", HostPort("example.org", 80)).mode is Mode.ASK
+    assert decision((rule,), "fetch", HostPort("example.com", 443)).mode is Mode.ASK
 
 
 def test_find_tool_lists_fetch_unless_every_host_is_denied() -> None:

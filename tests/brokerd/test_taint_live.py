@@ -203,7 +203,7 @@ def test_shell_and_fetch_through_brokerd(rig: Rig, page: int) -> None:
     assert (got["untrusted"], got["class"]) == (True, "public")
     # a host no grant names: asked, by default, with the URL shown
     other = call(rig, "s4", "fetch", {"url": f"http://localhost:{page}/x"})
-    assert other["summary"] == "fetch localhost: waiting for the owner's answer"
+    assert other["summary"] == f"fetch localhost:{page}: waiting for the owner's answer"
     held = owner_sees(rig, other["id"], "no")
     assert held["summary"] == f"GET from localhost: http://localhost:{page}/x"
     # the fetch tainted s3: a write asks, naming the host
@@ -231,5 +231,5 @@ def test_a_redirect_to_a_host_the_grants_do_not_allow_is_not_followed(rig: Rig, 
     away = call(rig, "s2", "fetch", {"url": f"http://127.0.0.1:{page}/away"})
     assert away["content"] == (
         f"fetch http://localhost:{page}/: a redirect to http://localhost:{page}/: no grant allows "
-        "localhost; fetch that URL to be asked about it"
+        f"localhost:{page}; fetch that URL to be asked about it"
     )

@@ -80,6 +80,7 @@ class Connection:
             message_cap=cfg.limit("message_cap_bytes"),
             flood_messages=cfg.limit("flood_messages"),
             stderr_bytes=cfg.limit("stderr_bytes"),
+            memory_cap=cfg.limit("memory_bytes"),
             log=srv.log,
         )
         try:

@@ -6,8 +6,11 @@ same newline-delimited JSON-RPC (parsed and serialised by the SDK's own types) a
 a line over `message_cap_bytes`, a line that is not JSON-RPC, a response to an id brokerd did
 not send (or answered already), more than `flood_messages` unasked messages (notifications,
 pings, requests) since brokerd's last call, less those a minute drains (FLOOD_WINDOW_S), or the
-server's exit: each is a fault. On a fault the process group is killed and the read stream
-closed, so every pending request ends at once; `fault` says why.
+server's exit, or the server's processes holding more than `memory_bytes` of resident memory
+together (memory.py; read every WATCH_S, so the excess lasts at most that long, while RLIMIT_AS
+still bounds each process): each is a fault. On a fault the process group is killed (bwrap's:
+its pid namespace's init dies with it, and every process of the sandbox with that) and the read
+stream closed, so every pending request ends at once; `fault` says why.
 
 The server's stderr goes to brokerd's log line by line, `stderr_bytes` per run, then dropped.
 What the server asks of brokerd (sampling, roots, elicitation) is refused by the SDK's defaults,
@@ -31,11 +34,14 @@ from anyio.streams.memory import MemoryObjectReceiveStream, MemoryObjectSendStre
 from mcp.shared.message import SessionMessage
 from pydantic import ValidationError
 
+from boxmaker.brokerd.mcp.memory import parse_stat, tree_bytes
 from boxmaker.brokerd.tools.kind import visible
 
 STDERR_LINE = 1000  # characters of one stderr line in the log
 FLOOD_WINDOW_S = 60.0  # unasked messages refill at flood_messages per this many seconds
 REFUSED_ASKS = frozenset({"sampling/createMessage", "roots/list", "elicitation/create"})
+WATCH_S = 0.5  # how often a server's memory as a whole is read
+PAGE = os.sysconf("SC_PAGE_SIZE")
 
 
 class BoundedStdio:
@@ -49,6 +55,7 @@ class BoundedStdio:
         flood_messages: int,
         stderr_bytes: int,
         log: Callable[[str], None],
+        memory_cap: int | None = None,
     ) -> None:
         self.name = name
         self.argv = argv
@@ -56,6 +63,7 @@ class BoundedStdio:
         self.message_cap = message_cap
         self.flood_messages = flood_messages
         self.stderr_bytes = stderr_bytes
+        self.memory_cap = memory_cap
         self.log = log
         self.fault: str | None = None
         self.stderr_tail: collections.deque[str] = collections.deque(maxlen=3)
@@ -92,6 +100,8 @@ class BoundedStdio:
         loop = asyncio.get_running_loop()
         for coro in (self._read(), self._write(), self._stderr()):
             self._tasks.append(loop.create_task(coro))
+        if self.memory_cap is not None:
+            self._tasks.append(loop.create_task(self._watch(self.memory_cap)))
 
     def _broke(self, why: str) -> None:
         if self.fault is None:
@@ -171,6 +181,23 @@ class BoundedStdio:
                 self.log(f"asked for {message.method}: refused (brokerd gives servers none)")
         return None
 
+    async def _watch(self, cap: int) -> None:
+        """Stops the server once its processes hold more than `cap` resident bytes together."""
+        assert self.proc is not None
+        while self.proc.returncode is None:
+            await asyncio.sleep(WATCH_S)
+            try:
+                rows = await asyncio.to_thread(_processes)
+                held, count = tree_bytes(self.proc.pid, rows, PAGE)
+            except Exception as exc:  # unwatched is unbounded: fail closed
+                return self._broke(f"its memory could not be read ({type(exc).__name__}: {exc})")
+            if held > cap:
+                return self._broke(
+                    f"its {count} processes held {held >> 20} MiB together, over its "
+                    f"memory_bytes of {cap >> 20} MiB"
+                )
+        return None
+
     async def _write(self) -> None:
         assert self.proc is not None
         assert self.proc.stdin is not None
@@ -212,3 +239,20 @@ class BoundedStdio:
         text = visible(line.decode("utf-8", "replace")[:STDERR_LINE])
         self.stderr_tail.append(text[:200])
         self.log(f"stderr: {text}")
+
+
+def _processes() -> list[tuple[int, int, int]]:
+    """(pid, parent pid, resident pages) of every process now; one that ends meanwhile is left
+    out (its memory is freed)."""
+    rows = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", encoding="utf-8", errors="replace") as f:
+                got = parse_stat(f.read())
+        except OSError:
+            continue
+        if got is not None:
+            rows.append((int(entry), *got))
+    return rows

@@ -8,10 +8,11 @@ a size cap within one deadline for the whole fetch (a watchdog shuts the socket 
 so a server that drips bytes cannot stretch it), and turned into text. The result is untrusted.
 
 Addresses: a loopback, private or link-local address is reached only when the URL names that
-exact address in its plain form AND a grant that is not deny names it (`http://127.0.0.1:P/`
-with `hosts = ["127.0.0.1"]`): never through a name (localhost, or any name that resolves to
-it) nor another spelling (127.1, 2130706433). Every resolved address a deny names is refused,
-whatever name led there. The row at the end is fetch's in the table of tools.
+exact address in its plain form AND a grant that is not deny names it on the URL's port
+(`http://127.0.0.1:8080/` with `hosts = ["127.0.0.1:8080"]`, or `["127.0.0.1"]` for every port
+of it): never through a name (localhost, or any name that resolves to it) nor another spelling
+(127.1, 2130706433). Every resolved address a deny names (on that port, or on every port) is
+refused, whatever name led there. The row at the end is fetch's in the table of tools.
 """
 
 from __future__ import annotations
@@ -29,7 +30,16 @@ from urllib.parse import urljoin, urlsplit
 
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.config import FETCH_BOUNDS
-from boxmaker.brokerd.targets import BadTarget, names_address_exactly, normal_host, url_host
+from boxmaker.brokerd.targets import (
+    BadTarget,
+    HostPort,
+    host_port,
+    names_address_exactly,
+    normal_host,
+    scheme_port,
+    url_host,
+    url_host_port,
+)
 from boxmaker.brokerd.tools.htmltext import html_to_text
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
 from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
@@ -42,6 +52,8 @@ HTML_GRACE_S = 2.0  # past the fetch's own deadline, for turning its HTML into t
 
 Connect = Callable[[tuple[str, int], float], socket.socket]
 HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is not followed
+# An address a grant names: on every port (the address alone), or on one (address, port).
+Granted = netcheck.Address | tuple[netcheck.Address, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +154,7 @@ def _target(url: str) -> tuple[str, str, int, str]:
     return (
         scheme,
         parts.hostname,
-        port or (443 if scheme == "https" else 80),
+        scheme_port(scheme, port) or 80,  # http or https here: never None
         (f"{path}?{parts.query}" if parts.query else path),
     )
 
@@ -154,17 +166,18 @@ def _connect(address: tuple[str, int], timeout: float) -> socket.socket:
 def fetch(
     url: str,
     limits: FetchLimits | None = None,
-    allow: frozenset[netcheck.Address] = frozenset(),
+    allow: frozenset[Granted] = frozenset(),
     *,
     connect: Connect = _connect,
     tls: ssl.SSLContext | None = None,
     hop_ok: HopCheck | None = None,
-    denied: frozenset[netcheck.Address] = frozenset(),
+    denied: frozenset[Granted] = frozenset(),
 ) -> FetchResult:
     """GETs `url`; every failure is a FetchResult with `error`, never an exception. `hop_ok`
     judges each redirect's URL before it is followed (brokerd: the grants of its host); `allow`
-    are the addresses a URL naming them exactly may reach though netcheck refuses them;
-    `denied` the addresses never connected to (a deny names them)."""
+    are the addresses (each on every port, or `(address, port)` on that one) a URL naming them
+    exactly may reach though netcheck refuses them; `denied` those never connected to (a deny
+    names them)."""
     limits = limits or FetchLimits()
     deadline = time.monotonic() + limits.timeout_ms / 1000
     hosts: list[str] = []
@@ -190,7 +203,7 @@ def _one(
     url: str,
     deadline: float,
     max_bytes: int,
-    grants: tuple[frozenset[netcheck.Address], frozenset[netcheck.Address]],
+    grants: tuple[frozenset[Granted], frozenset[Granted]],
     connect: Connect,
     tls: ssl.SSLContext | None,
     hosts: list[str],
@@ -199,9 +212,13 @@ def _one(
     allow, denied = grants
     addresses = _resolve(host, port)
     for addr in addresses:
-        if addr in denied or netcheck.plain(addr) in denied:
+        if {addr, netcheck.plain(addr), (addr, port), (netcheck.plain(addr), port)} & denied:
             raise Refused(f"denied: a grant denies an address {host} resolves to")
-    exact = frozenset(a for a in allow if names_address_exactly(host, str(a)))
+    exact = frozenset(
+        a
+        for a in addresses
+        if (a in allow or (a, port) in allow) and names_address_exactly(host, str(a))
+    )
     refusal = netcheck.check(addresses, exact)
     if refusal is not None:
         raise Refused(refusal)
@@ -282,37 +299,30 @@ def _as_text(body: bytes, ctype: str, out_of_time: Callable[[], bool] | None = N
     return html_to_text(text, out_of_time) if kind.startswith(HTML_TYPES) else text
 
 
-def _addresses(ctx: Context, denying: bool) -> frozenset[netcheck.Address]:
-    """The addresses fetch's rules name: those of deny rules, or of the others."""
-    found: set[netcheck.Address] = set()
+def _addresses(ctx: Context, denying: bool) -> frozenset[Granted]:
+    """The addresses fetch's rules name (each with its port, when the entry names one): those
+    of deny rules, or of the others."""
+    found: set[Granted] = set()
     for r in ctx.rules:
         if r.tool == NAME and (str(r.mode) == "deny") == denying:
             for h in r.hosts:
-                with contextlib.suppress(ValueError):  # a name: judged on what it resolves to
-                    found.add(netcheck.parse(h))
+                with contextlib.suppress(BadTarget, ValueError):  # "*", or a name: judged on
+                    entry = host_port(h)  # what it resolves to
+                    addr = netcheck.parse(entry.host)
+                    found.add(addr if entry.port is None else (addr, entry.port))
     return frozenset(found)
 
 
 def _always(target: Target, args: Args) -> tuple[str, str] | str:
-    """That host, only for a URL on its scheme's own port: a grant names hosts, not ports, so
-    "always" on `http://h:8080/` would grant every port of h (the owner may type that rule).
-    Never an address netcheck refuses (loopback, private...): a rule on 127.0.0.1 would open
-    every port of it (llama-server's, inferproxy's), whatever port the URL named."""
+    """That host on that port, the port spelled even when it is the scheme's own
+    (`example.org:443`): never every port of a host (a rule on 127.0.0.1 alone would open
+    llama-server's and inferproxy's ports too; the owner may type that rule)."""
     try:
-        scheme, _host, port, _path = _target(args.get("url", ""))
+        _target(args.get("url", ""))
     except Refused as exc:
         return f"nothing: {exc}"
-    if port != (443 if scheme == "https" else 80):
-        return f"nothing: a grant names a host, not its port {port}; this call is allowed once"
-    try:
-        kind = netcheck.why_refused(netcheck.parse(str(target)))
-    except ValueError:
-        kind = None  # a name: fetch reaches only public addresses through it
-    if kind is not None:
-        return (
-            f"nothing: {target} is {kind}, and a grant on it would open every port of it; "
-            "this call is allowed once (write a rule in grants.toml to allow it always)"
-        )
+    if not isinstance(target, HostPort) or target.port is None:
+        return f"nothing: {target} names no port a grant could name"
     return ("hosts", str(target))
 
 
@@ -322,7 +332,7 @@ def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolR
         mid-fetch, so a host that would ask (or is denied) ends the fetch, and the model can
         fetch that URL itself (then the owner is asked)."""
         try:
-            to = url_host(url)
+            to = url_host_port(url)
         except BadTarget as exc:
             return f"a redirect to {url}: {exc}"
         if to == target or str(ctx.verdict(NAME, to).mode) == "allow":
@@ -353,7 +363,7 @@ FETCH = Tool(
     _run,
     lambda _ctx, _target, args: summary(args),
     GrantKind.HOSTS,
-    lambda args, _ws: url_host(args["url"]),
+    lambda args, _ws: url_host_port(args["url"]),
     writes=True,  # a URL carries data out
     untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
     always=_always,

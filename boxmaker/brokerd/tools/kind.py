@@ -12,12 +12,13 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from boxmaker.brokerd.targets import Fields
+from boxmaker.brokerd.targets import Fields, HostPort
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
-# What a rule is matched against: a path's components, a name (note's file), a host, "" (a tool
-# whose rules name the tool only), or an MCP call's string arguments, each normalised (Fields).
-Target = tuple[str, ...] | str | Fields
+# What a rule is matched against: a path's components, a name (note's file), a host and port
+# (fetch's), "" (a tool whose rules name the tool only), or an MCP call's string arguments, each
+# normalised (Fields).
+Target = tuple[str, ...] | str | HostPort | Fields
 Args = dict[str, Any]
 
 
@@ -27,7 +28,7 @@ class GrantKind(enum.StrEnum):
     NONE = ""  # the rule names the tool only (shell): it covers every call
     PATHS = "paths"  # path prefixes (`paths`) and exact files (`files`) in the workspace
     NAMES = "names"  # one of the tool's fixed names (note: `files = ["notes"]`)
-    HOSTS = "hosts"  # exact hosts, or "*" typed by the owner
+    HOSTS = "hosts"  # exact hosts, each on every port or on one (`host:port`); "*" by the owner
     ARGS = "args"  # an MCP tool: every call, or `args` constraints on named string arguments
 
 

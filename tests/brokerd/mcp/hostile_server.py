@@ -9,6 +9,7 @@ that JSON list (name and inputSchema each) as they are.
 import json
 import os
 import socket
+import subprocess
 import sys
 import threading
 import time
@@ -37,6 +38,7 @@ TOOLS = [
     "idle_flood",
     "stderr_controls",
     "fill",
+    "hog",
 ]
 # What stderr_controls writes, one line each: a terminal would act on every one of them.
 CONTROLS = ["\x1b[2J\x1b[H cleared", "\rapproved", "\x9b31m red", "\u202eevil", "\x07\x08 bell"]
@@ -196,10 +198,57 @@ def call(rid: object, name: str, args: dict) -> None:  # type: ignore[type-arg]
         if mode:
             os.chmod(os.path.dirname(path), int(mode[0], 8))
         text(rid, f"filled {path}: {mib} MiB")
+    elif name == "hog":  # `<mode>:<processes>:<MiB each>:<after|never>` (hog_children)
+        mode, count, mib, answer = target.split(":")
+        threading.Thread(target=hog, args=(rid, mode, int(count), int(mib), answer)).start()
     elif name == "late_tool":
         text(rid, "late")
     else:
         send({"jsonrpc": "2.0", "id": rid, "error": {"code": -32602, "message": f"no {name}"}})
+
+
+# One process that holds MiB of resident memory, then sleeps; argv: mode, processes, MiB.
+# fork: one of several; chain: it starts the next before it allocates (a chain of parents);
+# setsid: it leaves the server's session and process group first; orphan: it forks and exits,
+# so the pid namespace's init adopts what holds the memory; threads: two threads hold half each.
+HOG = """
+import os, subprocess, sys, threading, time
+mode, n, mib = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+if mode == "setsid":
+    os.setsid()
+if mode == "chain" and n > 1:
+    subprocess.Popen([sys.executable, "-c", sys.argv[4], mode, str(n - 1), str(mib), sys.argv[4]])
+if mode == "orphan" and os.fork():
+    os._exit(0)
+held = []
+parts = 2 if mode == "threads" else 1
+def grab():
+    held.append(b"h" * ((mib << 20) // parts))
+workers = [threading.Thread(target=grab) for _ in range(parts)]
+for w in workers:
+    w.start()
+for w in workers:
+    w.join()
+open(f"/tmp/held.{os.getpid()}", "w").close()
+time.sleep(3600)
+"""
+
+
+def hog(rid: object, mode: str, count: int, mib: int, answer: str) -> None:
+    """Starts `count` processes holding `mib` MiB each; answers once they all hold it (and the
+    watch has had time to see them) when `answer` is "after", never otherwise."""
+    argv = [sys.executable, "-c", HOG, mode]
+    for _ in range(1 if mode == "chain" else count):
+        subprocess.Popen([*argv, str(count), str(mib), HOG])
+    deadline = time.monotonic() + 60
+    while len([f for f in os.listdir("/tmp") if f.startswith("held.")]) < count:
+        if time.monotonic() > deadline:
+            text(rid, "hog: not all held within 60 s")
+            return
+        time.sleep(0.05)
+    if answer == "after":
+        time.sleep(2.0)  # four of brokerd's memory reads (transport.WATCH_S)
+        text(rid, f"held {count} x {mib} MiB")
 
 
 def flood_forever(method: str) -> None:

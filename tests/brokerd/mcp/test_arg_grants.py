@@ -116,7 +116,9 @@ def test_a_value_that_cannot_be_normalised_never_allows(table: Table, repo_path:
         ("http://evil%2eexample/", Mode.DENY),
         ("//evil.example/", Mode.DENY),  # no scheme: not a bare host either
         ("docs.python.org/x", Mode.DENY),
-        ("docs.python.org:443", Mode.DENY),
+        ("docs.python.org:443", Mode.ALLOW),  # a bare host and port: the host on that port
+        ("evil.example:8080", Mode.DENY),
+        ("docs.python.org:http", Mode.DENY),  # no port: not normalisable
         ("http://docs.python.org\u0000/", Mode.DENY),
         ("http:///x", Mode.DENY),  # no host
         ("http://[::1/", Mode.DENY),
