@@ -214,6 +214,7 @@ R1_CORES = [
     f"{TURN}.recorded",
     f"{TOOLS}.registry",
     "boxmaker.bxctl.render",
+    "boxmaker.bxctl.rows",
     "boxmaker.bxctl.escape",
     "boxmaker.bxctl.prompt",
     f"{WORKERS}.wire",

@@ -51,7 +51,6 @@ What each event becomes:
 from __future__ import annotations
 
 import enum
-import textwrap
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
@@ -79,8 +78,8 @@ from boxmaker.proto import (
 from boxmaker.proto.wire import ErrorCode, WireError
 
 from .escape import one_line, streamed
+from .rows import CLEAR_LINE, rewrite_above, rows
 
-CLEAR_LINE = "\r\x1b[2K"  # column 0, then erase the line (ECMA-48 EL)
 NOTHING_FOLDED = "[nothing was folded: the conversation goes on as it was]"
 # loopd's reasons for a fold it did not try (loopd/turn/compact.py): the session is fine
 NOT_NEEDED = ("nothing to fold: ", "the fold would cut only ")
@@ -89,12 +88,6 @@ NOT_NEEDED = ("nothing to fold: ", "the fold would cut only ")
 DIM = "\x1b[2m"
 RESET = "\x1b[0m"
 REASONING_MARK = "[reasoning] "  # where reasoning starts, when it cannot be dimmed (NO_COLOR)
-
-
-def rewrite_above(up: int, text: str) -> str:
-    """Replaces the line `up` lines above the cursor (which is in column 0) with `text` and
-    comes back: cursor up, clear the line, write, cursor down, column 0 (ECMA-48 CUU, EL, CUD)."""
-    return f"\x1b[{up}A\r\x1b[2K{text}\x1b[{up}B\r"
 
 
 class Stream(enum.Enum):
@@ -255,13 +248,13 @@ class Renderer:
     def _line(self, to: Stream, text: str) -> list[Piece]:
         if self._physical(to) is self._physical(Stream.EVENTS):
             width = self._width() if self._live else None
-            rows = _rows(text, width) if to is Stream.EVENTS else None
-            if rows is None:  # the answer's own text, or a width unknown: rows not countable
+            shown = rows(text, width) if to is Stream.EVENTS else None
+            if shown is None:  # the answer's own text, or a width unknown: rows not countable
                 self._pending = [(name, None) for name, _ in self._pending]
-                rows = [text]
-            text = "\n".join(rows)
-            self._lines += len(rows)
-            self._one_row = len(rows) == 1
+                shown = [text]
+            text = "\n".join(shown)
+            self._lines += len(shown)
+            self._one_row = len(shown) == 1
         return [*self._start(to, _Run.NONE), Piece(to, text + "\n")]
 
     def _run_started(self, to: Stream) -> None:
@@ -284,7 +277,7 @@ class Renderer:
         if (
             at is None
             or self._runs[self._physical(Stream.EVENTS)] is not _Run.NONE
-            or _rows(text, self._width()) != [text]
+            or rows(text, self._width()) != [text]
         ):
             return self._line(Stream.EVENTS, text)
         return [Piece(Stream.EVENTS, rewrite_above(self._lines - at + 1, text))]
@@ -395,7 +388,7 @@ class Renderer:
                 self._runs[where] = _Run.NONE
         for name, at in self._pending:  # no result came: its line says so
             line = f"[tool {one_line(name)}: no result]"
-            if at is None or _rows(line, self._width()) != [line]:
+            if at is None or rows(line, self._width()) != [line]:
                 pieces += self._line(Stream.EVENTS, line)
             else:
                 text = rewrite_above(self._lines - at + 1, line)
@@ -404,19 +397,3 @@ class Renderer:
         self._streamed = False
         self._head = []
         return pieces
-
-
-def _rows(text: str, width: int | None) -> list[str] | None:
-    """A status line as the rows it takes on a terminal `width` columns wide: wrapped at spaces
-    (issue 39 item 7: at 40 columns they broke mid-word), a word wider than the width cut; with
-    no width known, one row. None when the rows cannot be counted: characters that may take
-    two columns in a line that might not fit (it stays as it is; nothing above is rewritten)."""
-    if width is None or len(text) <= width // 2:
-        return [text]
-    if width < 1 or not text.isascii() or not text.isprintable():
-        return None
-    if len(text) <= width:
-        return [text]
-    return textwrap.wrap(
-        text, width, subsequent_indent="  " if width > 8 else "", break_on_hyphens=False
-    ) or [text]
