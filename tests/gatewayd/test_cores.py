@@ -98,3 +98,31 @@ def test_untrusted_text_is_escaped_and_fenced() -> None:
     assert shown.endswith("\n````")
     assert escaped("a\tb\nc") == "a\\u0009b\nc"
     assert "bxctl approve" in approval_post("shell", summary, "mm.x")
+
+
+def test_the_cursor_keeps_channel_order_whatever_the_taking_order() -> None:
+    """A catch-up takes older posts after a live one came: the live one finishing first must
+    not move the cursor past the older ones still in flight."""
+    c = Cursor("p0")
+    c.take("p9", 9)  # live
+    c.take("p5", 5)  # found by the catch-up, older
+    assert c.finish("p9") is None
+    assert c.at == "p0"
+    assert c.finish("p5") == "p9"
+
+
+def test_a_held_cursor_does_not_move_until_released() -> None:
+    c = Cursor("p0")
+    c.hold()
+    assert c.skip("p3", 3) is None  # a refused live post while a catch-up is due
+    assert c.at == "p0"
+    c.take("p1", 1)  # the catch-up finds an older one
+    assert c.release() is None  # p1 is in flight
+    assert c.finish("p1") == "p3"
+
+
+def test_a_cursor_never_moves_back() -> None:
+    c = Cursor("p0")
+    assert c.skip("p5", 5) == "p5"
+    assert c.skip("p2", 2) is None  # found again by a late catch-up: already behind
+    assert c.at == "p5"
