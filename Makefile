@@ -76,12 +76,14 @@ run: install
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
 # CONFIG=loopd.toml UPSTREAM=host:port for the owner's; TURN_S=<seconds> one turn's bound
-# (300). Exit 1 if a check FAILs.
+# (300). GATEWAY=gateway.toml first checks gatewayd's Mattermost server (token, bot, owner, DM,
+# socket); GATEWAY_ONLY=1 runs those alone. Exit 1 if a check FAILs.
 verify-device: install
-	@$(if $(CONFIG),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
+	@$(if $(CONFIG)$(GATEWAY_ONLY),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
 	  $(PY) -m boxmaker.verify $(if $(CONFIG),--config "$(CONFIG)") \
 	  $(if $(UPSTREAM),--upstream "$(UPSTREAM)") $(if $(MODEL),--model "$(MODEL)") \
-	  $(if $(TURN_S),--turn-bound "$(TURN_S)")
+	  $(if $(TURN_S),--turn-bound "$(TURN_S)") $(if $(GATEWAY),--gateway "$(GATEWAY)") \
+	  $(if $(GATEWAY_ONLY),--gateway-only)
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.

@@ -120,6 +120,7 @@ class FakeMattermost(routes.Routes):
         self._peers: set[_Peer] = set()
         self._hung: set[asyncio.StreamWriter] = set()  # upgrades held while deaf
         self._refuse = False
+        self._upgrade_status = 0  # refuse_upgrades: the status every upgrade gets, 0: none
         self._slow = 0.0
         self._limited: list[tuple[int, float | None, bool]] = []  # (n left, wait, reset header)
         self._drop_after: int | None = None
@@ -292,6 +293,12 @@ class FakeMattermost(routes.Routes):
     def refuse_auth(self, on: bool) -> None:
         self._call(lambda: setattr(self, "_refuse", on))
 
+    def refuse_upgrades(self, status: int) -> None:
+        """Every socket upgrade is answered `status` (0: accepted again) while REST works: what a
+        proxy in front of the server that does not pass upgrades gets from the server (a plain
+        GET of /api/v4/websocket: 400 from the upgrader), or says itself (502, 404)."""
+        self._call(lambda: setattr(self, "_upgrade_status", status))
+
     def slow_rest(self, seconds: float) -> None:
         self._call(lambda: setattr(self, "_slow", seconds))
 
@@ -392,6 +399,9 @@ class FakeMattermost(routes.Routes):
         if (has_header and not self._authed(req)) or self._refuse:
             status, body = routes.unauthorized()
             _write(writer, status, body, {})
+            return
+        if self._upgrade_status:
+            _write(writer, self._upgrade_status, b"Bad Request\n", {}, "text/plain")
             return
         proto.receive_data(head)
         [request] = proto.events_received()
