@@ -76,6 +76,15 @@ class Cursor:
         self.take(post_id, order)
         return self.finish(post_id)
 
+    def open_before(self, post_id: str) -> bool:
+        """Whether a post taken before `post_id` in channel order is not finished yet."""
+        for _, pid in self._open:
+            if pid == post_id:
+                return False
+            if pid not in self._done:
+                return True
+        return False
+
     def hold(self) -> None:
         self.held += 1
 

@@ -336,7 +336,9 @@ class Gateway:
         "" when it is the channel's first), so a crash from here on is caught up after."""
         channel = post.channel_id
         cursor = self.cursor(channel)
-        if cursor.at is not None or (self.folder / f"{channel}.json").exists():
+        if cursor.at is not None or cursor.held or cursor.open_before(post.id):
+            return  # a catch-up reads it (or took older posts): the cursor moves as they finish
+        if (self.folder / f"{channel}.json").exists():
             return
         try:
             latest = await self.client.latest_posts(channel, per_page=PAGE)

@@ -126,3 +126,13 @@ def test_a_cursor_never_moves_back() -> None:
     assert c.skip("p5", 5) == "p5"
     assert c.skip("p2", 2) is None  # found again by a late catch-up: already behind
     assert c.at == "p5"
+
+
+def test_open_before_says_whether_an_older_post_is_in_flight() -> None:
+    c = Cursor(None)
+    c.take("p2", 2)
+    c.take("p1", 1)
+    assert c.open_before("p2")
+    assert not c.open_before("p1")
+    c.finish("p1")
+    assert not c.open_before("p2")

@@ -323,6 +323,25 @@ class Routes:
 
         self._call(go)
 
+    def edit_post(self, post_id: str, message: str) -> None:
+        """As its author editing a post in the web app: post_edited follows (the post, edited, as
+        a JSON string: ws/post_edited.captured.json)."""
+
+        def go() -> None:
+            post = self._by_id[post_id]
+            post["message"] = message
+            post["edit_at"] = post["update_at"] = self._now_ms()
+            self._emit(
+                "post_edited", {"post": go_json(post)}, broadcast(channel_id=post["channel_id"])
+            )
+
+        self._call(go)
+
+    def react(self, user_id: str, post_id: str, emoji: str) -> None:
+        """As a user reacting in the web app: reaction_added (ws/reaction_added.captured.json)."""
+        body = go_json({"user_id": user_id, "post_id": post_id, "emoji_name": emoji}).encode()
+        self._call(lambda: self._react(body, "reaction_added"))
+
     def set_status(self, user_id: str, status: str) -> None:
         """A user goes online/away/offline: status_change to everyone."""
         data = {"status": status, "user_id": user_id}
