@@ -101,3 +101,35 @@ def test_a_post_both_live_and_caught_up_is_answered_once_across_a_kill(
             assert user_refs(env, f"mm.{dm}", f"mm:{p['id']}") == 1
     finally:
         rig.stop()
+
+
+def test_an_old_server_without_connection_id_answers_each_post_once_across_drops() -> None:
+    """A server whose hello has no connection_id (ws/hello.docs.json) cannot resume: every drop
+    is a fresh connect and a catch-up; a post sent while the socket is down is answered once."""
+    with (
+        serve_env() as env,
+        FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER, old_server=True) as fake,
+    ):
+        env.start()
+        rig = GatewayRig(env, fake)
+        try:
+            gw = rig.start()
+            dm = fake.direct_channel(OWNER)
+            first = fake.post_as(OWNER, dm, "one")
+            rig.wait_replies(dm, first["id"])
+            fake.go_deaf()  # the socket dies and the next upgrades hang until wake()
+            fake.drop_after(0)
+            away = fake.post_as(OWNER, dm, "sent while the socket is down")
+            fake.wake()
+            wait_for(
+                lambda: sum("socket connected" in ln for ln in gw.err_lines) >= 2,
+                "a fresh connect",
+                BOUND_S,
+            )
+            rig.wait_replies(dm, away["id"])
+            sentinel(rig, dm)
+            assert len(rig.replies(dm, away["id"])) == 1
+            assert len(rig.replies(dm, first["id"])) == 1
+            assert all("connection_id" not in u.query for u in fake.upgrades)
+        finally:
+            rig.stop()

@@ -99,6 +99,7 @@ class FakeMattermost(routes.Routes):
         max_post_size: int = 16383,
         replay_limit: int = DEAD_QUEUE,
         style: str = "server",
+        old_server: bool = False,
     ) -> None:
         super().__init__(
             bot_user_id=bot_user_id or new_id(),
@@ -110,6 +111,9 @@ class FakeMattermost(routes.Routes):
         )
         self.token = token or f"tok{new_id()}"
         self.replay_limit = replay_limit
+        # a server before connection_id (ws/hello.docs.json, 3.6): hello without it, and every
+        # connect a new connection (no resume: the query is not read)
+        self.old_server = old_server
         if style not in STYLES:
             raise ValueError(f"style {style!r}: one of {STYLES}")
         self.style = style  # how socket events are spelled (wire.event_frame)
@@ -431,7 +435,7 @@ class FakeMattermost(routes.Routes):
 
     def _attach(self, peer: _Peer, query: dict[str, str]) -> _Conn:
         """A new connection (hello), or a resume: replay, nothing missed, or new id + hello."""
-        cid = query.get("connection_id", "")
+        cid = "" if self.old_server else query.get("connection_id", "")
         wanted = query.get("sequence_number", "")
         conn = self._conns.get(cid) if cid else None
         if conn is not None and wanted.isdigit():
@@ -453,6 +457,8 @@ class FakeMattermost(routes.Routes):
         self._conns[conn.id] = conn
         conn.peer = peer
         hello_data = {"server_version": SERVER_VERSION, "connection_id": conn.id}
+        if self.old_server:
+            del hello_data["connection_id"]
         hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0, self.style)
         conn.next_seq = 1
         conn.queue.append((0, hello))

@@ -358,10 +358,12 @@ class Routes:
         live = [p for p in self._posts if p["channel_id"] == cid and p["delete_at"] == 0]
         after = query.get("after", "")
         if after:  # the page of posts right after that one, and the next page's first id
-            ids = [p["id"] for p in live]
-            if after not in ids:
+            # getPostsAround: CreateAt > (SELECT CreateAt FROM Posts WHERE Id = ?), so a deleted
+            # post still marks its place; an unknown one gives nothing
+            mark = self._by_id.get(after)
+            if mark is None or mark["channel_id"] != cid:
                 return _answer(200, post_list([]))
-            rest = live[ids.index(after) + 1 :]
+            rest = [p for p in live if p["create_at"] > mark["create_at"]]
             page_posts = rest[page * per_page : (page + 1) * per_page]
             more = rest[(page + 1) * per_page : (page + 1) * per_page + 1]
             return _answer(200, post_list(page_posts, more[0]["id"] if more else ""))
