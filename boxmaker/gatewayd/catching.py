@@ -63,7 +63,7 @@ async def direct_channels(gw: Gateway, *, refuse: bool) -> None:
         try:
             channel = await gw.client.direct_channel(gw.bot_id, user)
         except MattermostError as e:
-            if refuse and e.status is not None and 400 <= e.status < 500:
+            if refuse and e.status in (400, 403, 404):  # 429 and 5xx: the server, not us
                 raise Refusal(
                     f"allowed_users: the server will not open a direct channel with {user} "
                     f"({e}); give the owner's user id (not the username) of an active user"

@@ -29,10 +29,7 @@ def fake() -> Iterator[FakeMattermost]:
         yield mm
 
 
-def verify(
-    tmp_path: Path, url: str, token: str, owner: str = OWNER
-) -> tuple[int, dict[str, str], str]:
-    """Runs the checks; (exit status, check name -> its line, all the output)."""
+def write_config(tmp_path: Path, url: str, token: str, owner: str = OWNER) -> Path:
     token_file = tmp_path / "token"
     token_file.write_text(token + "\n")
     token_file.chmod(0o600)
@@ -42,6 +39,14 @@ def verify(
         "limits": {"rest_timeout_ms": 3000, "pong_timeout_ms": 2000},
     }
     config.write_text(toml_dumps(table))
+    return config
+
+
+def verify(
+    tmp_path: Path, url: str, token: str, owner: str = OWNER
+) -> tuple[int, dict[str, str], str]:
+    """Runs the checks; (exit status, check name -> its line, all the output)."""
+    config = write_config(tmp_path, url, token, owner)
     argv = ["--gateway", str(config), "--gateway-only"]
     p = subprocess.run(
         [sys.executable, "-m", "boxmaker.verify", *argv],
@@ -139,3 +144,25 @@ def test_a_bad_config_is_one_fail_line(tmp_path: Path) -> None:
     assert len(fails) == 1
     assert fails[0].startswith("FAIL gateway_config:")
     assert "mattermost.url" in fails[0] or "mattermost" in fails[0]
+
+
+def test_gatewayd_will_not_start_for_an_owner_the_server_does_not_know(
+    tmp_path: Path, fake: FakeMattermost
+) -> None:
+    """At start gatewayd opens its DM with each allowed user (channels/direct): an id the server
+    does not know is one line naming allowed_users, exit 2 (supervisord then gives up)."""
+    nobody = "nobody00000000000000000000"
+    config = write_config(tmp_path, fake.url, fake.token, owner=nobody)
+    p = subprocess.run(
+        [sys.executable, "-m", "boxmaker.gatewayd", "serve", "--config", str(config)],
+        capture_output=True,
+        text=True,
+        timeout=BOUND_S,
+        cwd=REPO,
+        check=False,
+    )
+    assert p.returncode == 2, p.stderr
+    [line] = p.stderr.splitlines()
+    assert line.startswith("gatewayd: will not start: allowed_users:")
+    assert nobody in line
+    assert fake.token not in line
