@@ -115,7 +115,7 @@ help:
 	@echo "make test           every test (about 30 minutes on 2 cores, the tool model included)"
 	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
 	@echo "make tool-model     fetch the tool-calling model (Qwen2.5-Coder-1.5B) once, into ~/.cache/boxmaker"
-	@echo "make verify-device  the on-device checks on a stack of their own"
+	@echo "make verify-device  the on-device checks on a stack of their own (GATEWAY=gateway.toml adds the gateway's, GATEWAY_ONLY=1 those alone)"
 	@echo "make agent-tasks    the owner-task suite on the tool profile, beside a stock framework"
 	@echo "make bench          the speed figures against the peers"
 	@echo "make fuzz           the fuzzers"
