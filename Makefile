@@ -76,12 +76,14 @@ run: install
 # The on-device checks (python -m boxmaker.verify), in a temporary run folder with brokerd:
 # against the local llama-server of a profile (MODEL=qwen-coder for the tool model), or
 # CONFIG=loopd.toml UPSTREAM=host:port for the owner's; TURN_S=<seconds> one turn's bound
-# (300). Exit 1 if a check FAILs.
+# (300). GATEWAY=gateway.toml first checks gatewayd's Mattermost server (token, bot, owner, DM,
+# socket); GATEWAY_ONLY=1 runs those alone. Exit 1 if a check FAILs.
 verify-device: install
-	@$(if $(CONFIG),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
+	@$(if $(CONFIG)$(GATEWAY_ONLY),,PYTHON=$(PYTHON) bash scripts/build_llama_server.sh >/dev/null &&) \
 	  $(PY) -m boxmaker.verify $(if $(CONFIG),--config "$(CONFIG)") \
 	  $(if $(UPSTREAM),--upstream "$(UPSTREAM)") $(if $(MODEL),--model "$(MODEL)") \
-	  $(if $(TURN_S),--turn-bound "$(TURN_S)")
+	  $(if $(TURN_S),--turn-bound "$(TURN_S)") $(if $(GATEWAY),--gateway "$(GATEWAY)") \
+	  $(if $(GATEWAY_ONLY),--gateway-only)
 
 # supervisorctl on make run's supervisord: it reads the same file, whose ENV_ names must be set
 # (to anything) for it to parse; only BOXMAKER_RUN matters to it.
@@ -113,7 +115,7 @@ help:
 	@echo "make test           every test (about 30 minutes on 2 cores, the tool model included)"
 	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
 	@echo "make tool-model     fetch the tool-calling model (Qwen2.5-Coder-1.5B) once, into ~/.cache/boxmaker"
-	@echo "make verify-device  the on-device checks on a stack of their own"
+	@echo "make verify-device  the on-device checks on a stack of their own (GATEWAY=gateway.toml adds the gateway's, GATEWAY_ONLY=1 those alone)"
 	@echo "make agent-tasks    the owner-task suite on the tool profile, beside a stock framework"
 	@echo "make bench          the speed figures against the peers"
 	@echo "make fuzz           the fuzzers"

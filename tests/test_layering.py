@@ -160,8 +160,15 @@ RULES: dict[str, frozenset[str]] = {
     # never the daemons
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT}),
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
-    VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
+    VERIFY: frozenset(
+        {PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}
+        | {f"{VERIFY}.gateway"}
+    ),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
+    # gatewayd's checks against the owner's Mattermost (make verify-device GATEWAY=)
+    f"{VERIFY}.gateway": frozenset(
+        {CONF, f"{VERIFY}.checks", "boxmaker.gatewayd.config", "boxmaker.gatewayd.mattermost"}
+    ),
     f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
     # gatewayd (issue 36): the Mattermost client is its floor, on websockets + httpx only; its
     # cores (who, sessions, queues, split, replies, catchup, messages, approvals) sit beside its

@@ -13,6 +13,7 @@ that is still being answered.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -45,28 +46,61 @@ def notice(skipped: int, max_posts: int, max_age_s: int) -> str:
 @dataclass
 class Cursor:
     """One channel's cursor: the last post id such that it and every post before it that
-    gatewayd took are finished."""
+    gatewayd took are finished.
+
+    Posts are kept in channel order (`order`: their create_at), not in the order they were
+    taken: a catch-up takes older posts after a live one already came. While the cursor is
+    held (a catch-up is due or running: posts older than the live ones may be unseen yet), it
+    does not move at all; `release` moves it past what finished meanwhile.
+    """
 
     at: str | None
-    _open: list[str] = field(default_factory=list)  # taken, in channel order
+    held: int = 0
+    _open: list[tuple[int, str]] = field(default_factory=list)  # taken, in channel order
     _done: set[str] = field(default_factory=set)
+    _at_order: int | None = None
 
-    def take(self, post_id: str) -> None:
-        if post_id not in self._open:
-            self._open.append(post_id)
+    def take(self, post_id: str, order: int | None = None) -> None:
+        if any(pid == post_id for _, pid in self._open):
+            return
+        key = order if order is not None else (self._open[-1][0] if self._open else 0)
+        bisect.insort(self._open, (key, post_id), key=lambda e: e[0])
 
     def finish(self, post_id: str) -> str | None:
         """Marks `post_id` finished; the new cursor when it moved, else None."""
         self._done.add(post_id)
-        moved = None
-        while self._open and self._open[0] in self._done:
-            moved = self._open.pop(0)
-            self._done.discard(moved)
-        if moved is not None:
-            self.at = moved
-        return moved
+        return self._advance()
 
-    def skip(self, post_id: str) -> str | None:
+    def skip(self, post_id: str, order: int | None = None) -> str | None:
         """A post seen and not taken (refused, or an event of the bot's own): finished at once."""
-        self.take(post_id)
+        self.take(post_id, order)
         return self.finish(post_id)
+
+    def open_before(self, post_id: str) -> bool:
+        """Whether a post taken before `post_id` in channel order is not finished yet."""
+        for _, pid in self._open:
+            if pid == post_id:
+                return False
+            if pid not in self._done:
+                return True
+        return False
+
+    def hold(self) -> None:
+        self.held += 1
+
+    def release(self) -> str | None:
+        """One hold off; the new cursor when that let it move, else None."""
+        self.held = max(0, self.held - 1)
+        return self._advance()
+
+    def _advance(self) -> str | None:
+        if self.held:
+            return None
+        moved: tuple[int, str] | None = None
+        while self._open and self._open[0][1] in self._done:
+            moved = self._open.pop(0)
+            self._done.discard(moved[1])
+        if moved is None or (self._at_order is not None and moved[0] < self._at_order):
+            return None  # never back past where it was
+        self._at_order, self.at = moved
+        return self.at

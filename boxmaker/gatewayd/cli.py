@@ -13,9 +13,10 @@ import sys
 from collections.abc import Sequence
 
 from boxmaker._config.kinds import ConfigError
+from boxmaker.gatewayd.catching import Refusal
 from boxmaker.gatewayd.config import load_config, read_token
 from boxmaker.gatewayd.mattermost.types import MattermostError, redact
-from boxmaker.gatewayd.serve import Refusal, serve
+from boxmaker.gatewayd.serve import serve
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,13 +21,13 @@ import asyncio
 import contextlib
 import secrets
 import sys
-import time
 from dataclasses import dataclass
 from typing import TypeVar
 
 from boxmaker.gatewayd import crashpoint
 from boxmaker.gatewayd.approvals import Said
-from boxmaker.gatewayd.catchup import Cursor, notice, plan
+from boxmaker.gatewayd.catching import MAX_PAGES, PAGE, Refusal, catch_up, direct_channels
+from boxmaker.gatewayd.catchup import Cursor
 from boxmaker.gatewayd.config import GatewayConfig
 from boxmaker.gatewayd.cursors import read_cursors, write_cursor
 from boxmaker.gatewayd.mattermost.client import ClientLimits, MattermostClient
@@ -50,13 +50,7 @@ from boxmaker.proto import ApprovalNeededEvent
 
 T = TypeVar("T")
 
-PAGE = 200
-MAX_PAGES = 20  # one catch-up reads at most this many pages per channel; the rest next time
 POST_ATTEMPTS = 8  # an answer that cannot be posted is left for the next catch-up
-
-
-class Refusal(Exception):
-    """gatewayd will not start: one line saying why and what to do."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -80,6 +74,9 @@ class Gateway:
         self.rules = Rules("", "", frozenset(), frozenset())
         self.max_chars = 16383
         self.bot_id = ""
+        self.orphans: set[str] = set()  # thread roots the server does not have (deleted, unknown)
+        self.dms: dict[str, str] = {}  # allowed user -> the bot's DM channel with them
+        self._stale: dict[str, int] = {}  # channel -> holds kept by failed catch-ups
         self._catching_up = asyncio.Lock()
         self.folder = config.state.folder / "cursors"
         self.run = secrets.token_hex(4)  # this run's part of every pending_post_id
@@ -111,6 +108,7 @@ class Gateway:
             self.types[channel] = kind
         for channel in m.channels:
             self.cursors.setdefault(channel, Cursor(None))
+        await direct_channels(self, refuse=True)
         self.say(f"connected as @{me.username} ({me.id}); {len(self.cursors)} channel(s) known")
 
     async def serve(self) -> None:
@@ -121,10 +119,32 @@ class Gateway:
                     self.say("socket resumed, nothing lost")
                 else:
                     self.say("socket connected; catching up the known channels")
-                    self._spawn(self.catch_up())
+                    self._spawn(catch_up(self, self._hold_all()))
                 continue
-            self.types.setdefault(event.post.channel_id, event.channel_type)
-            self.take(event.post, event.channel_type, event.mentions)
+            kind = await self._kind(event.post.channel_id, event.channel_type)
+            if kind:  # else: not judged now (a DM must not be refused as a stranger's channel)
+                self.take(event.post, kind, event.mentions)
+
+    def _hold_all(self) -> list[str]:
+        """Every known cursor held until its catch-up has taken what it finds: a post taken live
+        meanwhile must not move a cursor past older posts the catch-up has not read yet."""
+        for cursor in self.cursors.values():
+            cursor.hold()
+        return list(self.cursors)
+
+    async def _kind(self, channel: str, said: str) -> str:
+        """The channel's type: the event's `channel_type`, else the one known, else asked (a
+        server that leaves the key out must not make the owner's DM look like a stranger's)."""
+        if said:
+            self.types.setdefault(channel, said)
+            return said
+        if not self.types.get(channel):
+            try:
+                self.types[channel] = await self.client.channel_type(channel)
+            except MattermostError as e:
+                self.say(f"channel {channel}: its type is unknown ({e}); caught up later")
+                return ""
+        return self.types[channel]
 
     def _spawn(self, coro: object) -> None:
         task = asyncio.ensure_future(coro)  # type: ignore[call-overload]
@@ -144,16 +164,16 @@ class Gateway:
         if why is not None:
             if post.user_id != self.bot_id:  # the bot's own posts are not news
                 self.say(f"not taken: post {post.id} in {post.channel_id}: {why}")
-            self._moved(post.channel_id, cursor.skip(post.id))
+            self._moved(post.channel_id, cursor.skip(post.id, post.create_at))
             return
         try:
             place = place_of(post, channel_type)
         except ValueError as e:
             self.say(f"not taken: post {post.id}: {e}")
-            self._moved(post.channel_id, cursor.skip(post.id))
+            self._moved(post.channel_id, cursor.skip(post.id, post.create_at))
             return
         self.taken.add(post.id)
-        cursor.take(post.id)
+        cursor.take(post.id, post.create_at)
         item = _Item(post, place, channel_type)
         if (said := self.relay.answer_in(post, channel_type)) is not None:
             self._spawn(self._relayed(item, said))  # an approval answer: never queued
@@ -177,6 +197,10 @@ class Gateway:
         """The owner's approval answer, relayed to brokerd; what it said, posted once."""
         await self._first_sight(item.post)
         await self._notice(item, await in_thread(self.relay.relay, said, item.post))
+
+    async def reply_once(self, post: Post, kind: str, text: str) -> bool:
+        """`text` as the whole reply to `post` (a notice): False when it could not be posted."""
+        return await self._post_parts(_Item(post, place_of(post, kind), kind), [text])
 
     async def _notice(self, item: _Item, text: str) -> None:
         if await self._post_parts(item, [text]):
@@ -205,10 +229,10 @@ class Gateway:
         def on_approval(event: ApprovalNeededEvent) -> None:
             text = self.relay.notice(event, place.session, item.channel_type)  # blocking
             pending = f"{self.bot_id}:{self.run}:{post.id}:a{event.id}"
-            notice = self.relay.post(post.channel_id, place.root_id, text, pending)
+            notice = self.relay.post(post.channel_id, self._root(place), text, pending)
             asyncio.run_coroutine_threadsafe(notice, loop)
 
-        typing = asyncio.create_task(self._typing(post.channel_id, place.root_id))
+        typing = asyncio.create_task(self._typing(post.channel_id, self._root(place)))
         try:
             outcome = await in_thread(
                 run_turn,
@@ -242,10 +266,22 @@ class Gateway:
                 await self.client.typing(channel, parent)
                 await asyncio.sleep(self.limits.typing_interval_ms / 1000)
 
+    def _root(self, place: Place) -> str:
+        """The answer's root_id: the thread's, or the top level when the server has no such root
+        (a reply to a deleted or unknown post: answered beside it rather than never)."""
+        return "" if place.root_id in self.orphans else place.root_id
+
     async def _replies(self, item: _Item) -> list[Post]:
         """The posts where the bot's reply to this post would be."""
-        if item.place.root_id:
-            return await self.client.thread(item.place.root_id)
+        root = self._root(item.place)
+        if root:
+            try:
+                return await self.client.thread(root)
+            except MattermostError as e:
+                if e.status != 404:
+                    raise
+                self.say(f"post {item.post.id}: its thread's root {root} is gone; answered beside")
+                self.orphans.add(root)
         found: list[Post] = []
         after = item.post.id
         for _ in range(MAX_PAGES):
@@ -274,7 +310,7 @@ class Gateway:
                     await self.client.create_post(
                         post.channel_id,
                         texts[i - 1],
-                        root_id=place.root_id,
+                        root_id=self._root(place),
                         props={REPLY_TO: post.id, PART: f"{i}/{len(texts)}"},
                         pending_post_id=pending_id(self.bot_id, self.run, post.id, i),
                     )
@@ -282,6 +318,10 @@ class Gateway:
                         crashpoint.reached("between_parts")
                 return True
             except MattermostError as e:
+                if e.status == 400 and self._root(place):  # "Invalid RootId": the root went away
+                    self.say(f"post {post.id}: its thread's root is gone ({e}); answered beside")
+                    self.orphans.add(place.root_id)
+                    continue
                 wait = min(2**attempt, self.limits.backoff_max_ms / 1000)
                 self.say(f"post {post.id}: posting the answer failed ({e}); again in {wait:g} s")
                 await asyncio.sleep(wait)
@@ -295,7 +335,9 @@ class Gateway:
         "" when it is the channel's first), so a crash from here on is caught up after."""
         channel = post.channel_id
         cursor = self.cursor(channel)
-        if cursor.at is not None or (self.folder / f"{channel}.json").exists():
+        if cursor.at is not None or cursor.held or cursor.open_before(post.id):
+            return  # a catch-up reads it (or took older posts): the cursor moves as they finish
+        if (self.folder / f"{channel}.json").exists():
             return
         try:
             latest = await self.client.latest_posts(channel, per_page=PAGE)
@@ -316,61 +358,6 @@ class Gateway:
 
     def _write_cursor(self, channel: str, at: str) -> None:
         write_cursor(self.folder, channel, at, self.types.get(channel, ""))
-
-    # ---- catch-up ---------------------------------------------------------------------------
-
-    async def catch_up(self) -> None:
-        async with self._catching_up:
-            for channel in list(self.cursors):
-                try:
-                    await self._catch_up(channel)
-                except MattermostError as e:
-                    self.say(f"catch-up of {channel} failed ({e}); the next reconnect retries")
-
-    async def _catch_up(self, channel: str) -> None:
-        cursor = self.cursor(channel)
-        if channel not in self.types or not self.types[channel]:
-            self.types[channel] = await self.client.channel_type(channel)
-        kind = self.types[channel]
-        if cursor.at is None:  # a channel never read: start from now, answer no history
-            latest = await self.client.latest_posts(channel, per_page=1)
-            cursor.at = latest[-1].id if latest else ""
-            self._write_cursor(channel, cursor.at)
-            return
-        found: list[Post] = []
-        after = cursor.at
-        if not after:  # from the channel's first post ("": its first post was taken)
-            found = await self.client.latest_posts(channel, per_page=PAGE)
-            after = found[-1].id if len(found) == PAGE else ""
-        for _ in range(MAX_PAGES if after else 0):
-            page = await self.client.posts_after(channel, after, per_page=PAGE)
-            found += page
-            if len(page) < PAGE:
-                break
-            after = page[-1].id
-        allowed = [p for p in found if refused(p, kind, (), self.rules) is None]
-        self.say(f"catch-up of {channel}: {len(found)} post(s), {len(allowed)} to answer")
-        chosen = plan(
-            allowed,
-            int(time.time() * 1000),
-            self.limits.catchup_max_posts,
-            self.limits.catchup_max_age_s,
-        )
-        skipped = {p.id for p in chosen.skipped}
-        if chosen.skipped:
-            newest = chosen.skipped[-1]
-            item = _Item(newest, place_of(newest, kind), kind)
-            n = len(chosen.skipped)
-            self.say(f"catch-up of {channel}: {n} post(s) too old or too many, one notice")
-            text = notice(n, self.limits.catchup_max_posts, self.limits.catchup_max_age_s)
-            if not await self._post_parts(item, [text]):
-                return  # the cursor stays: the next catch-up tries again
-        for p in found:  # in channel order, so the cursor moves in order
-            if p.id in skipped:
-                self.taken.add(p.id)
-                self._moved(channel, cursor.skip(p.id))
-            else:
-                self.take(p, kind)  # answered, or refused (then passed)
 
 
 def _total(part: object) -> int:

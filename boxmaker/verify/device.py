@@ -1,13 +1,15 @@
 """`make verify-device`: the briefs' on-device checks against the upstream of a config.
 
     python -m boxmaker.verify [--model NAME|file.gguf] [--config loopd.toml --upstream host:port]
+                              [--gateway gateway.toml [--gateway-only]]
 
 With no config, the local llama-server of a model profile (conf/profiles/; `local`, SmolLM2, by
 default; `qwen-coder`, the tool model); with one, the owner's server at `--upstream`, through an
 inferproxy this starts. Either way with brokerd, in a temporary run folder under supervisord
 (stack.py). One line per check, PASS, FAIL or SKIP (the rules are checks.py), then a summary;
 exit 1 if a check failed, else 0. The run folder is kept when a check failed, so its logs can be
-read.
+read. With --gateway, gatewayd's checks against the owner's Mattermost server come first
+(gateway.py); --gateway-only runs those alone.
 
 The tool checks run each in a fresh session (a prose answer earlier in the history changes what a
 small model does next) on files planted in brokerd's workspace, and each reads what came back:
@@ -42,6 +44,7 @@ from boxmaker.session.baseline import Baseline, budget_text
 from boxmaker.session.check import check_session
 from boxmaker.verify import checks
 from boxmaker.verify.checks import Check, Status
+from boxmaker.verify.gateway import gateway_checks
 from boxmaker.verify.profile import DEFAULT, ProfileError, load_profile
 from boxmaker.verify.stack import Stack, StackError, wait_for
 
@@ -310,7 +313,24 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     parser.add_argument("--turn-bound", type=float, default=TURN_BOUND, metavar="SECONDS",
                         help=f"one turn's bound (default {TURN_BOUND:g}); a turn cut by it is a "
                         "FAIL, so raise it on a machine busier than 2 shared cores")  # fmt: skip
+    parser.add_argument("--gateway", type=Path, metavar="GATEWAY_TOML",
+                        help="also check gatewayd's Mattermost server, token and owner first "
+                        "(gateway.py)")  # fmt: skip
+    parser.add_argument("--gateway-only", action="store_true",
+                        help="with --gateway: those checks alone, no stack")  # fmt: skip
     args = parser.parse_args(argv)
+    if args.gateway_only and args.gateway is None:
+        print("verify-device: GATEWAY_ONLY needs GATEWAY=<gateway.toml>", file=sys.stderr)
+        return 2
+    gateway: list[Check] = []
+    if args.gateway is not None:
+        print(f"verify-device: the gateway of {args.gateway}", file=out)
+        gateway = gateway_checks(args.gateway)
+        for check in gateway:
+            print(check.line(), file=out, flush=True)
+        if args.gateway_only:
+            print(f"verify-device: {checks.summary(gateway)}", file=out)
+            return checks.exit_status(gateway)
     TURN_BOUND, CLOCK_SLACK_S = args.turn_bound, 2 * args.turn_bound
     name, model = DEFAULT, None
     if args.model and ("/" in args.model or args.model.endswith(".gguf")):
@@ -337,6 +357,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO = sys.stdout) -> int:
     print(f"verify-device: {target}, config {stack.source}, run folder {stack.run}", file=out)
     started = time.monotonic()
     run = Run(stack, out)
+    run.results += gateway
     try:
         run.all()
     finally:

@@ -7,6 +7,8 @@ from dataclasses import replace
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from boxmaker.gatewayd.catchup import Cursor, plan
 from boxmaker.gatewayd.mattermost.types import Post
@@ -98,3 +100,95 @@ def test_untrusted_text_is_escaped_and_fenced() -> None:
     assert shown.endswith("\n````")
     assert escaped("a\tb\nc") == "a\\u0009b\nc"
     assert "bxctl approve" in approval_post("shell", summary, "mm.x")
+
+
+def test_the_cursor_keeps_channel_order_whatever_the_taking_order() -> None:
+    """A catch-up takes older posts after a live one came: the live one finishing first must
+    not move the cursor past the older ones still in flight."""
+    c = Cursor("p0")
+    c.take("p9", 9)  # live
+    c.take("p5", 5)  # found by the catch-up, older
+    assert c.finish("p9") is None
+    assert c.at == "p0"
+    assert c.finish("p5") == "p9"
+
+
+def test_a_held_cursor_does_not_move_until_released() -> None:
+    c = Cursor("p0")
+    c.hold()
+    assert c.skip("p3", 3) is None  # a refused live post while a catch-up is due
+    assert c.at == "p0"
+    c.take("p1", 1)  # the catch-up finds an older one
+    assert c.release() is None  # p1 is in flight
+    assert c.finish("p1") == "p3"
+
+
+def test_a_cursor_never_moves_back() -> None:
+    c = Cursor("p0")
+    assert c.skip("p5", 5) == "p5"
+    assert c.skip("p2", 2) is None  # found again by a late catch-up: already behind
+    assert c.at == "p5"
+
+
+def test_open_before_says_whether_an_older_post_is_in_flight() -> None:
+    c = Cursor(None)
+    c.take("p2", 2)
+    c.take("p1", 1)
+    assert c.open_before("p2")
+    assert not c.open_before("p1")
+    c.finish("p1")
+    assert not c.open_before("p2")
+
+
+STEPS = st.lists(
+    st.one_of(
+        st.tuples(st.just("take"), st.integers(1, 12)),
+        st.tuples(st.just("skip"), st.integers(1, 12)),
+        st.tuples(st.just("finish"), st.integers(1, 12)),
+        st.tuples(st.just("hold"), st.just(0)),
+        st.tuples(st.just("release"), st.just(0)),
+    ),
+    max_size=60,
+)
+
+
+@settings(max_examples=1000)  # a core: a thousand orders take about a second
+@given(STEPS)
+def test_the_cursor_never_passes_a_post_in_flight_whatever_the_order(
+    steps: list[tuple[str, int]],
+) -> None:
+    """Posts p1..p12 in channel order, taken, skipped and finished in any order, with holds:
+    the cursor never stands at or past a taken post not finished, never moves while held, and
+    never moves back. As the shell brings them: live posts come in channel order, and a post
+    older than one seen comes only from a catch-up (after the cursor, while it is held)."""
+    c = Cursor("p0")
+    taken: set[int] = set()
+    done: set[int] = set()
+    holds = 0
+    at = 0
+    for op, n in steps:
+        before = c.at
+        can_see = n not in taken and n > at and (holds > 0 or n > max(taken, default=0))
+        if op == "take" and can_see:
+            taken.add(n)
+            c.take(f"p{n}", n)
+        elif op == "skip" and can_see:
+            taken.add(n)
+            done.add(n)
+            c.skip(f"p{n}", n)
+        elif op == "finish" and n in taken and n not in done:
+            done.add(n)
+            c.finish(f"p{n}")
+        elif op == "hold":
+            holds += 1
+            c.hold()
+        elif op == "release" and holds:
+            holds -= 1
+            c.release()
+        assert c.at is not None
+        now = int(c.at[1:])
+        if holds:
+            assert c.at == before, "a held cursor moved"
+        assert now >= at, "the cursor moved back"
+        at = now
+        assert all(n > now for n in taken - done), f"the cursor {c.at} passed a post in flight"

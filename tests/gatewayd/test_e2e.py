@@ -169,3 +169,60 @@ def test_sigterm_during_a_turn_stops_gatewayd_at_once_and_the_restart_answers(
         assert user_refs(env, f"mm.{dm}", f"mm:{post['id']}") == 1
     finally:
         rig.stop()
+
+
+@pytest.mark.parametrize("crash", ["", "before_turn", "after_turn", "after_post"])
+def test_a_first_ever_dm_sent_before_gatewayd_ever_ran_is_answered_once(
+    stack: tuple[ServeEnv, FakeMattermost], crash: str
+) -> None:
+    """The owner opens the DM and writes before gatewayd has ever run (no cursor, no live
+    event of that channel): the start knows the DM (channels/direct) and catches it up; a kill
+    -9 of that first start at a crash window changes nothing."""
+    env, fake = stack
+    rig = GatewayRig(env, fake)
+    try:
+        dm = fake.direct_channel(OWNER)
+        env.model.load([say("first answer")])
+        post = fake.post_as(OWNER, dm, "are you there?")
+        if crash:
+            rig.crash_at(crash)
+            crashing = rig.start(wait=False)
+            assert crashing.wait(REPLY_BOUND_S) == -signal.SIGKILL, crashing.err_lines
+            assert rig.fired()
+        rig.start()
+        [reply] = rig.wait_replies(dm, post["id"])
+        assert reply["message"] == "first answer"
+        sentinel(rig, dm)
+        assert len(rig.replies(dm, post["id"])) == 1
+        assert user_refs(env, f"mm.{dm}", f"mm:{post['id']}") == 1, "the turn ran once"
+        assert any(r.path == "/api/v4/channels/direct" for r in fake.requests)
+    finally:
+        rig.stop()
+
+
+@pytest.mark.parametrize("root", ["unknown", "deleted"])
+def test_a_reply_whose_thread_root_is_gone_is_answered_once_beside_it(
+    stack: tuple[ServeEnv, FakeMattermost], root: str
+) -> None:
+    """The server has no such root (never had it, or it was deleted): the thread cannot be read
+    and a reply into it is refused ("Invalid RootId"); the answer goes beside it, once."""
+    env, fake = stack
+    rig = GatewayRig(env, fake)
+    try:
+        rig.start()
+        dm = fake.direct_channel(OWNER)
+        if root == "unknown":
+            root_id = "zzzzzzzzzzzzzzzzzzzzzzzzzz"
+        else:
+            first = fake.post_as(OWNER, dm, "start a thread")
+            rig.wait_replies(dm, first["id"])
+            root_id = str(first["id"])
+            fake.delete_post(root_id)
+        env.model.load([say("beside the thread")])
+        post = fake.post_as(OWNER, dm, "in a thread that is gone", root_id=root_id)
+        [reply] = rig.wait_replies(dm, post["id"])
+        assert (reply["message"], reply["root_id"]) == ("beside the thread", "")
+        sentinel(rig, dm)
+        assert len(rig.replies(dm, post["id"])) == 1
+    finally:
+        rig.stop()

@@ -471,3 +471,25 @@ def test_connections_away_are_kept_for_a_while_not_for_ever(mm: FakeMattermost) 
         mm.wait_for("the socket gone", lambda: mm.live_sockets() == 0, 10)
     assert first not in mm.connection_ids()
     assert len(mm.connection_ids()) == KEEP_AWAY + 1
+
+
+def test_an_old_server_says_hello_as_the_docs_and_never_resumes() -> None:
+    with FakeMattermost(old_server=True) as old:
+        with _ws(old) as ws:
+            first = json.loads(_recv(ws))
+        assert set(first["data"]) == set(load("ws/hello.docs.json")["data"])
+        with _ws(old, "?connection_id=x&sequence_number=1") as ws:
+            again = json.loads(_recv(ws))
+        assert (again["event"], again["seq"]) == ("hello", 0), "a resume is a new connection"
+
+
+def test_after_a_deleted_post_pages_from_its_place(mm: FakeMattermost) -> None:
+    """The server's after= compares create_at with the named post's, deleted or not."""
+    dm = mm.direct_channel(mm.owner["id"])
+    posts = [mm.post_as(mm.owner["id"], dm, f"m{i}") for i in range(3)]
+    mm.delete_post(posts[0]["id"])
+    with httpx.Client(
+        base_url=mm.url + "/api/v4", headers={"Authorization": f"Bearer {mm.token}"}
+    ) as http:
+        page = http.get(f"/channels/{dm}/posts", params={"after": posts[0]["id"]}).json()
+    assert sorted(page["order"]) == sorted(p["id"] for p in posts[1:])

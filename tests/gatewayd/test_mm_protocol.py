@@ -219,3 +219,61 @@ def test_any_delivery_yields_each_post_once_and_every_loss_is_said(
             last = item.seq
     if all(a <= 1 for a, _, _ in steps):
         assert Connected("c1", lossless=False) not in out
+
+
+def test_a_seq_that_goes_back_outside_a_resume_is_lossy_and_its_post_still_comes() -> None:
+    """A server whose numbering restarts without a hello (a restart behind a proxy, another
+    node): the post it carries is new, not a replay."""
+    s = SocketState()
+    s.feed(_hello("c1"))
+    for seq in (1, 2, 3):
+        s.feed(_posted(seq, f"p{seq}"))
+    out = s.feed(_posted(1, "new"))
+    assert out[0] == Connected("c1", lossless=False)
+    assert isinstance(out[1], Posted)
+    assert out[1].post.id == "new"
+    assert s.next_seq == 2
+    assert [type(i) for i in s.feed(_posted(2, "next"))] == [Posted]
+
+
+def test_a_resume_overlap_is_dropped_but_not_after_the_replay_caught_up() -> None:
+    s = SocketState()
+    s.feed(_hello("c1"))
+    for seq in (1, 2, 3):
+        s.feed(_posted(seq, f"p{seq}"))
+    s.opened()
+    assert s.feed(_posted(2, "p2")) == [Connected("c1", lossless=True)]
+    assert s.feed(_posted(3, "p3")) == []
+    assert [i.post.id for i in s.feed(_posted(4, "p4")) if isinstance(i, Posted)] == ["p4"]
+    again = s.feed(_posted(2, "after"))  # past the replay: a reset, not an overlap
+    assert again[0] == Connected("c1", lossless=False)
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"event": "channel_viewed", "data": {"channel_id": "c"}},
+        {"event": "some_plugin_event", "data": ["a", "list"]},
+        {"event": "some_plugin_event", "data": "a string"},
+        {"event": "reaction_added", "data": None},
+        {"event": "post_deleted", "data": {"post": '{"id": "p1"}'}},
+        {"event": "post_edited", "data": {"post": '{"id": "p1", "message": "edited"}'}},
+        {"event": "status_change"},
+    ],
+)
+def test_other_events_of_any_shape_only_move_the_seq(event: dict[str, object]) -> None:
+    s = SocketState()
+    s.feed(_hello("c1"))
+    assert s.feed(json.dumps(event | {"seq": 1})) == []
+    assert s.lost == 1  # the first hello only
+    assert [type(i) for i in s.feed(_posted(2))] == [Posted]
+
+
+def test_a_hello_without_seq_or_connection_id_then_events() -> None:
+    s = SocketState()
+    hello = load("ws/hello.docs.json")
+    hello.pop("seq", None)
+    assert s.feed(json.dumps(hello)) == [Connected("", lossless=False)]
+    assert [type(i) for i in s.feed(_posted(1))] == [Posted]
+    s.opened()  # no id: the next socket is a fresh connect, never a resume
+    assert s.url("ws://h/x") == "ws://h/x"

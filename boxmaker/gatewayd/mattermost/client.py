@@ -23,7 +23,17 @@ from websockets.asyncio.client import ClientConnection, connect
 from websockets.exceptions import InvalidStatus, WebSocketException
 
 from .protocol import SocketState, backoff_ms, retry_wait_s
-from .types import Connected, MattermostError, Me, Post, Posted, loads_object, post_list, redact
+from .types import (
+    Connected,
+    MattermostError,
+    Me,
+    Post,
+    Posted,
+    loads_object,
+    parse_event,
+    post_list,
+    redact,
+)
 
 DEFAULT_MAX_POST_CHARS = 16383  # the server's MaxPostSize default (posts hold runes, not bytes)
 
@@ -149,6 +159,32 @@ class MattermostClient:
         self._ws = ws
         return ws
 
+    async def hello(self) -> str:
+        """One upgrade with the token and its first frame, which must be `hello`: its
+        connection_id ("" from an old server). For a check (verify-device); events() is the
+        service. A refused token or upgrade, no answer within pong_timeout_ms, or a first frame
+        that is not hello raises MattermostError saying which."""
+        bound = self.limits.pong_timeout_ms / 1000
+        try:
+            async with asyncio.timeout(bound):
+                ws = await connect(self._ws_url, additional_headers=self._auth, ping_interval=None)
+                try:
+                    frame = await ws.recv()
+                finally:
+                    await ws.close()
+        except InvalidStatus as e:
+            status = e.response.status_code
+            raise self._error(f"the socket upgrade was answered {status}", status) from None
+        except TimeoutError:
+            raise self._error(f"no hello on the socket within {bound:g} s") from None
+        except (OSError, WebSocketException) as e:
+            raise self._error(f"the socket upgrade failed: {type(e).__name__}: {e}") from None
+        event = parse_event(frame)
+        if event is None or event.event != "hello":
+            raise self._error("the socket's first frame is not a hello")
+        cid = event.data.get("connection_id")
+        return cid if isinstance(cid, str) else ""
+
     def _failed(self, why: str) -> None:
         self.socket_failures += 1
         self.last_socket_error = redact(why, self._token)
@@ -209,7 +245,7 @@ class MattermostClient:
         method: str,
         path: str,
         *,
-        body: Mapping[str, Any] | None = None,
+        body: Mapping[str, Any] | list[str] | None = None,
         params: Mapping[str, str | int] | None = None,
     ) -> Any:
         """One call with its retries; the parsed JSON body (None when empty)."""
@@ -331,6 +367,20 @@ class MattermostClient:
         if not isinstance(kind, str):
             raise MattermostError(f"channel {channel_id!r}: the server gave no 'type'")
         return kind
+
+    async def user(self, user_id: str) -> Me:
+        """GET /users/{id}: a user the server knows (404 when it does not)."""
+        return Me.from_json(await self._request("GET", f"/users/{_seg(user_id)}"))
+
+    async def direct_channel(self, user_id: str, other_id: str) -> str:
+        """POST /channels/direct [a, b]: the id of the DM channel between two users, made if it
+        is not there yet (the server gets or creates it: the same id every time)."""
+        d = await self._request("POST", "/channels/direct", body=[user_id, other_id])
+        cid = d.get("id") if isinstance(d, Mapping) else None
+        kind = d.get("type") if isinstance(d, Mapping) else None
+        if not isinstance(cid, str) or not cid or kind != "D":
+            raise MattermostError("channels/direct: the answer is not a direct channel")
+        return cid
 
     async def max_post_chars(self) -> int:
         """The server's MaxPostSize from its client config, else 16383."""

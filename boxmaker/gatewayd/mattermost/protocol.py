@@ -27,6 +27,7 @@ class SocketState:
     next_seq: int | None = None  # None until the first hello or event
     lost: int = field(default=0)  # lossy Connected yielded so far (gaps, new hellos, bad frames)
     _resuming: bool = field(default=False, repr=False)
+    _replaying: bool = field(default=False, repr=False)  # a resume's overlap: old seqs are fine
 
     def url(self, ws_url: str) -> str:
         """The upgrade URL: plain for a first connect, with the resume query after."""
@@ -39,6 +40,7 @@ class SocketState:
         """After an upgrade. A resume is lossless if the server's first frame is not a hello and
         not past a gap; it sends nothing at all when nothing happened, so nothing is said then."""
         self._resuming = bool(self.connection_id) and self.next_seq is not None
+        self._replaying = False
 
     def feed(self, text: str | bytes) -> list[Item]:
         """One frame in; the Posted and Connected it means out (other events are dropped)."""
@@ -57,11 +59,18 @@ class SocketState:
             self._resuming = False
             if event.seq is None or self.next_seq is None or event.seq <= self.next_seq:
                 out.append(Connected(self.connection_id, lossless=True))
+                self._replaying = True
         if event.seq is not None:
             if self.next_seq is not None and event.seq < self.next_seq:
-                return out  # replayed and already seen
-            if self.next_seq is not None and event.seq > self.next_seq:
+                if self._replaying or event.seq == self.next_seq - 1:
+                    return out  # the resume's overlap, or the last event again: already seen
+                # Further back and no replay: the server's numbering went back (a restart or
+                # another node that said no hello). What came meanwhile is unknown: catch up, and
+                # take this event (gatewayd knows the posts it took by id).
                 out += self._lossy()
+            elif self.next_seq is not None and event.seq > self.next_seq:
+                out += self._lossy()
+            self._replaying = False
             self.next_seq = event.seq + 1
         if event.event == "posted":
             try:

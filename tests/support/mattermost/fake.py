@@ -99,6 +99,7 @@ class FakeMattermost(routes.Routes):
         max_post_size: int = 16383,
         replay_limit: int = DEAD_QUEUE,
         style: str = "server",
+        old_server: bool = False,
     ) -> None:
         super().__init__(
             bot_user_id=bot_user_id or new_id(),
@@ -110,6 +111,9 @@ class FakeMattermost(routes.Routes):
         )
         self.token = token or f"tok{new_id()}"
         self.replay_limit = replay_limit
+        # a server before connection_id (ws/hello.docs.json, 3.6): hello without it, and every
+        # connect a new connection (no resume: the query is not read)
+        self.old_server = old_server
         if style not in STYLES:
             raise ValueError(f"style {style!r}: one of {STYLES}")
         self.style = style  # how socket events are spelled (wire.event_frame)
@@ -120,6 +124,7 @@ class FakeMattermost(routes.Routes):
         self._peers: set[_Peer] = set()
         self._hung: set[asyncio.StreamWriter] = set()  # upgrades held while deaf
         self._refuse = False
+        self._upgrade_status = 0  # refuse_upgrades: the status every upgrade gets, 0: none
         self._slow = 0.0
         self._limited: list[tuple[int, float | None, bool]] = []  # (n left, wait, reset header)
         self._drop_after: int | None = None
@@ -292,6 +297,12 @@ class FakeMattermost(routes.Routes):
     def refuse_auth(self, on: bool) -> None:
         self._call(lambda: setattr(self, "_refuse", on))
 
+    def refuse_upgrades(self, status: int) -> None:
+        """Every socket upgrade is answered `status` (0: accepted again) while REST works: what a
+        proxy in front of the server that does not pass upgrades gets from the server (a plain
+        GET of /api/v4/websocket: 400 from the upgrader), or says itself (502, 404)."""
+        self._call(lambda: setattr(self, "_upgrade_status", status))
+
     def slow_rest(self, seconds: float) -> None:
         self._call(lambda: setattr(self, "_slow", seconds))
 
@@ -393,6 +404,9 @@ class FakeMattermost(routes.Routes):
             status, body = routes.unauthorized()
             _write(writer, status, body, {})
             return
+        if self._upgrade_status:
+            _write(writer, self._upgrade_status, b"Bad Request\n", {}, "text/plain")
+            return
         proto.receive_data(head)
         [request] = proto.events_received()
         assert isinstance(request, Request)
@@ -421,7 +435,7 @@ class FakeMattermost(routes.Routes):
 
     def _attach(self, peer: _Peer, query: dict[str, str]) -> _Conn:
         """A new connection (hello), or a resume: replay, nothing missed, or new id + hello."""
-        cid = query.get("connection_id", "")
+        cid = "" if self.old_server else query.get("connection_id", "")
         wanted = query.get("sequence_number", "")
         conn = self._conns.get(cid) if cid else None
         if conn is not None and wanted.isdigit():
@@ -443,6 +457,8 @@ class FakeMattermost(routes.Routes):
         self._conns[conn.id] = conn
         conn.peer = peer
         hello_data = {"server_version": SERVER_VERSION, "connection_id": conn.id}
+        if self.old_server:
+            del hello_data["connection_id"]
         hello = event_frame("hello", hello_data, broadcast(user_id=self.bot["id"]), 0, self.style)
         conn.next_seq = 1
         conn.queue.append((0, hello))

@@ -86,24 +86,44 @@ class Routes:
             self._call(lambda: self._user(user_id or new_id(), username, is_bot=is_bot))["id"]
         )
 
-    def _channel(self, kind: str, name: str, display: str) -> str:
+    def _channel(self, kind: str, name: str, display: str, creator: str = "") -> str:
         cid = new_id()
         team = "" if kind in "DG" else self.team_id
+        now = self._now_ms()
         self.channels[cid] = {"id": cid, "type": kind, "name": name, "display_name": display}
         self.channels[cid] |= {"team_id": team, "delete_at": 0}
+        # the rest of model.Channel's JSON keys (server/public/model/channel.go), as sent
+        self.channels[cid] |= {
+            "create_at": now,
+            "update_at": now,
+            "header": "",
+            "purpose": "",
+            "last_post_at": 0,
+            "total_msg_count": 0,
+            "extra_update_at": 0,
+            "creator_id": creator,
+            "scheme_id": None,
+            "props": None,
+            "group_constrained": None,
+            "shared": False,
+            "total_msg_count_root": 0,
+            "policy_id": None,
+            "last_root_post_at": 0,
+        }
         return cid
+
+    def _direct(self, a: str, b: str) -> tuple[str, bool]:
+        """The DM channel of two users (named `<id>__<id>`, ids sorted, as model.GetDMNameFromIds)
+        and whether it was made now."""
+        name = "__".join(sorted([a, b]))
+        for c in self.channels.values():
+            if c["name"] == name and c["type"] == "D":
+                return str(c["id"]), False
+        return self._channel("D", name, f"@{self.users[b]['username']}"), True
 
     def direct_channel(self, user_id: str) -> str:
         """The DM channel between the bot and a user (named `<id>__<id>`, ids sorted)."""
-        name = "__".join(sorted([self.bot["id"], user_id]))
-
-        def go() -> str:
-            for c in self.channels.values():
-                if c["name"] == name:
-                    return str(c["id"])
-            return self._channel("D", name, f"@{self.users[user_id]['username']}")
-
-        return str(self._call(go))
+        return str(self._call(lambda: self._direct(self.bot["id"], user_id)[0]))
 
     def open_channel(self, name: str, *, kind: str = "O") -> str:
         """A team channel: "O" open, "P" private (or "G" for a group message)."""
@@ -186,6 +206,12 @@ class Routes:
         match method, parts:
             case "GET", ["users", "me"]:
                 return _answer(200, self.bot)
+            case "GET", ["users", uid]:
+                if uid not in self.users:  # api4/user.go getUser: the store's not-found
+                    return _error(404, "app.user.missing_account.const", "Unable to find the user.")
+                return _answer(200, self.users[uid])
+            case "POST", ["channels", "direct"]:
+                return self._create_direct(body)
             case "POST", ["users", "me" | _, "typing"]:
                 return self._typing(body)
             case "GET", ["channels", cid]:
@@ -201,7 +227,7 @@ class Routes:
                     return _error(404, "app.post.get.app_error", "No post")
                 return _answer(200, self._by_id[pid])
             case "GET", ["posts", pid, "thread"]:
-                if pid not in self._by_id:
+                if pid not in self._by_id or self._by_id[pid]["delete_at"]:  # a deleted root too
                     return _error(404, "app.post.get.app_error", "No post")
                 root = self._by_id[pid]["root_id"] or pid
                 thread = [p for p in self._posts if root in (p["id"], p["root_id"])]
@@ -228,6 +254,33 @@ class Routes:
         bcast = broadcast(channel_id=req["channel_id"]) | {"omit_users": {self.bot["id"]: True}}
         self._emit("typing", data, bcast)
         return _answer(200, {"status": "OK"})
+
+    def _create_direct(self, body: bytes) -> Answer:
+        """POST /channels/direct (channels.yaml CreateDirectChannel; api4/channel.go
+        createDirectChannel): a JSON array of two valid user ids, one of them the caller's; an
+        unknown user is 400 invalid_user (app/channel.go); 201 and the channel, made or found
+        (GetOrCreateDirectChannel); a new one is announced by `direct_added`."""
+        try:
+            ids = json.loads(body)
+        except ValueError:
+            ids = None
+        if not isinstance(ids, list) or len(ids) != 2:
+            return _error(400, "api.context.invalid_body_param.app_error", "Invalid user_ids.")
+        if not all(isinstance(i, str) and re.fullmatch(r"[a-z0-9]{26}", i) for i in ids):
+            return _error(400, "api.context.invalid_body_param.app_error", "Invalid user_id.")
+        me = self.bot["id"]
+        if me not in ids:
+            return _error(403, "api.context.permissions.app_error", "You do not have permission.")
+        if any(i not in self.users for i in ids):
+            return _error(
+                400, "api.channel.create_direct_channel.invalid_user.app_error", "Invalid user."
+            )
+        other = ids[1] if ids[0] == me else ids[0]
+        cid, made = self._direct(me, other)
+        if made:
+            data = {"creator_id": me, "teammate_id": other}
+            self._emit("direct_added", data, broadcast(channel_id=cid))
+        return _answer(201, self.channels[cid])
 
     def _patch(self, pid: str, body: bytes) -> Answer:
         """PUT /posts/{id}/patch (rest/patch_post.request.json): post_edited follows."""
@@ -270,6 +323,25 @@ class Routes:
 
         self._call(go)
 
+    def edit_post(self, post_id: str, message: str) -> None:
+        """As its author editing a post in the web app: post_edited follows (the post, edited, as
+        a JSON string: ws/post_edited.captured.json)."""
+
+        def go() -> None:
+            post = self._by_id[post_id]
+            post["message"] = message
+            post["edit_at"] = post["update_at"] = self._now_ms()
+            self._emit(
+                "post_edited", {"post": go_json(post)}, broadcast(channel_id=post["channel_id"])
+            )
+
+        self._call(go)
+
+    def react(self, user_id: str, post_id: str, emoji: str) -> None:
+        """As a user reacting in the web app: reaction_added (ws/reaction_added.captured.json)."""
+        body = go_json({"user_id": user_id, "post_id": post_id, "emoji_name": emoji}).encode()
+        self._call(lambda: self._react(body, "reaction_added"))
+
     def set_status(self, user_id: str, status: str) -> None:
         """A user goes online/away/offline: status_change to everyone."""
         data = {"status": status, "user_id": user_id}
@@ -286,10 +358,12 @@ class Routes:
         live = [p for p in self._posts if p["channel_id"] == cid and p["delete_at"] == 0]
         after = query.get("after", "")
         if after:  # the page of posts right after that one, and the next page's first id
-            ids = [p["id"] for p in live]
-            if after not in ids:
+            # getPostsAround: CreateAt > (SELECT CreateAt FROM Posts WHERE Id = ?), so a deleted
+            # post still marks its place; an unknown one gives nothing
+            mark = self._by_id.get(after)
+            if mark is None or mark["channel_id"] != cid:
                 return _answer(200, post_list([]))
-            rest = live[ids.index(after) + 1 :]
+            rest = [p for p in live if p["create_at"] > mark["create_at"]]
             page_posts = rest[page * per_page : (page + 1) * per_page]
             more = rest[(page + 1) * per_page : (page + 1) * per_page + 1]
             return _answer(200, post_list(page_posts, more[0]["id"] if more else ""))
@@ -305,7 +379,8 @@ class Routes:
         if channel_id not in self.channels:
             return _error(403, "api.context.permissions.app_error", "No such channel")
         root_id = req.get("root_id", "")
-        if root_id and (root_id not in self._by_id or self._by_id[root_id]["root_id"]):
+        root = self._by_id.get(root_id)
+        if root_id and (root is None or root["root_id"] or root["delete_at"]):
             return _error(400, "api.post.create_post.root_id.app_error", "Invalid RootId")
         if len(message) > self.max_post_size:
             return _error(400, "model.post.is_valid.message_length.app_error", "Message too long")

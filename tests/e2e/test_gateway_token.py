@@ -1,0 +1,170 @@
+"""The Mattermost token nowhere it should not be (M4 section 1, issue 36): the whole stack as
+`make run GATEWAY=...` starts it (fake Mattermost -> gatewayd under supervisord -> loopd -> the
+real llama-server), driven through faults that make gatewayd retry and log errors (429s, 5xx, a
+lost answer, dropped and refused sockets, a restart); then every file under the run folder (the
+programs' logs, supervisord's, the session logs, gatewayd's state) and every byte gatewayd sent
+to loopd (a tee in front of loop.sock) is searched for the token, and every post and typing call
+the bot made. The token file lives outside the run folder, so nothing there is excused."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from boxmaker._toml import toml_dumps
+from boxmaker.verify.stack import free_port
+from boxmaker.verify.tee import Tee
+from tests.e2e.test_local_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
+from tests.support.llama import ensure_built
+from tests.support.mattermost.fake import FakeMattermost
+from tests.support.procs import wait_for, wait_for_socket
+from tests.support.stack import write_local_config
+
+OWNER = "own0000000000000000000000a"
+BOT = "bot0000000000000000000000b"
+REPLY_TO = "boxmaker_reply_to"
+
+
+class Run:
+    def __init__(self, folder: Path, env: dict[str, str], fake: FakeMattermost, tee: Tee) -> None:
+        self.folder, self.env, self.fake, self.tee = folder, env, fake, tee
+
+    def replies(self, channel: str, post_id: str) -> list[dict[str, object]]:
+        posts = self.fake.bot_posts(channel)
+        return [p for p in posts if (p.get("props") or {}).get(REPLY_TO) == post_id]
+
+    def answered(self, channel: str, post_id: str) -> list[dict[str, object]]:
+        return wait_for(
+            lambda: self.replies(channel, post_id), f"a reply to {post_id}", LOOPD_BOUND
+        )
+
+    def connected(self, times: int) -> None:
+        """gatewayd's log says a fresh socket `times` times (a lossless resume says otherwise)."""
+        log = self.folder / "gatewayd.err.log"
+        wait_for(
+            lambda: log.exists() and log.read_text().count("socket connected") >= times,
+            f"gatewayd's socket ({times})",
+            BOUND,
+        )
+
+
+@pytest.fixture
+def run() -> Iterator[Run]:
+    ensure_built()
+    folder = Path(tempfile.mkdtemp(prefix="bx-gwt-", dir="/tmp"))
+    outside = Path(tempfile.mkdtemp(prefix="bx-gwt-token-", dir="/tmp"))
+    port = free_port()
+    with FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER) as fake:
+        token = outside / "gateway.token"
+        token.write_text(fake.token + "\n")
+        token.chmod(0o600)
+        gateway = outside / "gateway.toml"
+        table = {
+            "mattermost": {"url": fake.url, "token_file": str(token), "allowed_users": [OWNER]},
+            "limits": {"rest_timeout_ms": 3000, "backoff_max_ms": 500, "typing_interval_ms": 500},
+            "loopd": {"socket": str(folder / "gw-loop.sock")},  # the tee, in front of loop.sock
+            "state": {"folder": str(folder / "gateway")},
+        }
+        gateway.write_text(toml_dumps(table))
+        tee = Tee(folder / "gw-loop.sock", folder / "loop.sock")
+        env = dict(os.environ)
+        for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
+            env.pop(name, None)
+        env.update(
+            BOXMAKER_RUN=str(folder),
+            BOXMAKER_LLAMA_PORT=str(port),
+            CONFIG=str(write_local_config(folder)),
+            BROKERD_CONFIG=str(write_brokerd_config(folder)),
+            GATEWAY=str(gateway),
+        )
+        started = run_sh(env)
+        env.update(
+            BOXMAKER_PYTHON=sys.executable,
+            BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
+            BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
+            BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
+            BOXMAKER_GATEWAY_CONFIG=str(gateway),
+        )
+        try:
+            assert started.returncode == 0, started.stdout + started.stderr
+            wait_for_socket(str(folder / "loop.sock"), timeout=LOOPD_BOUND)
+            yield Run(folder, env, fake, tee)
+        except BaseException:
+            for name in ("gatewayd.err.log", "loopd.err.log", "supervisord.log"):
+                if (folder / name).exists():
+                    print(f"--- {name}\n" + (folder / name).read_text()[-3000:])
+            raise
+        finally:
+            pid_file = folder / "supervisord.pid"
+            pid = int(pid_file.read_text()) if pid_file.exists() else None
+            ctl(env, "shutdown")
+            try:
+                if pid is not None:
+                    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord exit", BOUND)
+            finally:
+                tee.stop()
+                shutil.rmtree(folder, ignore_errors=True)
+                shutil.rmtree(outside, ignore_errors=True)
+
+
+def files_holding(folder: Path, secret: bytes) -> tuple[list[str], int]:
+    """The files under `folder` whose bytes hold `secret`, and how many files were read."""
+    found, read = [], 0
+    for path in sorted(folder.rglob("*")):
+        if path.is_file() and not path.is_symlink():
+            read += 1
+            if secret in path.read_bytes():
+                found.append(str(path.relative_to(folder)))
+    return found, read
+
+
+def test_the_token_is_in_no_file_frame_or_post_after_faults_and_retries(run: Run) -> None:
+    fake, secret = run.fake, run.fake.token.encode()
+    run.connected(1)
+    dm = fake.direct_channel(OWNER)
+    # REST faults on the way of the first answer: a 429 twice, 5xx twice, one answer lost
+    fake.rate_limit(2, retry_after=0.2, reset_header=False)
+    fake.fail_next(2, 503)
+    fake.lose_answers(1)
+    first = fake.post_as(OWNER, dm, "Say hello in three words.")
+    run.answered(dm, first["id"])
+    # the socket: dropped, then upgrades refused for a while, the server restarted (lossy)
+    fake.drop_after(0)
+    fake.refuse_upgrades(502)
+    second = fake.post_as(OWNER, dm, "Name one colour.")
+    wait_for(lambda: len(fake.upgrades) >= 3, "gatewayd's retried upgrades", BOUND)
+    fake.refuse_upgrades(0)
+    run.answered(dm, second["id"])
+    before = (run.folder / "gatewayd.err.log").read_text().count("socket connected")
+    fake.restart()
+    run.connected(before + 1)
+    # the server failing longer than rest_timeout_ms: errors gatewayd logs, then retries
+    log = run.folder / "gatewayd.err.log"
+    fake.fail_next(40, 503)
+    third = fake.post_as(OWNER, dm, "Name one animal.")
+    wait_for(lambda: "failed (" in log.read_text(), "an error line in gatewayd's log", BOUND)
+    run.answered(dm, third["id"])
+    # a token refused for a moment (REST 401s), and gatewayd restarted: its catch-up answers
+    fake.refuse_auth(True)
+    fourth = fake.post_as(OWNER, dm, "Name one fruit.")
+    fake.refuse_auth(False)
+    assert ctl(run.env, "restart", "gatewayd").returncode == 0
+    run.answered(dm, fourth["id"])
+
+    found, read = files_holding(run.folder, secret)
+    assert read >= 10, f"only {read} files under the run folder: the search missed them"
+    assert found == [], f"the token is in {found}"
+    frames = [bytes(ex.request) for ex in run.tee.exchanges]
+    assert len(frames) >= 3, "gatewayd's turns did not go through the tee"
+    assert all(b'"client_ref"' in f for f in frames)
+    assert not any(secret in f for f in frames), "a frame gatewayd sent to loopd holds the token"
+    assert not any(secret in bytes(ex.response) for ex in run.tee.exchanges)
+    posts = fake.posts(dm)
+    assert not any(fake.token in str(p) for p in posts), "a post holds the token"
+    assert not any(fake.token in str(t) for t in fake.typing)
