@@ -35,6 +35,8 @@ TOML = "boxmaker._toml"
 FRAMED = "boxmaker._framed"
 CLIENT = "boxmaker._client"
 DAEMON = "boxmaker._daemon"
+CRASH = "boxmaker._crashpoint"
+PID = "boxmaker._pid"
 CONFIG = "boxmaker.loopd.config"
 CONF = "boxmaker._config"  # the typed config floor: kinds, walker, readfile (issue 35)
 LLAMA = "boxmaker.loopd.llama"
@@ -61,6 +63,8 @@ RULES: dict[str, frozenset[str]] = {
     CLI: frozenset(),  # the CLI shell the three programs share: Environment, Parser, ExitStatus
     DEFAULTS: frozenset(),  # the socket and home defaults loopd and bxctl share
     TOML: frozenset(),  # [core] the one TOML writer (configs, the grants brokerd adds)
+    CRASH: frozenset(),  # the test-only crash hook the session store and gatewayd share
+    PID: frozenset(),  # whether a pid is alive: bxctl's tools line, make run's wait
     FRAMED: frozenset({PROTO}),  # the framed connection of broker.sock and owner.sock, both ends
     # the clients every program shares: loop.sock's channel client, owner.sock's owner client
     CLIENT: frozenset({PROTO, DEFAULTS, FRAMED}),
@@ -96,7 +100,7 @@ RULES: dict[str, frozenset[str]] = {
     f"{LLAMA}.client": frozenset({PROTO, CONFIG})
     | _llama("errors", "types", "transport", "chat", "gate", "info", "request", "retry"),
     # The packages M2b adds (issue 8: rows before the code).
-    SESSION: frozenset({PROTO}),  # the session library: loopd, brokerd and bxctl use it
+    SESSION: frozenset({PROTO, CRASH}),  # the session library: loopd, brokerd and bxctl use it
     TOOLS: frozenset({PROTO, CONFIG, FRAMED}),  # port.py reads [tools] (issue 22)
     TURN: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOOLS, OPEN}),
     # Opening a session (issue 20): `loopd turn` and the worker share it.
@@ -158,15 +162,19 @@ RULES: dict[str, frozenset[str]] = {
     f"{BROKERD}.tools.kind": frozenset({PROTO, f"{BROKERD}.targets"}),  # [core]: a row
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
     # never the daemons
-    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT}),
+    "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT, PID}),
     # make verify-device: drives the whole stack from outside, as an owner would (issue 12).
-    VERIFY: frozenset({PROTO, CONFIG, LLAMA, SESSION, TOML, f"{VERIFY}.checks", f"{VERIFY}.tee"}),
+    VERIFY: frozenset(
+        {PROTO, CONFIG, LLAMA, SESSION, TOML, PID, f"{VERIFY}.checks", f"{VERIFY}.tee"}
+    ),
     f"{VERIFY}.checks": frozenset({PROTO, f"{LLAMA}.info"}),  # [core]: the PASS/FAIL/SKIP rules
     f"{VERIFY}.tee": frozenset(),  # the capture, stdlib only (the real-server tests use it too)
     # gatewayd (issue 36): the Mattermost client is its floor, on websockets + httpx only; its
     # cores (who, sessions, queues, split, replies, catchup, messages) sit beside its shell
     # (serve, turns, config, cli), which reaches loopd through the shared channel client only
-    "boxmaker.gatewayd": frozenset({PROTO, CLIENT, CONF, DEFAULTS, "boxmaker.gatewayd.mattermost"}),
+    "boxmaker.gatewayd": frozenset(
+        {PROTO, CLIENT, CONF, DEFAULTS, CRASH, "boxmaker.gatewayd.mattermost"}
+    ),
     "boxmaker.gatewayd.mattermost": frozenset({PROTO}),
 }
 
