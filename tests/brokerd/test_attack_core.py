@@ -7,37 +7,7 @@ import orjson
 import pytest
 
 from boxmaker.brokerd.grants import Mode
-from tests.brokerd.core import always_rule, decide, parse_grants
-
-WS = "/srv/ws"
-
-READ_DENIED = b"""
-[[grant]]
-tool = "read_file"
-mode = "allow"
-
-[[grant]]
-tool = "read_file"
-mode = "deny"
-paths = ["secrets"]
-files = ["notes/pin.txt"]
-
-[[grant]]
-tool = "list_dir"
-mode = "allow"
-
-[[grant]]
-tool = "write_file"
-mode = "allow"
-
-[[grant]]
-tool = "edit_file"
-mode = "allow"
-
-[[grant]]
-tool = "shell"
-mode = "allow"
-"""
+from tests.support.brokerd.core import READ_DENIED, WS, always_rule, decide, parse_grants
 
 
 def mode_of(grants: bytes, tool: str, args: dict[str, object]) -> Mode:
@@ -159,7 +129,7 @@ def test_a_zone_id_never_passes_a_deny(url: str) -> None:
 )
 def test_always_on_a_port_adds_nothing(url: str) -> None:
     """A grant names a host, not a port: "always" on `h:8080` would grant every port of h."""
-    from tests.brokerd.core import tool
+    from tests.support.brokerd.core import tool
 
     target = tool("fetch").target
     assert target is not None

@@ -14,8 +14,7 @@ from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.grants import Mode
 from boxmaker.brokerd.mcp.hosts import EgressPolicy, parse_host
 from boxmaker.brokerd.targets import BadTarget, normal_host, string_fields, workspace_path
-from tests.brokerd.core import always_rule, decide, parse_grants
-from tests.brokerd.test_attack_core import WS
+from tests.support.brokerd.core import WS, always_rule, decide, parse_grants
 
 EXPANDED = [
     "$PWD/secret",

@@ -18,7 +18,7 @@ from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.policy import DENIED_ARGS_CHARS
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
-from tests.brokerd.test_log_carry import base, config  # noqa: F401  (base: a fixture)
+from tests.support.brokerd.log import config
 from tests.support.cli import run_cli
 
 BIG = "x" * 900_000
@@ -54,7 +54,7 @@ DENIED = {
 
 
 @pytest.mark.parametrize("case", DENIED)
-def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, case: str) -> None:  # noqa: F811
+def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, case: str) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         log = Path(b.config.log)
@@ -76,7 +76,7 @@ def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, cas
     assert out.status == 0, out.stdout + out.stderr
 
 
-def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         b.call("shell", orjson.dumps({"command": BIG}).decode(), _no, "s")
@@ -93,7 +93,7 @@ def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -
     assert "a request logged cut" in out.stdout + out.stderr
 
 
-def test_an_allowed_call_is_logged_whole(base: Path) -> None:  # noqa: F811
+def test_an_allowed_call_is_logged_whole(base: Path) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         content = "y" * 5000

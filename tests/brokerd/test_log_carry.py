@@ -8,9 +8,7 @@ its log on /dev/shm where there is one (1,500 sessions are 4,500 fsyncs)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,45 +18,13 @@ import pytest
 
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.cli import main
-from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.ledger import MAX_CARRY_BYTES
 from boxmaker.brokerd.log import LogError
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain_files import archives
-from tests.brokerd.rig import Rig
+from tests.support.brokerd.log import ROTATE, config
+from tests.support.brokerd.rig import Rig
 from tests.support.cli import run_cli
-
-ROTATE = 64 << 10
-GRANTS = b"".join(
-    b'[[grant]]\ntool = "%s"\nmode = "allow"\n\n' % t for t in (b"read_file", b"write_file")
-)
-
-
-def config(base: Path, rotate: int = ROTATE) -> BrokerConfig:
-    (base / "ws").mkdir(exist_ok=True)
-    (base / "grants.toml").write_bytes(GRANTS)
-    return BrokerConfig(
-        socket=str(base / "b.sock"),
-        owner_socket=str(base / "o.sock"),
-        workspace=str(base / "ws"),
-        grants=str(base / "grants.toml"),
-        home=str(base / "home"),
-        log=str(base / "log" / "decisions.jsonl"),
-        log_rotate_bytes=rotate,
-        approval_timeout_ms=50,  # nobody answers: an asked call is denied at once
-    )
-
-
-@pytest.fixture
-def base(tmp_path: Path) -> Iterator[Path]:
-    if not os.path.isdir("/dev/shm"):
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix="carry-", dir="/dev/shm"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder)
 
 
 @pytest.fixture

@@ -22,7 +22,7 @@ import pytest
 
 import boxmaker._fast.splice as selected
 from boxmaker._fast import IMPLEMENTATIONS, NO_EXTENSIONS, _splice_c, _splice_py
-from tests.fast.splice_support import (
+from tests.support.fast.splice import (
     KIB,
     MIB,
     OneWay,

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from boxmaker._fast import _splice_c
-from tests.fast.splice_support import (
+from tests.support.fast.splice import (
     KIB,
     MIB,
     POLL_S,

@@ -18,7 +18,7 @@ from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import decide, listed
 from boxmaker.brokerd.tools.kind import GrantKind
 from boxmaker.brokerd.tools.table import BUILTIN, Table
-from tests.brokerd.mcp.servers import Rig, hostile_server, python_server
+from tests.support.brokerd.mcp.servers import Rig, hostile_server, python_server
 
 APPROVAL_MS = 300
 GRANTS = b"""

@@ -14,9 +14,8 @@ from boxmaker.brokerd.mcp.catalog import argument_problem
 from boxmaker.brokerd.mcp.rows import argument_types, epoch_key, families
 from boxmaker.brokerd.tools.table import BUILTIN, Table
 from boxmaker.proto import ToolSchema
-from tests.brokerd.mcp.hostile_server import CONTROLS
-from tests.brokerd.mcp.servers import Rig, hostile_server
-from tests.brokerd.mcp.test_arg_grants_live import nobody_answers
+from tests.support.brokerd.mcp.hostile_server import CONTROLS
+from tests.support.brokerd.mcp.servers import Rig, hostile_server, nobody_answers
 from tests.support.procs import wait_for
 
 FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}

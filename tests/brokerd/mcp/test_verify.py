@@ -15,9 +15,14 @@ from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.brokerd.policy import call_hash
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
-from tests.brokerd.mcp.servers import mcp_rig, python_server, sandbox_owned
-from tests.brokerd.mcp.test_arg_grants import GIT
-from tests.brokerd.mcp.test_arg_grants_live import broker_for, make_repo, nobody_answers
+from tests.support.brokerd.mcp.git import GIT, make_repo
+from tests.support.brokerd.mcp.servers import (
+    broker_for,
+    mcp_rig,
+    nobody_answers,
+    python_server,
+    sandbox_owned,
+)
 from tests.support.cli import run_cli
 
 GRANTS = """

@@ -12,10 +12,9 @@ import pytest
 from boxmaker.proto import User, verify_log
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
+from tests.support.loopd.turn_command import run, write_config
 from tests.support.smalldisk import fill, free, small_disk
 from tests.support.turn import Env, new_session, say
-
-from .test_command import run, write_config
 
 # 5 KB: more than the log's last page has left (the line needs a page the full disk lacks), and
 # under what a turn may hold (loopd turn measures a large message as a worker does: 1,251 of the

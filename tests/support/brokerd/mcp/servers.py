@@ -16,8 +16,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from boxmaker.brokerd.approvals import Held
+from boxmaker.brokerd.broker import Broker
+from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.mcp.config import McpServerConfig, parse_mcp
 from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.mcp.rows import families
+from boxmaker.brokerd.tools.table import BUILTIN, Table
 from tests.support.mcp_servers import SYSTEM_PYTHON, python_server, sandbox_python, site_packages
 
 __all__ = ["python_server", "sandbox_python", "site_packages"]  # moved to tests/support
@@ -151,3 +156,25 @@ class Listener:
         self._stop.set()
         self._thread.join(2)
         self.sock.close()
+
+
+APPROVAL_MS = 300  # an ask nobody answers is a no after this
+
+
+def broker_for(rig: Rig, servers: dict[str, Any], grants: str) -> Broker:
+    path = rig.base / "grants.toml"
+    path.write_text(grants)
+    config = BrokerConfig(
+        socket=str(rig.base / "b.sock"),
+        owner_socket=str(rig.base / "o.sock"),
+        workspace=str(rig.workspace),
+        grants=str(path),
+        home=str(rig.base / "home"),
+        log=str(rig.base / "log" / "decisions.jsonl"),
+        approval_timeout_ms=APPROVAL_MS,
+    )
+    return Broker(config, table=Table(BUILTIN, families(rig.manager(servers), lambda _ctx: 0)))
+
+
+def nobody_answers(_held: Held, _brief: str) -> None:
+    pass
