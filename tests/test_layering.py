@@ -132,8 +132,8 @@ RULES: dict[str, frozenset[str]] = {
         {PROTO, f"{BROKERD}.grants", f"{BROKERD}.taint", f"{BROKERD}.targets"}
         | {f"{BROKERD}.tools.kind", f"{BROKERD}.tools.spec"}
     ),
-    f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger
-        {SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
+    f"{BROKERD}.ledger": frozenset(  # [core]: the replay and the taint ledger, on the typed records
+        {PROTO, SESSION, f"{BROKERD}.grants", f"{BROKERD}.policy", f"{BROKERD}.taint"}
         | {f"{BROKERD}.tools.kind"}  # the row an MCP request line's facts give
     ),
     f"{BROKERD}.amend": frozenset(  # "always"; the grants file read by the home-file rules

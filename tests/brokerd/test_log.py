@@ -12,6 +12,7 @@ import pytest
 from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.policy import LogError
 from boxmaker.bxctl.cli import main as bxctl
+from boxmaker.proto.decision import Start
 from boxmaker.session.chain import verify_chain
 from tests.support.brokerd.approvals import ASK_WRITES, Call
 from tests.support.brokerd.core import replay
@@ -97,14 +98,14 @@ def test_the_log_has_one_writer_and_a_torn_last_line_is_cut(tmp_path: Path) -> N
 
     path = str(tmp_path / "d.jsonl")
     log = DecisionLog(path)
-    log.append("start", grants="", workspace="/w")
+    log.append(Start, grants="", workspace="/w")
     with pytest.raises(LogError, match="another brokerd holds this log"):
         DecisionLog(path)
     log.close()
     whole = (tmp_path / "d.jsonl").read_bytes()
     (tmp_path / "d.jsonl").write_bytes(whole + b'{"type":"request","seq":1,')  # killed mid-write
     again = DecisionLog(path)
-    again.append("start", grants="", workspace="/w")
+    again.append(Start, grants="", workspace="/w")
     again.close()
     records, _ = verify_chain((tmp_path / "d.jsonl").read_bytes())
     assert [r["seq"] for r in records] == [0, 1]
