@@ -18,13 +18,9 @@ import pytest
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.tools import fetch as fetch_mod
 from boxmaker.brokerd.tools.fetch import FetchLimits, fetch
-from tests.support.brokerd.fetch import Server, body
+from tests.support.brokerd.fetch import PAGE, Server, body
 
 LOCAL = netcheck.parse("127.0.0.1")
-PAGE = b"""<html><head><title>Hello page</title><style>body{color:red}</style>
-<script>var secret = "SCRIPT-TEXT";</script></head>
-<body><h1>Heading</h1><p>First   paragraph with <a href="https://example.org/x">a link</a>.</p>
-<ul><li>one</li><li>two</li></ul><noscript>NOSCRIPT-TEXT</noscript></body></html>"""
 
 
 def redirect(location: str) -> Callable[..., None]:

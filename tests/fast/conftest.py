@@ -6,7 +6,7 @@ import pytest
 
 from boxmaker._fast import _splice_c, _splice_py, _sse_c, _sse_py
 from tests.support.fast.splice import ROUTES, Pump, Sockets
-from tests.support.worker import Worker
+from tests.support.fast.worker import Worker
 
 # --- sse ---------------------------------------------------------------------------------------
 

@@ -36,7 +36,7 @@ from tests.support.fast.splice import (
     receive_exactly,
     send_all_then_eof,
 )
-from tests.support.worker import Worker, receive_until_eof
+from tests.support.fast.worker import Worker, receive_until_eof
 
 # --- Which twin is in use ------------------------------------------------------------------------
 

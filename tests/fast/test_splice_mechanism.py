@@ -39,8 +39,8 @@ from tests.support.fast.splice import (
     set_receive_timeout,
     wait_blocked,
 )
+from tests.support.fast.worker import BOUND_S, Worker, receive_until_eof
 from tests.support.procs import wait_for
-from tests.support.worker import BOUND_S, Worker, receive_until_eof
 
 # --- Which mechanism for which socket pair -------------------------------------------------------
 

@@ -25,7 +25,6 @@ from boxmaker.proto.log import (
     verify_log,
 )
 from boxmaker.proto.tool import ToolCall
-from tests.support.log_strategies import hexes, records, uints
 from tests.support.proto.log_cases import (
     BAD_LINES,
     BROKEN_LOGS,
@@ -41,6 +40,7 @@ from tests.support.proto.log_cases import (
     golden,
     make,
 )
+from tests.support.proto.log_strategies import hexes, records, uints
 
 # --- golden bytes --------------------------------------------------------------------------------
 

@@ -1,4 +1,4 @@
-"""A turn whose append meets a full disk (a real 64 KiB tmpfs, tests/support/smalldisk.py).
+"""A turn whose append meets a full disk (a real 64 KiB tmpfs, tests/support/session/smalldisk.py).
 
 `loopd turn` ends with one `error` line, code `internal`, saying the disk failed and nothing
 partial was kept; no traceback. The log still verifies, and the same session goes on once space
@@ -13,7 +13,7 @@ from boxmaker.proto import User, verify_log
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from tests.support.loopd.turn_command import run, write_config
-from tests.support.smalldisk import fill, free, small_disk
+from tests.support.session.smalldisk import fill, free, small_disk
 from tests.support.turn import Env, new_session, say
 
 # 5 KB: more than the log's last page has left (the line needs a page the full disk lacks), and

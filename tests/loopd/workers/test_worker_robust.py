@@ -22,7 +22,7 @@ from boxmaker.proto import (
     decode_body,
 )
 from boxmaker.proto.frame import Frame, FrameDecoder
-from tests.support.main_side import MainSide
+from tests.support.loopd.main_side import MainSide
 from tests.support.serve import BOUND_S, ServeEnv, turn_bytes
 
 

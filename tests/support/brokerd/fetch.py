@@ -7,6 +7,11 @@ import socket
 import threading
 from collections.abc import Callable
 
+PAGE = b"""<html><head><title>Hello page</title><style>body{color:red}</style>
+<script>var secret = "SCRIPT-TEXT";</script></head>
+<body><h1>Heading</h1><p>First   paragraph with <a href="https://example.org/x">a link</a>.</p>
+<ul><li>one</li><li>two</li></ul><noscript>NOSCRIPT-TEXT</noscript></body></html>"""
+
 
 class Server:
     """http.server on a thread; `routes` maps a path to a handler body; `hits` records requests."""

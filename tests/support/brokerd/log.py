@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import GENESIS_PREV, encode_line
+from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
 from tests.support.brokerd.approvals import ASK_WRITES, Call, owner_says
 from tests.support.brokerd.rig import Rig
 
@@ -36,6 +38,14 @@ def rechain(lines: list[dict[str, object]]) -> bytes:
         data += line
         prev = sha256_hex(line)
     return data
+
+
+def forged(log: bytes, edit: Callable[[list[dict[str, Any]]], None]) -> bytes:
+    """The log edited, every hash of its chain recomputed: an edit the chain alone cannot see
+    (as tests/brokerd/test_log.py forges brokerd's own lines)."""
+    records, _ = verify_chain(log)
+    edit(records)
+    return rechain(records)
 
 
 ROTATE = 64 << 10
