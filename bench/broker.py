@@ -1,8 +1,8 @@
 """brokerd: the time a tool call through brokerd adds over the in-process FakeTools.
 
-A real `python -m boxmaker.brokerd serve` (tests/brokerd/rig.py: its own workspace, grants and
-decision log) and loopd's `BrokerPort`, one connection per call as the worker makes them. Timed
-in this process, p50 and p99 of N calls each:
+A real `python -m boxmaker.brokerd serve` (tests/support/brokerd/rig.py: its own workspace,
+grants and decision log) and loopd's `BrokerPort`, one connection per call as the worker makes
+them. Timed in this process, p50 and p99 of N calls each:
 
 - FakeTools `echo` in process: the M2b baseline, no I/O at all;
 - BrokerPort `clock`: connect, two frames, and brokerd's log (request, decision, result: each
@@ -24,7 +24,7 @@ import subprocess
 
 from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.proto import ToolRequest
-from tests.brokerd.rig import Rig, remove, short_base
+from tests.support.brokerd.rig import Rig, remove, short_base
 from tests.support.fake_tools import FakeTools
 
 from ._timing import times

@@ -49,7 +49,7 @@ from boxmaker.session import epoch_files
 from boxmaker.session.baseline import assemble_baseline
 from boxmaker.session.replay import request_messages
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.real_compact import CTX, SYSTEM_MD, CompactStack, owner_text
+from tests.support.loopd.real_compact import CTX, SYSTEM_MD, CompactStack, owner_text
 
 FILL = 0.7  # of the slot, where the conversation stops growing
 NEXT = "Thanks. What was my budget again, and when is the meeting?"

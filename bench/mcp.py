@@ -19,7 +19,7 @@ from typing import Any
 
 from mcp import ClientSession, StdioServerParameters, stdio_client
 
-from tests.brokerd.mcp.servers import mcp_rig, python_server, sandbox_python, site_packages
+from tests.support.brokerd.mcp.servers import mcp_rig, python_server, sandbox_python, site_packages
 
 from ._timing import line, ratio, times
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.sandbox import Sandbox, default_run_as
 from boxmaker.brokerd.tools.fetch import FetchLimits, fetch
-from tests.brokerd.test_fetch import Server, body
+from tests.support.brokerd.fetch import Server, body
 
 from ._timing import line, times
 

@@ -17,7 +17,7 @@ import argparse
 import threading
 import time
 
-from tests.loopd.cache.support import CacheStack
+from tests.support.loopd.cache import CacheStack
 
 CONCURRENT = (1, 2, 4)
 SAID = ("Say hello.", "Name a colour.", "Name a fruit.", "Name a tree.", "Name a river.")

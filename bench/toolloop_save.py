@@ -29,7 +29,7 @@ from boxmaker.loopd.config import load_config
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.selftest.run import open_keeper
-from tests.loopd.cache.support import SYSTEM_MD, CacheStack
+from tests.support.loopd.cache import SYSTEM_MD, CacheStack
 
 CTX = 4096
 STEP = 300  # tokens a round adds: a tool result and the next answer

@@ -1,7 +1,7 @@
 """The owner-task suite (issue 40.1; docs/decisions/agent-tasks.md): `make agent-tasks`.
 
 One tool-model stack (the qwen-coder profile's llama-server, brokerd, inferproxy, loopd, as
-verify-device starts it), then each task of tests/support/agent_tasks.py in turn, on Boxmaker
+verify-device starts it), then each task of tests/support/agent/tasks.py in turn, on Boxmaker
 (`bxctl chat --say`, a fresh session) and on the stock-framework floor (tests/support/
 agent_peer.py: LangChain's create_agent, or the minimal OpenAI-client loop) on the same server,
 one after the other so both meet the same load. Each run is judged from the disk, brokerd's
@@ -32,9 +32,9 @@ import orjson
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from boxmaker.verify.device import Run
-from tests.support.agent_run import FETCH_GRANT, pages, run_box, run_peer
-from tests.support.agent_tasks import KINDS, TASKS, Outcome, Task, by_name
-from tests.support.tool_model import _Stack
+from tests.support.agent.run import FETCH_GRANT, pages, run_box, run_peer
+from tests.support.agent.tasks import KINDS, TASKS, Outcome, Task, by_name
+from tests.support.agent.tool_model import _Stack
 
 
 def start(before: Path | None = None, upstream: str | None = None) -> Run:
@@ -71,7 +71,7 @@ def start(before: Path | None = None, upstream: str | None = None) -> Run:
 
 
 def peer_of(name: str, run: Run) -> Callable[..., None]:
-    from tests.support import agent_peer
+    from tests.support.agent import peer as agent_peer
 
     if name == "langchain":
         return agent_peer.langchain_peer(run)

@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.support import rawhttp  # noqa: E402
 from tests.support.llama import MODEL_ID, LlamaServer, LlamaServerError, ensure_built  # noqa: E402
-from tests.support.llama_requests import (  # noqa: E402
+from tests.support.loopd.llama_requests import (  # noqa: E402
     CALL_TOOL,
     FORCE_TOOL,
     LONG_ESSAY,

@@ -1,4 +1,5 @@
-"""Rewrites tests/golden/log/ from tests/proto/log_cases.py. Review the diff before committing.
+"""Rewrites tests/golden/log/ from tests/support/proto/log_cases.py. Review the diff before
+committing.
 
 Run from the checkout: `.venv/bin/python scripts/regen_golden_log.py`.
 """
@@ -9,7 +10,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from boxmaker.proto.log import GENESIS_PREV, encode_line, next_prev
-from tests.proto.log_cases import GOLDEN_DIR, LINES, SESSION, SESSION_FILE
+from tests.support.proto.log_cases import GOLDEN_DIR, LINES, SESSION, SESSION_FILE
 
 
 def main() -> int:

@@ -36,7 +36,7 @@ from boxmaker.brokerd.policy import (
     call_hash,
     decide,
     listed,
-    request_fields,
+    request_record,
     verdict,
 )
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
@@ -45,6 +45,7 @@ from boxmaker.brokerd.tools.files import FileTools, error, response
 from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of, visible
 from boxmaker.brokerd.tools.table import TABLE, Table, deciding
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+from boxmaker.proto import decision as record  # the decision log's lines
 from boxmaker.proto.broker import HeldCall
 from boxmaker.proto.frame import MAX_FRAME_BYTES
 
@@ -122,7 +123,7 @@ class Broker:
         self.ledger = Ledger()
         self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append(
-            "start", grants=self.grants_text.decode(), workspace=config.workspace, rows=True
+            record.Start, grants=self.grants_text.decode(), workspace=config.workspace, rows=True
         )
         self.approvals = Approvals()
         self._grants_lock = threading.Lock()
@@ -183,10 +184,9 @@ class Broker:
                 )
             except Exception as exc:  # a bug, or a library on untrusted input: a refusal
                 decided = undecided(name, arguments, exc)
-            fields = request_fields(call_id, name, arguments, decided, session, epoch)
-            self.log.append("request", **fields)
+            self.log.append(request_record, call_id, name, arguments, decided, session, epoch)
         d = decided.decision
-        self.log.append("decision", id=call_id, mode=str(d.mode), reason=d.reason)
+        self.log.append(record.Decision, id=call_id, mode=str(d.mode), reason=d.reason)
         if d.mode is Mode.DENY:
             return error(f"denied: {d.reason}")
         tool, args, target = decided.tool, decided.args, decided.target
@@ -195,7 +195,11 @@ class Broker:
         assert target is not None
         if d.mode is Mode.ASK and tool.unavailable and (off := tool.unavailable(CallContext(self))):
             self.log.append(
-                "approval", id=call_id, hash=decided.hash, answer=f"not asked: {off}", mode="deny"
+                record.Approval,
+                id=call_id,
+                hash=decided.hash,
+                answer=f"not asked: {off}",
+                mode="deny",
             )
             return error(f"refused: {tool.name} is off here: {off}; the owner was not asked")
         if d.mode is Mode.ASK:
@@ -231,7 +235,9 @@ class Broker:
         )
         if len(orjson.dumps(prompt.to_json())) > MAX_PROMPT_BYTES:
             answer = f"too large to show whole ({len(summary)} characters): it cannot be approved"
-            self.log.append("approval", id=call_id, hash=decided.hash, answer=answer, mode="deny")
+            self.log.append(
+                record.Approval, id=call_id, hash=decided.hash, answer=answer, mode="deny"
+            )
             return answer
         held = self.approvals.hold(prompt, self.config.approval_timeout_ms / 1000)
         with contextlib.suppress(OSError):
@@ -241,7 +247,7 @@ class Broker:
         approved = answer in APPROVING
         chat = {"post_id": held.by[0], "user_id": held.by[1]} if held.by else {}
         self.log.append(
-            "approval",
+            record.Approval,
             id=call_id,
             hash=decided.hash,
             answer=answer,
@@ -258,11 +264,11 @@ class Broker:
         with self._grants_lock:
             refused = self.grants_file.merge(rule, len(self.rules))
             if refused is not None:
-                self.log.append("grant_refused", id=call_id, reason=refused)
+                self.log.append(record.GrantRefused, id=call_id, reason=refused)
                 self.warn(f'"always" on call {call_id}: {refused}')
                 return
             with self.log.lock:  # no decision between the line and the rules
-                self.log.append("grant", rule=rule.to_json())
+                self.log.append(record.Grant, rule=rule.to_json())
                 self.rules = (*self.rules, rule)
 
     def _run(
@@ -289,14 +295,14 @@ class Broker:
             resp = ToolResponse(resp.content, resp.class_, untrusted=True, truncated=resp.truncated)
         try:
             self.log.append(
-                "result",
+                record.Result,
                 id=call_id,
                 error=resp.content.startswith("error: "),
                 truncated=resp.truncated,
                 chars=len(resp.content),
                 untrusted=resp.untrusted,
                 host=ctx.reached,
-                **{"class": str(resp.class_)},
+                class_=str(resp.class_),
             )
         except LogError as exc:
             # It ran: saying "refused" would be false. Its output is withheld, since its

@@ -24,7 +24,17 @@ from boxmaker.brokerd.grants import GrantsError, Lookup, Mode, Rule, parse_grant
 from boxmaker.brokerd.policy import APPROVING, Decided, LogError, decide
 from boxmaker.brokerd.taint import Record, Taint, Tracker
 from boxmaker.brokerd.tools.kind import Tool
-from boxmaker.session.chain import ChainError, verify_chain
+from boxmaker.proto.decision import (
+    Approval,
+    Carry,
+    Decision,
+    Grant,
+    Logged,
+    Request,
+    Result,
+    Start,
+)
+from boxmaker.session.chain import ChainError, verify_records
 
 MAX_CARRY_BYTES = 1 << 20  # a carry record's ledger, at most (log.py reads it at every start)
 MAX_CARRIED_HOSTS = 16  # of a tainted session's trusted hosts: fewer means more asks, never less
@@ -44,20 +54,20 @@ class Ledger:
         self._open: dict[str, tuple[str, int, int, str]] = {}  # id -> session, epoch, call, tool
         self._seen: dict[str, int] = {}  # session -> the log seq of its last request
 
-    def feed(self, rec: dict[str, Any]) -> None:
-        kind = rec["type"]
-        if kind == "request":
-            session = rec.get("session", "")
+    def feed(self, line: Logged) -> None:
+        rec = line.record
+        if isinstance(rec, Request):
+            session = rec.session
             self._calls[session] = n = self._calls.get(session, 0) + 1
-            self._open[rec["id"]] = (session, rec.get("epoch", 0), n, rec["tool"])
-            self._seen[session] = int(rec.get("seq", 0))
-        elif kind == "start":
+            self._open[rec.id] = (session, rec.epoch, n, rec.tool)
+            self._seen[session] = line.seq
+        elif isinstance(rec, Start):
             self._open.clear()  # a new brokerd: no result of a call the last one ran will come
-        elif kind in ("decision", "approval") and rec["mode"] == "deny":
-            self._open.pop(rec["id"], None)  # nothing will be returned but the refusal
-        elif kind == "result" and (call := self._open.pop(rec["id"], None)) is not None:
+        elif isinstance(rec, Decision | Approval) and rec.mode == "deny":
+            self._open.pop(rec.id, None)  # nothing will be returned but the refusal
+        elif isinstance(rec, Result) and (call := self._open.pop(rec.id, None)) is not None:
             session, epoch, n, tool = call
-            record = Record(n, tool, bool(rec.get("untrusted")), rec.get("host"))
+            record = Record(n, tool, rec.untrusted, rec.host)
             self._sessions.setdefault(session, Tracker()).add(record, epoch)
 
     def taint(self, session: str, epoch: int = 0) -> Taint | None:
@@ -222,7 +232,7 @@ def replay(
     that was not listed), and a call the server's schema refused (`bad request`: the log holds
     the types, not the schema)."""
     try:
-        records, _ = verify_chain(data)
+        records, _ = verify_records(data)
     except ChainError as exc:
         raise LogError(str(exc)) from None
     rules: tuple[Rule, ...] = ()
@@ -237,82 +247,83 @@ def replay(
     cut: dict[str, int] = {}  # requests logged with their arguments cut -> their line
     rowless: dict[str, int] = {}  # MCP requests without a row where one was due -> their line
     count = 0
-    for n, rec in enumerate(records, 1):
-        kind = rec["type"]
-        session = (rec.get("session", ""), rec.get("epoch", 0))
-        taint = ledger.taint(*session) if kind == "request" else None  # before this record
-        if kind == "carry":
-            _carried(ledger, rec["ledger"], n)
-        ledger.feed(rec)
+    for n, line in enumerate(records, 1):
+        rec = line.record
+        # the session's taint before this record
+        taint = ledger.taint(rec.session, rec.epoch) if isinstance(rec, Request) else None
+        if isinstance(rec, Carry):
+            _carried(ledger, rec.ledger, n)
+        ledger.feed(line)
         try:
-            if kind == "start":
-                rules, workspace = parse_grants(rec["grants"].encode(), table), rec["workspace"]
-                rows_logged = bool(rec.get("rows"))
-            elif kind == "grant":
-                rules = (*rules, rule_from_json(rec["rule"], table))
+            if isinstance(rec, Start):
+                rules, workspace = parse_grants(rec.grants.encode(), table), rec.workspace
+                rows_logged = bool(rec.rows)
+            elif isinstance(rec, Grant):
+                rules = (*rules, rule_from_json(rec.rule, table))
         except GrantsError as exc:
             raise LogError(f"line {n}: {exc}") from None
-        facts = rec.get("row") if kind == "request" and rows is not None else None
-        if kind == "request" and rec.get("size") is not None:
-            cut[rec["id"]] = n  # logged cut: only a refusal may follow
-        elif facts is not None:
-            assert rows is not None
-            row = rows(rec["tool"], facts)
-            if isinstance(row, str):
-                raise LogError(f"line {n}: {row}")
-            schema_checked.add(rec["id"])
-            pending[rec["id"]] = again = decide(
-                _WithRow(table, row), rules, rec["tool"], rec["arguments"], workspace, taint
-            )
-            if again.hash != rec["hash"]:
-                raise LogError(f"line {n}: the call's hash differs from the one logged")
-            hashes[rec["id"]] = rec["hash"]
-        elif kind == "request" and "." in rec["tool"] and table.get(rec["tool"]) is None:
-            if rows_logged and rows is not None:
-                rowless[rec["id"]] = n  # only a refusal may follow (an unlisted tool's)
-            skipped[rec["id"]] = rec["hash"]
-            if unreplayed is not None:
-                unreplayed.append(rec["id"])
-        elif kind == "request":
-            pending[rec["id"]] = again = decide(
-                table, rules, rec["tool"], rec["arguments"], workspace, taint
-            )
-            if again.hash != rec["hash"]:
-                raise LogError(f"line {n}: the call's hash differs from the one logged")
-            hashes[rec["id"]] = rec["hash"]
-        elif kind == "decision" and rec["id"] in cut:
-            if rec["mode"] != "deny":
-                raise LogError(
-                    f"line {cut[rec['id']]}: a request logged cut (only a denied call's is), "
-                    f"then {rec['mode']} at line {n} (edited?)"
+        if isinstance(rec, Request):
+            facts = rec.row if rows is not None else None
+            if rec.size is not None:
+                cut[rec.id] = n  # logged cut: only a refusal may follow
+            elif facts is not None:
+                assert rows is not None
+                row = rows(rec.tool, facts)
+                if isinstance(row, str):
+                    raise LogError(f"line {n}: {row}")
+                schema_checked.add(rec.id)
+                pending[rec.id] = again = decide(
+                    _WithRow(table, row), rules, rec.tool, rec.arguments, workspace, taint
                 )
-        elif kind == "decision" and rec["id"] in rowless and rec["mode"] != "deny":
+                if again.hash != rec.hash:
+                    raise LogError(f"line {n}: the call's hash differs from the one logged")
+                hashes[rec.id] = rec.hash
+            elif "." in rec.tool and table.get(rec.tool) is None:
+                if rows_logged and rows is not None:
+                    rowless[rec.id] = n  # only a refusal may follow (an unlisted tool's)
+                skipped[rec.id] = rec.hash
+                if unreplayed is not None:
+                    unreplayed.append(rec.id)
+            else:
+                pending[rec.id] = again = decide(
+                    table, rules, rec.tool, rec.arguments, workspace, taint
+                )
+                if again.hash != rec.hash:
+                    raise LogError(f"line {n}: the call's hash differs from the one logged")
+                hashes[rec.id] = rec.hash
+        elif isinstance(rec, Decision) and rec.id in cut:
+            if rec.mode != "deny":
+                raise LogError(
+                    f"line {cut[rec.id]}: a request logged cut (only a denied call's is), "
+                    f"then {rec.mode} at line {n} (edited?)"
+                )
+        elif isinstance(rec, Decision) and rec.id in rowless and rec.mode != "deny":
             raise LogError(
-                f"line {rowless[rec['id']]}: an MCP request without its row, in a log whose "
-                f"start says every one carries it, then {rec['mode']} at line {n} (edited?)"
+                f"line {rowless[rec.id]}: an MCP request without its row, in a log whose "
+                f"start says every one carries it, then {rec.mode} at line {n} (edited?)"
             )
-        elif kind == "decision" and rec["id"] in skipped:
-            if rec["mode"] == "ask":
-                asked[rec["id"]] = skipped[rec["id"]]
-        elif kind == "decision":
-            d = pending.pop(rec["id"]).decision
-            if (str(d.mode), d.reason) != (rec["mode"], rec["reason"]):
+        elif isinstance(rec, Decision) and rec.id in skipped:
+            if rec.mode == "ask":
+                asked[rec.id] = skipped[rec.id]
+        elif isinstance(rec, Decision):
+            d = pending.pop(rec.id).decision
+            if (str(d.mode), d.reason) != (rec.mode, rec.reason):
                 if _schema_refused(rec, schema_checked):
                     if unreplayed is not None:
-                        unreplayed.append(rec["id"])
+                        unreplayed.append(rec.id)
                     continue
                 raise LogError(
                     f"line {n}: replay decides {d.mode} ({d.reason}), "
-                    f"the log says {rec['mode']} ({rec['reason']})"
+                    f"the log says {rec.mode} ({rec.reason})"
                 )
             if d.mode is Mode.ASK:
-                asked[rec["id"]] = hashes[rec["id"]]
+                asked[rec.id] = hashes[rec.id]
             count += 1
-        elif kind == "approval":
-            bound = asked.pop(rec["id"], None)
-            ok = rec["answer"] in APPROVING and rec["hash"] == bound
-            if rec["mode"] != ("allow" if ok else "deny"):
-                raise LogError(f"line {n}: approval {rec['answer']!r} cannot give {rec['mode']}")
+        elif isinstance(rec, Approval):
+            bound = asked.pop(rec.id, None)
+            ok = rec.answer in APPROVING and rec.hash == bound
+            if rec.mode != ("allow" if ok else "deny"):
+                raise LogError(f"line {n}: approval {rec.answer!r} cannot give {rec.mode}")
             count += 1
     return count
 
@@ -331,10 +342,8 @@ def _carried(ledger: Ledger, snap: Any, n: int) -> None:
     ledger.restore(snap)
 
 
-def _schema_refused(rec: dict[str, Any], schema_checked: set[str]) -> bool:
+def _schema_refused(rec: Decision, schema_checked: set[str]) -> bool:
     """A logged deny of an MCP call's arguments that only its listed schema could give."""
     return (
-        rec["id"] in schema_checked
-        and rec["mode"] == "deny"
-        and rec["reason"].startswith("bad request: ")
+        rec.id in schema_checked and rec.mode == "deny" and rec.reason.startswith("bad request: ")
     )

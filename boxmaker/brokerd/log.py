@@ -27,8 +27,9 @@ import os
 import re
 import stat
 import threading
+from collections.abc import Callable
 from datetime import UTC, datetime
-from typing import Any, Protocol
+from typing import Any, Concatenate, ParamSpec, Protocol
 
 import orjson
 
@@ -37,14 +38,15 @@ from boxmaker.brokerd.ledger import Ledger as TaintLedger
 from boxmaker.brokerd.policy import LogError
 from boxmaker.proto import decision
 from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import GENESIS_PREV, ChainError, verify_chain
+from boxmaker.session.chain import GENESIS_PREV, ChainError, verify_records
 from boxmaker.session.chain_files import archives, read_chain
 
 DEFAULT_ROTATE_BYTES = 16 << 20
 MAX_CARRY_LINE = MAX_CARRY_BYTES + 4096  # a carry line: its ledger and its head
 OLD_PIECE_BYTES = 16 << 20  # an over-bound file at start is read this much at a time
 MAX_LINE_BYTES = 4 << 20  # a request carries at most a 1 MiB frame's arguments, twice, escaped
-CARRY = "carry"
+CARRY = decision.Carry.TAG
+P = ParamSpec("P")
 
 
 def now() -> str:
@@ -52,7 +54,7 @@ def now() -> str:
 
 
 class Ledger(Protocol):
-    def feed(self, rec: dict[str, Any]) -> None: ...
+    def feed(self, line: decision.Logged) -> None: ...
     def snapshot(self) -> dict[str, Any]: ...
     def restore(self, snap: dict[str, Any]) -> None: ...
 
@@ -113,28 +115,27 @@ class DecisionLog:
             data = data[:tail]
         seq, prev = self._start_of(data)
         try:
-            records, self.prev = verify_chain(data, seq, prev)
+            records, self.prev = verify_records(data, seq, prev)
         except ChainError as exc:
             raise LogError(f"{self.path}: {exc}") from None
         self._torn = False  # a failed append's bytes are still there (its cut-back failed)
         self.size = tail  # the end of the last whole line: where a failed append is cut back
         self.seq0 = self.seq = seq
         self.seq = seq + len(records)
-        self.head = data.index(b"\n") + 1 if records and records[0]["type"] == CARRY else 0
+        carried = records and isinstance(records[0].record, decision.Carry)
+        self.head = data.index(b"\n") + 1 if carried else 0
         self._feed(records)
 
-    def _feed(self, records: list[dict[str, Any]]) -> None:
+    def _feed(self, records: list[decision.Logged]) -> None:
         if self._ledger is None:
             return
-        for rec in records:
-            if rec["type"] == CARRY:
+        for line in records:
+            if isinstance(line.record, decision.Carry):
                 try:
-                    self._ledger.restore(rec["ledger"])
+                    self._ledger.restore(line.record.ledger)
                 except LogError as exc:
-                    raise LogError(
-                        f"{self.path}: line {rec['seq'] - self.seq0 + 1}: {exc}"
-                    ) from None
-            self._ledger.feed(rec)
+                    raise LogError(f"{self.path}: line {line.seq - self.seq0 + 1}: {exc}") from None
+            self._ledger.feed(line)
 
     def _load_old(self, size: int) -> None:
         """A file over what brokerd reads at start: checked and fed in pieces (never whole in
@@ -151,7 +152,7 @@ class DecisionLog:
                     raise LogError(f"{self.path}: a line over {OLD_PIECE_BYTES} bytes at byte {at}")
                 break  # a torn last line: cut below
             try:
-                records, prev = verify_chain(piece[:end], seq + n, prev)
+                records, prev = verify_records(piece[:end], seq + n, prev)
             except ChainError as exc:
                 raise LogError(f"{self.path}: {_shifted(str(exc), n)}") from None
             self.seq = seq + n
@@ -181,16 +182,23 @@ class DecisionLog:
             f"{path} back to {self.path}"
         )
 
-    def append(self, kind: str, **fields: Any) -> None:
-        """Writes one record and fsyncs it; LogError (and nothing of it left) when it cannot."""
+    def append(
+        self,
+        make: Callable[Concatenate[str, P], decision.DecisionRecord],
+        *args: P.args,
+        **fields: P.kwargs,
+    ) -> None:
+        """Writes the record `make(<the time now>, *args, **fields)` (a record type of
+        proto.decision, or what builds one) and fsyncs it; LogError (and nothing of it left)
+        when it cannot. The time is taken under the lock, so the lines' times keep their order."""
         with self.lock:
             if self.size - self.head >= self.rotate_bytes:  # the carry never counts: its size
                 self._rotate()  # is bounded apart (ledger.MAX_CARRY_BYTES)
-            rec = {"time": now(), **fields}
-            typed = decision.record(kind, rec)  # RecordError: a bug here, not loopd's input
-            self._write(decision.encode_line(typed, self.seq, self.prev), kind)
+            rec = make(now(), *args, **fields)
+            # EncodeError: a bug here, not loopd's input
+            self._write(decision.encode_line(rec, self.seq, self.prev), rec.TAG)
             if self._ledger is not None:
-                self._ledger.feed({"type": kind, "seq": self.seq, **rec})
+                self._ledger.feed(decision.Logged(self.seq, rec))
             self.seq += 1
 
     def _write(self, line: bytes, kind: str) -> None:

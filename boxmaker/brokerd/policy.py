@@ -36,6 +36,7 @@ from boxmaker.brokerd.taint import Taint, must_ask
 from boxmaker.brokerd.targets import BadTarget, Fields, HostPort
 from boxmaker.brokerd.tools.kind import Args, GrantKind, Target, Tool
 from boxmaker.brokerd.tools.spec import parse_arguments
+from boxmaker.proto.decision import Request
 from boxmaker.proto.hash import sha256_hex
 
 APPROVING = ("yes", "always")
@@ -228,25 +229,21 @@ def listed(rules: Sequence[Rule], tool: Tool) -> bool:
 DENIED_ARGS_CHARS = 1024  # of a denied call's arguments, logged; the rest is its hash and size
 
 
-def request_fields(
-    call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
-) -> dict[str, object]:
+def request_record(
+    time: str, call_id: str, name: str, arguments: str, decided: Decided, session: str, epoch: int
+) -> Request:
+    """The `request` line of a decided call (DecisionLog.append gives the time)."""
     canonical = arguments if decided.args is None else canonical_args(decided.args)
-    fields: dict[str, object] = {
-        "id": call_id,
-        "session": session,
-        "epoch": epoch,
-        "tool": name,
-        "arguments": arguments,
-        "canonical": canonical,
-        "hash": decided.hash,
-    }
+    row = None
     if decided.tool is not None and decided.tool.facts is not None:
-        fields["row"] = dict(decided.tool.facts)  # what replay rebuilds the row from
+        row = dict(decided.tool.facts)  # what replay rebuilds the row from
+    size = None
     if decided.decision.mode is Mode.DENY and len(arguments) > DENIED_ARGS_CHARS:
         # Nothing runs, so nothing is decided again from them: what loopd can make brokerd
         # write for a refused call is bounded (issue 37 item 10); the hash is the whole call's.
-        fields["size"] = len(arguments.encode("utf-8", "surrogatepass"))
-        fields["arguments"] = arguments[:DENIED_ARGS_CHARS]
-        fields["canonical"] = canonical[:DENIED_ARGS_CHARS]
-    return fields
+        size = len(arguments.encode("utf-8", "surrogatepass"))
+        arguments = arguments[:DENIED_ARGS_CHARS]
+        canonical = canonical[:DENIED_ARGS_CHARS]
+    return Request(
+        time, call_id, session, epoch, name, arguments, canonical, decided.hash, row=row, size=size
+    )

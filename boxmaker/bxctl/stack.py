@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from boxmaker._defaults import DEFAULT_HOME, DEFAULT_SOCKET, HOME_ENV, SOCKET_ENV
+from boxmaker._pid import alive
 from boxmaker.proto import brokerd_state
 from boxmaker.session.errors import SessionError
 from boxmaker.session.files import open_regular, read_bounded, read_regular
@@ -105,7 +106,7 @@ def supervisor_running(run: Path) -> bool:
         pid = int((data or b"").decode("ascii").strip())
     except (OSError, ValueError, SessionError):
         return False
-    return _alive(pid)
+    return alive(pid)
 
 
 def find_stack(
@@ -189,7 +190,7 @@ def tools_line(run: Path) -> str:
         return f"[tools: unknown: {path} is not brokerd's state]"
     if (why := brokerd_state.failure(state)) is not None:
         return f"[tools: none: brokerd cannot start: {why}]"
-    if not _alive(state.get("pid")):
+    if not alive(state.get("pid")):
         return f"[tools: none: brokerd is not running (it was {state['state']}); see {logs}]"
     if state["state"] == brokerd_state.STARTING:
         return "[tools: none yet: brokerd is starting]"
@@ -201,15 +202,3 @@ def tools_line(run: Path) -> str:
     if "shell" in names:
         shown.append("shell (sandboxed)" if shell == "sandbox ready" else f"shell {shell}")
     return f"[tools: {', '.join(shown) or 'none granted'}; workspace {state.get('workspace', '?')}]"
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True  # alive, another user's
-    except OSError:
-        return False
-    return True

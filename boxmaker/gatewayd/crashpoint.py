@@ -9,39 +9,14 @@ BOXMAKER_GATEWAYD_CRASH_AT is set.
 
 `BOXMAKER_GATEWAYD_CRASH_AT=<point>:<n>` SIGKILLs gatewayd the n-th time it reaches the point.
 With a path instead, the file holds `<point>:<n>` and is renamed to `<path>.fired` before the
-kill, so a restarted gatewayd runs on (session/crashpoint.py is loopd's twin of this).
+kill, so a restarted gatewayd runs on (boxmaker/_crashpoint.py, the hook loopd's store shares).
 """
 
 from __future__ import annotations
 
-import os
-import signal
+from boxmaker._crashpoint import CrashPoints
 
 ENV = "BOXMAKER_GATEWAYD_CRASH_AT"
 POINTS = ("before_turn", "during_turn", "after_turn", "between_parts", "after_post")
 
-_SETTING = os.environ.get(ENV) or None
-_counts: dict[str, int] = {}
-
-
-def reached(point: str) -> None:
-    if _SETTING is None:
-        return
-    _counts[point] = count = _counts.get(point, 0) + 1
-    path = _SETTING if "/" in _SETTING else None
-    text = _SETTING
-    if path is not None:
-        try:
-            with open(path) as f:
-                text = f.read().strip()
-        except OSError:
-            return
-    name, _, n = text.partition(":")
-    if name != point or not n.isdigit() or int(n) != count:
-        return
-    if path is not None:
-        try:
-            os.rename(path, path + ".fired")
-        except OSError:
-            return  # another process fired it
-    os.kill(os.getpid(), signal.SIGKILL)
+reached = CrashPoints(ENV, POINTS).reached

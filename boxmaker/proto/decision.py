@@ -185,13 +185,37 @@ def encode_line(rec: DecisionRecord, seq: int, prev: str) -> bytes:
     return orjson.dumps(to_obj(rec, rec.TAG, into=head), option=orjson.OPT_APPEND_NEWLINE)
 
 
+@dataclass(frozen=True, slots=True)
+class Logged:
+    """A record as the log holds it: its line's seq, and the typed record (what brokerd's ledger
+    and replay read)."""
+
+    seq: int
+    record: DecisionRecord
+
+
 def decode_line(line: bytes) -> tuple[int, str, JsonObj]:
-    """A line's seq, prev and whole object (what brokerd's replay and ledger read), strictly.
+    """A line's seq, prev and whole object (what bxctl's readers of the log take), strictly.
 
     Raises:
         RecordError: torn, not JSON, an unknown type, a field missing, extra or of the wrong
             type, or not spelt the way encode_line spells it.
     """
+    seq, prev, obj, _ = _decode(line)
+    return seq, prev, obj
+
+
+def decode_record(line: bytes) -> tuple[int, str, Logged]:
+    """A line's seq, prev and typed record, as strictly as decode_line.
+
+    Raises:
+        RecordError: as decode_line.
+    """
+    seq, prev, _, rec = _decode(line)
+    return seq, prev, Logged(seq, rec)
+
+
+def _decode(line: bytes) -> tuple[int, str, JsonObj, DecisionRecord]:
     if not line.endswith(b"\n"):
         raise RecordError("line: no newline at the end; an incomplete line (a torn write?)")
     obj = load_json_object(line[:-1], "the record", lambda m: RecordError(f"line: {m}"))
@@ -206,4 +230,4 @@ def decode_line(line: bytes) -> tuple[int, str, JsonObj]:
     rec = record(kind, {k: v for k, v in obj.items() if k not in _HEAD})
     if encode_line(rec, seq, prev) != line:
         raise RecordError("line: not in the canonical form brokerd writes (edited?)")
-    return seq, prev, obj
+    return seq, prev, obj, rec

@@ -11,6 +11,8 @@ import enum
 from dataclasses import dataclass, field
 from typing import Any, Self
 
+import orjson
+
 from ._codec import (
     BOOL,
     OBJECT,
@@ -79,6 +81,18 @@ class ToolCall:
             name=STR.decode(fn["name"], f"{path}.function.name"),
             arguments=STR.decode(fn["arguments"], f"{path}.function.arguments"),
         )
+
+
+def call_tool_target(name: str, arguments: str) -> str | None:
+    """The tool a `call_tool` call names (its `name` argument, as text), or None: another tool,
+    or arguments that are not a JSON object with a name."""
+    if name != "call_tool":
+        return None
+    try:
+        args = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return None
+    return str(args["name"]) if isinstance(args, dict) and "name" in args else None
 
 
 @dataclass(frozen=True, slots=True)

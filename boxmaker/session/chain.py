@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from boxmaker.proto.chain import walk_chain
-from boxmaker.proto.decision import decode_line
+from boxmaker.proto.decision import Logged, decode_line, decode_record
 from boxmaker.proto.errors import RecordError
 
 GENESIS_PREV = "0" * 64
@@ -46,6 +46,19 @@ def verify_chain(
     """
     try:
         return walk_chain(data, _record, seq, prev)
+    except RecordError as exc:
+        raise ChainError(str(exc)) from None
+
+
+def verify_records(data: bytes, seq: int = 0, prev: str = GENESIS_PREV) -> tuple[list[Logged], str]:
+    """verify_chain's walk and checks, giving each line's typed record with its seq (what
+    brokerd's ledger and replay read).
+
+    Raises:
+        ChainError: as verify_chain.
+    """
+    try:
+        return walk_chain(data, decode_record, seq, prev)
     except RecordError as exc:
         raise ChainError(str(exc)) from None
 

@@ -20,11 +20,10 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-import orjson
-
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import Assistant, CacheLoss, ToolCall, ToolResult, ToolSchema, Usage
 from boxmaker.proto.log import LogRecord
+from boxmaker.proto.tool import call_tool_target
 
 BASELINE_BUDGET = 3000  # tokens, by the server's tokenizer (M2b)
 NO_CALL = (
@@ -215,13 +214,8 @@ def written_rule(want: bytes, written: Callable[[], bytes | None]) -> Rule:
 
 def called_tool(name: str, arguments: str) -> str:
     """`call_tool(echo)` for a call_tool call naming echo; the name otherwise."""
-    if name != "call_tool":
-        return name
-    try:
-        args = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return name
-    return f"call_tool({args['name']})" if isinstance(args, dict) and "name" in args else name
+    target = call_tool_target(name, arguments)
+    return name if target is None else f"call_tool({target})"
 
 
 def judge_log(records: Sequence[LogRecord]) -> Check:

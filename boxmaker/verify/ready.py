@@ -22,6 +22,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from boxmaker._pid import alive
 from boxmaker.proto import brokerd_state
 from boxmaker.verify.programs import gave_up, states, tail
 
@@ -79,19 +80,7 @@ def brokerd(run: Path, state_file: str) -> tuple[bool, str | None]:
         last = [ln for ln in tail(log, 3) if why not in ln]
         more = f"; last lines of {log}: {' | '.join(last)}" if last else f" (see {log})"
         return False, f"cannot start: brokerd: {why}{more}"
-    return state["state"] == brokerd_state.READY and _alive(state.get("pid")), None
-
-
-def _alive(pid: object) -> bool:
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        os.kill(pid, 0)
-    except PermissionError:
-        return True
-    except OSError:
-        return False
-    return True
+    return state["state"] == brokerd_state.READY and alive(state.get("pid")), None
 
 
 def wait(

@@ -1,8 +1,12 @@
+import os
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from tests.brokerd.rig import Rig, remove, short_base
+from tests.support.brokerd.rig import Rig, remove, short_base
 
 
 @pytest.fixture
@@ -15,3 +19,15 @@ def rig() -> Iterator[Rig]:
         if r.daemon is not None:
             r.daemon.kill()
         remove(base)
+
+
+@pytest.fixture
+def base(tmp_path: Path) -> Iterator[Path]:
+    if not os.path.isdir("/dev/shm"):
+        yield tmp_path
+        return
+    folder = Path(tempfile.mkdtemp(prefix="carry-", dir="/dev/shm"))
+    try:
+        yield folder
+    finally:
+        shutil.rmtree(folder)

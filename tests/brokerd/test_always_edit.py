@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokerd.rig import BOUND_S, Rig
-from tests.brokerd.test_approvals import ASK_WRITES, Call, owner_says
+from tests.support.brokerd.approvals import ASK_WRITES, Call, owner_says
+from tests.support.brokerd.rig import BOUND_S, Rig
 from tests.support.procs import wait_for
 
 OWNER = ASK_WRITES + '\n[[grant]]\ntool = "fetch"\nmode = "deny"\n'

@@ -8,37 +8,7 @@ import pytest
 
 from boxmaker.brokerd.grants import Mode
 from boxmaker.brokerd.targets import HostPort
-from tests.brokerd.core import always_rule, decide, decision, parse_grants
-
-WS = "/srv/ws"
-
-READ_DENIED = b"""
-[[grant]]
-tool = "read_file"
-mode = "allow"
-
-[[grant]]
-tool = "read_file"
-mode = "deny"
-paths = ["secrets"]
-files = ["notes/pin.txt"]
-
-[[grant]]
-tool = "list_dir"
-mode = "allow"
-
-[[grant]]
-tool = "write_file"
-mode = "allow"
-
-[[grant]]
-tool = "edit_file"
-mode = "allow"
-
-[[grant]]
-tool = "shell"
-mode = "allow"
-"""
+from tests.support.brokerd.core import READ_DENIED, WS, always_rule, decide, decision, parse_grants
 
 
 def mode_of(grants: bytes, tool: str, args: dict[str, object]) -> Mode:
@@ -160,7 +130,7 @@ def test_a_zone_id_never_passes_a_deny(url: str) -> None:
 )
 def test_always_on_a_port_adds_that_host_on_that_port_only(url: str) -> None:
     """A grant may name a port: "always" on `h:8080` grants h:8080, never every port of h."""
-    from tests.brokerd.core import tool
+    from tests.support.brokerd.core import tool
 
     target = tool("fetch").target
     assert target is not None

@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from boxmaker.brokerd.tools.kind import visible
-from tests.brokerd.rig import Rig, sandbox_workspace
-from tests.brokerd.test_approvals import Call, owner_sees
-from tests.brokerd.test_attack_core import READ_DENIED
+from tests.support.brokerd.approvals import Call, owner_sees
+from tests.support.brokerd.core import READ_DENIED
+from tests.support.brokerd.rig import Rig, sandbox_workspace
 
 CANARY = "canary-51e2c9a3f7"
 

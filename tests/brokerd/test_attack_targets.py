@@ -20,8 +20,7 @@ from boxmaker.brokerd.targets import (
     string_fields,
     workspace_path,
 )
-from tests.brokerd.core import always_rule, decide, parse_grants
-from tests.brokerd.test_attack_core import WS
+from tests.support.brokerd.core import WS, always_rule, decide, parse_grants
 
 EXPANDED = [
     "$PWD/secret",

@@ -9,18 +9,9 @@ import contextlib
 
 import pytest
 
-from tests.brokerd.rig import BOUND_S, Rig
-from tests.brokerd.test_approvals import ASK_WRITES, Call, owner_says
+from tests.support.brokerd.approvals import ASK_WRITES, Call, owner_says, pending
+from tests.support.brokerd.rig import BOUND_S, Rig
 from tests.support.procs import wait_for
-
-
-def pending(rig: Rig) -> int:
-    conn = rig.owner()
-    with conn.sock:
-        conn.send("pending", {}, True)
-        got = conn.recv()
-    assert got is not None
-    return len(got.body["calls"])
 
 
 @pytest.mark.parametrize("held", [1, 2, 3, 5, 8])

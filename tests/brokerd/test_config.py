@@ -63,7 +63,7 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
 
 def test_the_examples_parse() -> None:
     from boxmaker.brokerd.grants import Mode
-    from tests.brokerd.core import decision, parse_grants
+    from tests.support.brokerd.core import decision, parse_grants
 
     conf = Path(__file__).resolve().parents[2] / "conf"
     config = parse_config((conf / "brokerd.toml.example").read_bytes(), str(conf))

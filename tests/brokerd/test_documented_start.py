@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from boxmaker._toml import toml_dumps
-from tests.brokerd.rig import BOUND_S, remove, short_base
+from tests.support.brokerd.rig import BOUND_S, remove, short_base
 from tests.support.procs import Daemon, wait_for
 
 pytestmark = pytest.mark.skipif(

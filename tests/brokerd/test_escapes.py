@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.brokerd.rig import Rig
+from tests.support.brokerd.rig import Rig
 
 SECRET = "TOPSECRET-outside-the-workspace"
 Setup = Callable[[Path, Path], None]  # (workspace, outside folder)

@@ -18,57 +18,9 @@ import pytest
 from boxmaker.brokerd import netcheck
 from boxmaker.brokerd.tools import fetch as fetch_mod
 from boxmaker.brokerd.tools.fetch import FetchLimits, fetch
+from tests.support.brokerd.fetch import PAGE, Server, body
 
 LOCAL = netcheck.parse("127.0.0.1")
-PAGE = b"""<html><head><title>Hello page</title><style>body{color:red}</style>
-<script>var secret = "SCRIPT-TEXT";</script></head>
-<body><h1>Heading</h1><p>First   paragraph with <a href="https://example.org/x">a link</a>.</p>
-<ul><li>one</li><li>two</li></ul><noscript>NOSCRIPT-TEXT</noscript></body></html>"""
-
-
-class Server:
-    """http.server on a thread; `routes` maps a path to a handler body; `hits` records requests."""
-
-    def __init__(self, family: int = socket.AF_INET, host: str = "127.0.0.1") -> None:
-        self.hits: list[tuple[str, str]] = []
-        self.routes: dict[str, Callable[[http.server.BaseHTTPRequestHandler], None]] = {}
-        outer = self
-
-        class Handler(http.server.BaseHTTPRequestHandler):
-            def do_GET(self) -> None:
-                outer.hits.append((self.path, self.headers.get("Host", "")))
-                route = outer.routes.get(self.path.split("?")[0])
-                if route is None:
-                    self.send_error(404)
-                else:
-                    route(self)
-
-            def log_message(self, *args: object) -> None:
-                pass
-
-        class Srv(http.server.ThreadingHTTPServer):
-            address_family = family
-            daemon_threads = True
-
-        self.httpd = Srv((host, 0), Handler)
-        self.port = self.httpd.server_address[1]
-        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
-        self.thread.start()
-
-    def close(self) -> None:
-        self.httpd.shutdown()
-        self.httpd.server_close()
-
-
-def body(data: bytes, ctype: str = "text/html; charset=utf-8") -> Callable[..., None]:
-    def handle(h: http.server.BaseHTTPRequestHandler) -> None:
-        h.send_response(200)
-        h.send_header("Content-Type", ctype)
-        h.send_header("Content-Length", str(len(data)))
-        h.end_headers()
-        h.wfile.write(data)
-
-    return handle
 
 
 def redirect(location: str) -> Callable[..., None]:
@@ -272,7 +224,7 @@ def test_ipv6_loopback_allowed_exactly() -> None:
 
 
 def test_the_tool_call_checks_its_arguments() -> None:
-    from tests.brokerd.core import decide
+    from tests.support.brokerd.core import decide
 
     for bad in ('{"url": 3}', '{"url": "http://a.org/", "x": 1}', "{}", '"http://a.org/"'):
         d = decide((), "fetch", bad, "/ws").decision
@@ -368,7 +320,7 @@ def test_the_approval_summary_names_the_host_and_the_whole_url() -> None:
 
 def _brokerd_fetch(grants: str, urls: list[str], server: Server) -> list[dict[str, Any]]:
     """Each URL fetched through a real brokerd with `grants`; the results' bodies."""
-    from tests.brokerd.rig import Rig, remove, short_base
+    from tests.support.brokerd.rig import Rig, remove, short_base
 
     base = short_base()
     rig = Rig(base, grants_text=grants)
@@ -438,7 +390,7 @@ def test_only_the_exact_granted_address_reaches_loopback(server: Server, spellin
 )
 def test_a_deny_on_a_name_holds_for_its_other_spellings(denied: str, spelling: str) -> None:
     """The grants parser and the URL's host normalise the same way, once."""
-    from tests.brokerd.core import decide, parse_grants
+    from tests.support.brokerd.core import decide, parse_grants
 
     rules = parse_grants(
         (

@@ -11,9 +11,7 @@ from boxmaker.brokerd.targets import BadTarget, split_path
 from boxmaker.brokerd.tools.kind import GrantKind, Tool
 from boxmaker.brokerd.tools.table import Family, Table
 from boxmaker.proto import ToolResponse, ToolSchema
-from tests.brokerd.core import always_rule, decide, decision, parse_grants
-
-WS = "/srv/ws"
+from tests.support.brokerd.core import WS, always_rule, decide, decision, parse_grants
 
 GRANTS = b"""
 [[grant]]

@@ -24,7 +24,7 @@ from boxmaker.brokerd.tools import fetch as fetch_tool
 from boxmaker.brokerd.tools.fetch import FetchLimits
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line
-from tests.brokerd.core import always_rule, decide, decision, listed, parse_grants, replay
+from tests.support.brokerd.core import always_rule, decide, decision, listed, parse_grants, replay
 
 WS = "/srv/ws"
 GRANTS = b"""

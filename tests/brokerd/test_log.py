@@ -12,28 +12,13 @@ import pytest
 from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.policy import LogError
 from boxmaker.bxctl.cli import main as bxctl
-from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
-from tests.brokerd.core import replay
-from tests.brokerd.rig import Rig
-from tests.brokerd.test_approvals import ASK_WRITES, Call, owner_says
+from boxmaker.proto.decision import Start
+from boxmaker.session.chain import verify_chain
+from tests.support.brokerd.approvals import ASK_WRITES, Call
+from tests.support.brokerd.core import replay
+from tests.support.brokerd.log import busy_log, rechain
+from tests.support.brokerd.rig import Rig
 from tests.support.cli import run_cli
-
-
-def busy_log(rig: Rig) -> None:
-    """One of each: allow, deny (no grant), bad path, bad arguments, ask+yes, ask+no, always."""
-    rig.grants_text = ASK_WRITES
-    rig.start()
-    rig.call("read_file", {"path": "missing.txt"})
-    rig.call("list_dir", {"path": "."})
-    rig.call("read_file", {"path": "../x"})
-    rig.call("read_file", '{"path": 1}')
-    for answer in ("yes", "no", "always"):
-        call = Call(rig, "write_file", {"path": f"{answer}.txt", "content": answer})
-        owner_says(rig, call.wait_needed()["id"], answer)
-        call.result()
-    rig.call("write_file", {"path": "always.txt", "content": "again, no question"})
-    rig.stop()
 
 
 def test_a_busy_log_verifies_and_replays(rig: Rig) -> None:
@@ -53,17 +38,6 @@ def test_a_busy_log_verifies_and_replays(rig: Rig) -> None:
         "ok: 25 lines chained (3 approval, 8 decision, 1 grant, 8 request, 4 result, 1 start)"
         in (chained.stdout)
     )
-
-
-def rechain(lines: list[dict[str, object]]) -> bytes:
-    """The lines written again with every hash recomputed: an edit the chain alone cannot see."""
-    data, prev = b"", GENESIS_PREV
-    for seq, obj in enumerate(lines):
-        fields = {k: v for k, v in obj.items() if k not in ("type", "seq", "prev")}
-        line = encode_line(str(obj["type"]), seq, prev, fields)
-        data += line
-        prev = sha256_hex(line)
-    return data
 
 
 def test_a_decision_rewritten_with_the_chain_recomputed_fails_the_replay(rig: Rig) -> None:
@@ -124,14 +98,14 @@ def test_the_log_has_one_writer_and_a_torn_last_line_is_cut(tmp_path: Path) -> N
 
     path = str(tmp_path / "d.jsonl")
     log = DecisionLog(path)
-    log.append("start", grants="", workspace="/w")
+    log.append(Start, grants="", workspace="/w")
     with pytest.raises(LogError, match="another brokerd holds this log"):
         DecisionLog(path)
     log.close()
     whole = (tmp_path / "d.jsonl").read_bytes()
     (tmp_path / "d.jsonl").write_bytes(whole + b'{"type":"request","seq":1,')  # killed mid-write
     again = DecisionLog(path)
-    again.append("start", grants="", workspace="/w")
+    again.append(Start, grants="", workspace="/w")
     again.close()
     records, _ = verify_chain((tmp_path / "d.jsonl").read_bytes())
     assert [r["seq"] for r in records] == [0, 1]

@@ -6,7 +6,6 @@ the whole call's hash and size, and verify lets only a refusal follow a cut requ
 from __future__ import annotations
 
 import os
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -16,9 +15,8 @@ import pytest
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.policy import DENIED_ARGS_CHARS
-from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
-from tests.brokerd.test_log_carry import base, config  # noqa: F401  (base: a fixture)
+from boxmaker.session.chain import verify_chain
+from tests.support.brokerd.log import config, forged
 from tests.support.cli import run_cli
 
 BIG = "x" * 900_000
@@ -26,18 +24,6 @@ BIG = "x" * 900_000
 
 def _no(held: object, brief: str) -> None:
     return None
-
-
-def forged(log: bytes, edit: Callable[[list[dict[str, Any]]], None]) -> bytes:
-    """The log edited, every hash of its chain recomputed (an edit the chain cannot see)."""
-    records, _ = verify_chain(log)
-    edit(records)
-    data, prev = b"", GENESIS_PREV
-    for seq, obj in enumerate(records):
-        fields = {k: v for k, v in obj.items() if k not in ("type", "seq", "prev")}
-        line = encode_line(str(obj["type"]), seq, prev, fields)
-        data, prev = data + line, sha256_hex(line)
-    return data
 
 
 DENIED = {
@@ -54,7 +40,7 @@ DENIED = {
 
 
 @pytest.mark.parametrize("case", DENIED)
-def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, case: str) -> None:  # noqa: F811
+def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, case: str) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         log = Path(b.config.log)
@@ -76,7 +62,7 @@ def test_a_denied_call_logs_its_arguments_cut_with_hash_and_size(base: Path, cas
     assert out.status == 0, out.stdout + out.stderr
 
 
-def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -> None:  # noqa: F811
+def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         b.call("shell", orjson.dumps({"command": BIG}).decode(), _no, "s")
@@ -93,7 +79,7 @@ def test_an_allow_after_a_cut_request_fails_verify(base: Path, tmp_path: Path) -
     assert "a request logged cut" in out.stdout + out.stderr
 
 
-def test_an_allowed_call_is_logged_whole(base: Path) -> None:  # noqa: F811
+def test_an_allowed_call_is_logged_whole(base: Path) -> None:
     b = Broker(config(base, rotate=1 << 30))
     try:
         content = "y" * 5000

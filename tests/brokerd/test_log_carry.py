@@ -8,9 +8,7 @@ its log on /dev/shm where there is one (1,500 sessions are 4,500 fsyncs)."""
 from __future__ import annotations
 
 import os
-import shutil
 import signal
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -20,45 +18,14 @@ import pytest
 
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.cli import main
-from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.ledger import MAX_CARRY_BYTES
 from boxmaker.brokerd.log import LogError
+from boxmaker.proto.decision import Request, Start
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain_files import archives
-from tests.brokerd.rig import Rig
+from tests.support.brokerd.log import ROTATE, config
+from tests.support.brokerd.rig import Rig
 from tests.support.cli import run_cli
-
-ROTATE = 64 << 10
-GRANTS = b"".join(
-    b'[[grant]]\ntool = "%s"\nmode = "allow"\n\n' % t for t in (b"read_file", b"write_file")
-)
-
-
-def config(base: Path, rotate: int = ROTATE) -> BrokerConfig:
-    (base / "ws").mkdir(exist_ok=True)
-    (base / "grants.toml").write_bytes(GRANTS)
-    return BrokerConfig(
-        socket=str(base / "b.sock"),
-        owner_socket=str(base / "o.sock"),
-        workspace=str(base / "ws"),
-        grants=str(base / "grants.toml"),
-        home=str(base / "home"),
-        log=str(base / "log" / "decisions.jsonl"),
-        log_rotate_bytes=rotate,
-        approval_timeout_ms=50,  # nobody answers: an asked call is denied at once
-    )
-
-
-@pytest.fixture
-def base(tmp_path: Path) -> Iterator[Path]:
-    if not os.path.isdir("/dev/shm"):
-        yield tmp_path
-        return
-    folder = Path(tempfile.mkdtemp(prefix="carry-", dir="/dev/shm"))
-    try:
-        yield folder
-    finally:
-        shutil.rmtree(folder)
 
 
 @pytest.fixture
@@ -135,8 +102,7 @@ def test_a_taint_outlives_a_rotation_and_a_restart_and_replays(base: Path) -> No
 
 def test_a_call_in_flight_at_a_kill_is_not_carried_after_the_next_start(base: Path) -> None:
     b = Broker(config(base))
-    fields = {"id": "dead", "session": "s", "epoch": 0, "tool": "read_file"}
-    b.log.append("request", **fields, arguments="{}", canonical="{}", hash="0" * 64)
+    b.log.append(Request, "dead", "s", 0, "read_file", "{}", "{}", "0" * 64)
     b.close()  # killed before its decision: no result will ever come
     b = Broker(config(base))  # its start line: the calls of the brokerd before are over
     try:
@@ -205,7 +171,7 @@ def test_an_old_log_over_the_bound_is_rotated_at_start(base: Path) -> None:
     (Path(b.config.workspace) / "page.txt").write_text("words")
     read(b, "t")
     for _ in range(70):  # 7 MB of start lines: over 64 KiB + a line + a carry
-        b.log.append("start", grants="#" * 100_000 + "\n", workspace=b.config.workspace)
+        b.log.append(Start, grants="#" * 100_000 + "\n", workspace=b.config.workspace)
     b.close()
     size = os.path.getsize(b.config.log)
     assert size > ROTATE + (4 << 20) + MAX_CARRY_BYTES + 4096

@@ -17,6 +17,7 @@ import pytest
 
 from boxmaker.brokerd.ledger import Ledger
 from boxmaker.brokerd.log import DecisionLog
+from boxmaker.proto.decision import Start
 from boxmaker.session.chain_files import archives
 
 BOUND_S = 60.0
@@ -54,9 +55,9 @@ def rotated_log(tmp_path: Path, files: int = 3) -> Path:
     d = DecisionLog(str(log), Ledger(), rotate_bytes=2048)
     try:
         while len(archives(str(log))) < files:
-            d.append("start", grants="", workspace="/ws")
+            d.append(Start, grants="", workspace="/ws")
         for _ in range(5):  # the current file: a carry and five lines
-            d.append("start", grants="", workspace="/ws")
+            d.append(Start, grants="", workspace="/ws")
     finally:
         d.close()
     return log

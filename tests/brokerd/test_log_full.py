@@ -15,8 +15,8 @@ import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.session.chain import verify_chain
-from tests.brokerd.core import replay
-from tests.brokerd.rig import Rig
+from tests.support.brokerd.core import replay
+from tests.support.brokerd.rig import Rig
 from tests.support.procs import Daemon, python_module
 
 CALLS = 12

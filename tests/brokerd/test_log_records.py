@@ -14,8 +14,8 @@ from boxmaker.brokerd.cli import main
 from boxmaker.bxctl.cli import main as bxctl
 from boxmaker.proto.decision import RECORD_TYPES
 from boxmaker.session.chain import verify_chain
-from tests.brokerd.rig import Rig
-from tests.brokerd.test_log import busy_log, rechain
+from tests.support.brokerd.log import busy_log, rechain
+from tests.support.brokerd.rig import Rig
 from tests.support.cli import run_cli
 
 

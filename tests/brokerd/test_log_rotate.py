@@ -15,7 +15,7 @@ from boxmaker.brokerd.cli import main
 from boxmaker.bxctl.cli import main as bxctl
 from boxmaker.session.chain import verify_chain
 from boxmaker.session.chain_files import archives, read_chain
-from tests.brokerd.rig import Rig, grant
+from tests.support.brokerd.rig import Rig, grant
 from tests.support.cli import run_cli
 
 ROTATE = 64 << 10

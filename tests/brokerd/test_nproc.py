@@ -13,7 +13,7 @@ import tempfile
 
 import pytest
 
-from tests.brokerd.rig import BOUND_S
+from tests.support.brokerd.rig import BOUND_S
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None or shutil.which("bwrap") is None,

@@ -15,7 +15,7 @@ import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.brokerd.paths import MAX_GRANTS_BYTES
-from tests.brokerd.rig import ALL_ALLOW, BOUND_S, Rig
+from tests.support.brokerd.rig import ALL_ALLOW, BOUND_S, Rig
 from tests.support.procs import python_module
 
 

@@ -14,7 +14,7 @@ import pytest
 
 from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.tools import shell
-from tests.brokerd.sandbox_rig import Rig, make_rig, sandbox_uid
+from tests.support.brokerd.sandbox import Rig, make_rig, sandbox_uid
 
 
 @pytest.fixture

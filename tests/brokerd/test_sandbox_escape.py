@@ -11,7 +11,7 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.brokerd.sandbox import SandboxLimits
-from tests.brokerd.sandbox_rig import CANARY, PYTHON, Rig, make_rig, processes_with
+from tests.support.brokerd.sandbox import CANARY, PYTHON, Rig, make_rig, processes_with
 from tests.support.procs import wait_for
 
 LIMITS = SandboxLimits(timeout_ms=10_000, processes=32, output_bytes=16 << 10)

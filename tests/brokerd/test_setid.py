@@ -13,7 +13,7 @@ import pytest
 
 from boxmaker.brokerd.paths import Workspace, write_atomic
 from boxmaker.brokerd.sandbox import SandboxLimits
-from tests.brokerd.sandbox_rig import PYTHON, Rig, make_rig
+from tests.support.brokerd.sandbox import PYTHON, Rig, make_rig
 
 LIMITS = SandboxLimits(timeout_ms=10_000)
 SET_ID = stat.S_ISUID | stat.S_ISGID

@@ -10,8 +10,8 @@ from pathlib import Path
 import orjson
 import pytest
 
-from tests.brokerd.core import replay
-from tests.brokerd.rig import Rig, grant
+from tests.support.brokerd.core import replay
+from tests.support.brokerd.rig import Rig, grant
 
 
 def test_shell_off_is_refused_without_asking(rig: Rig, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -16,20 +16,20 @@ import pytest
 
 from boxmaker.bxctl.cli import main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
-from tests.brokerd.rig import (
+from tests.support.brokerd.approvals import owner_sees
+from tests.support.brokerd.rig import (
     Rig,
     grant,
     loopd_and_brokerd,
     sandbox_workspace,
+    serve_loopd,
 )
 from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
+from tests.support.procs import wait_for
 from tests.support.serve import (
     BOUND_S,
-    START_LINE,
     ServeEnv,
     TurnClient,
-    config_text,
 )
 from tests.support.turn import calls, say
 from tests.support.web import page_server
@@ -55,38 +55,14 @@ def stack() -> Iterator[tuple[ServeEnv, Rig]]:
         yield pair
 
 
-def start_loopd(env: ServeEnv, rig: Rig) -> Daemon:
-    path = env.folder / "loopd.toml"
-    path.write_text(
-        config_text(env.folder, loop={"tool_timeout_ms": 10_000})
-        + f'[tools]\nbroker_socket = "{rig.socket}"\nbroker_timeout_ms = 10000\n'
-    )
-    daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-    env.daemons.append(daemon)
-    daemon.wait_for_line(START_LINE, BOUND_S)
-    return daemon
-
-
 def tool_results(env: ServeEnv, session: str) -> list[str]:
     return [str(r["content"]) for r in env.log_lines(session) if r["type"] == "tool_result"]
-
-
-def approve(rig: Rig, call_id: str) -> None:
-    conn = rig.owner()
-    with conn.sock:
-        conn.send("claim", {"id": call_id}, True)
-        claimed = conn.recv()
-        assert claimed is not None
-        conn.send("answer", {"id": call_id, "hash": claimed.body["hash"], "answer": "yes"}, True)
-        answered = conn.recv()
-    assert answered is not None
-    assert answered.kind == "answered"
 
 
 def test_find_write_with_approval_read_then_brokerd_down(stack: tuple[ServeEnv, Rig]) -> None:
     env, rig = stack
     rig.start()
-    start_loopd(env, rig)
+    serve_loopd(env, rig.socket, 10_000)
     write: dict[str, Any] = {"name": "write_file",
                              "arguments": {"path": "a.txt", "content": "hello"}}  # fmt: skip
     env.model.load(
@@ -106,7 +82,7 @@ def test_find_write_with_approval_read_then_brokerd_down(stack: tuple[ServeEnv, 
     assert needed.tool == "write_file"
     # loopd is told the tool and the path only; the whole call goes to owner.sock (issue 27)
     assert needed.summary == "write_file a.txt: waiting for the owner's answer"
-    approve(rig, needed.id)
+    owner_sees(rig, needed.id, "yes")
     wait_for(lambda: turn.frames and isinstance(turn.frames[-1], TurnDone), "the turn's end")
     found, wrote, read = tool_results(env, "s1")
     assert '"write_file"' in found
@@ -145,7 +121,7 @@ def test_bxctl_chat_asks_the_owner_and_answers_brokerd(
 ) -> None:
     env, rig = stack
     rig.start()
-    start_loopd(env, rig)
+    serve_loopd(env, rig.socket, 10_000)
     write = {"name": "write_file", "arguments": {"path": "a.txt", "content": "hello"}}
     read = {"name": "read_file", "arguments": {"path": "a.txt"}}
     env.model.load(
@@ -199,7 +175,7 @@ def test_shell_fetch_then_a_write_that_the_taint_makes_ask(
     sandbox_workspace(rig)
     (rig.workspace / "notes.md").write_text("hello\n")
     rig.start()
-    start_loopd(env, rig)
+    serve_loopd(env, rig.socket, 10_000)
     net = f"python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {page}), 2)'"
     url = f"http://127.0.0.1:{page}/"
     write = {"path": "out.txt", "content": "done"}

@@ -18,9 +18,9 @@ from boxmaker._cli import Environment
 from boxmaker.bxctl.approve import ask_owner
 from boxmaker.proto import ApprovalNeededEvent, ErrorCode, WireError
 from boxmaker.proto.channel import cancel_frame
-from tests.brokerd.rig import Rig, grant, loopd_and_brokerd
-from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text
+from tests.support.brokerd.rig import Rig, grant, loopd_and_brokerd, serve_loopd
+from tests.support.procs import wait_for
+from tests.support.serve import BOUND_S, ServeEnv, TurnClient
 from tests.support.turn import calls, say
 
 APPROVAL_MS = 300_000  # brokerd's own wait: the test passes only if the cancel cuts it short
@@ -35,14 +35,7 @@ def stack() -> Iterator[tuple[ServeEnv, Rig]]:
     with loopd_and_brokerd(grant("write_file", "ask")) as (env, rig):
         rig.broker = {"approval_timeout_ms": APPROVAL_MS}
         rig.start()
-        path = env.folder / "loopd.toml"
-        path.write_text(
-            config_text(env.folder, loop={"tool_timeout_ms": TOOL_MS})
-            + f'[tools]\nbroker_socket = "{rig.socket}"\nbroker_timeout_ms = {TOOL_MS}\n'
-        )
-        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-        env.daemons.append(daemon)
-        daemon.wait_for_line(START_LINE, BOUND_S)
+        serve_loopd(env, rig.socket, TOOL_MS)
         yield env, rig
 
 

@@ -14,9 +14,9 @@ from pathlib import Path
 
 from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.proto import ToolRequest, ToolResponse
-from tests.brokerd.core import replay
-from tests.brokerd.rig import Rig
-from tests.brokerd.test_approvals import ASK_WRITES, Call
+from tests.support.brokerd.approvals import ASK_WRITES, Call
+from tests.support.brokerd.core import replay
+from tests.support.brokerd.rig import Rig
 from tests.support.procs import Daemon, wait_for, wait_for_socket
 
 PROGRAM = Path(__file__).resolve().parents[2] / "conf" / "programs" / "brokerd.conf"

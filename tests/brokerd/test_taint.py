@@ -12,6 +12,7 @@ from boxmaker.brokerd.ledger import Ledger
 from boxmaker.brokerd.taint import Record, Taint, taint_of
 from boxmaker.brokerd.tools.kind import GrantKind
 from boxmaker.brokerd.tools.table import TABLE
+from boxmaker.proto.decision import Logged, Request, Result
 
 WRITERS = ("write_file", "edit_file", "note", "shell", "some_new_tool")
 READ_ONLY = tuple(t.name for t in TABLE.tools() if not t.writes)
@@ -84,12 +85,15 @@ def test_a_taint_carried_from_the_last_epoch_holds() -> None:
     assert "from fetch of evil.example at call 3 in epoch 0 (the summary carries it" in reason
 
 
-def _request(call_id: str, session: str, epoch: int, tool: str) -> dict[str, object]:
-    return {"type": "request", "id": call_id, "session": session, "epoch": epoch, "tool": tool}
+T = "2026-12-02T12:00:00.000Z"
 
 
-def _result(call_id: str, untrusted: bool, host: str | None = None) -> dict[str, object]:
-    return {"type": "result", "id": call_id, "untrusted": untrusted, "host": host}
+def _request(call_id: str, session: str, epoch: int, tool: str) -> Logged:
+    return Logged(0, Request(T, call_id, session, epoch, tool, "{}", "{}", "0" * 64))
+
+
+def _result(call_id: str, untrusted: bool, host: str | None = None) -> Logged:
+    return Logged(0, Result(T, call_id, False, False, 0, untrusted, host, "public"))
 
 
 @pytest.mark.parametrize("claimed", [0, 1, 2, 7])
@@ -182,3 +186,15 @@ def test_a_call_asks_iff_tainted_and_it_can_write_or_send(
 @pytest.mark.parametrize("tool", WRITERS)
 def test_unknown_and_writing_tools_are_not_read_only(tool: str) -> None:
     assert tool not in READ_ONLY
+
+
+def test_the_carry_holds_the_log_seq_of_a_tainted_sessions_last_request() -> None:
+    """The carry ages out the least recently seen tainted sessions first: seen is the request
+    line's own seq, as the typed line gives it."""
+    ledger = Ledger()
+    for seq, session in [(7, "old"), (9, "new")]:
+        ledger.feed(Logged(seq, Request(T, session, session, 0, "read_file", "{}", "{}", "0" * 64)))
+        ledger.feed(_result(session, True))
+    tainted = ledger.snapshot()["tainted"]
+    assert list(tainted) == ["new", "old"]
+    assert [tainted["new"][4], tainted["old"][4]] == [9, 7]

@@ -21,9 +21,9 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.brokerd.rig import Rig, grant, sandbox_workspace
-from tests.brokerd.sandbox_rig import CANARY, Listener
-from tests.brokerd.test_fetch import Server, body
+from tests.support.brokerd.fetch import Server, body
+from tests.support.brokerd.rig import Rig, grant, sandbox_workspace
+from tests.support.brokerd.sandbox import CANARY, Listener
 
 GRANTS = "".join(
     grant(t) for t in ("read_file", "write_file", "edit_file", "note", "shell")

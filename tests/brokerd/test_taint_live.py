@@ -15,8 +15,8 @@ import pytest
 
 from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.proto.frame import Frame
-from tests.brokerd.rig import BOUND_S, Rig, sandbox_workspace
-from tests.brokerd.test_approvals import owner_says, owner_sees
+from tests.support.brokerd.approvals import owner_says, owner_sees
+from tests.support.brokerd.rig import BOUND_S, Rig, sandbox_workspace
 from tests.support.cli import run_cli
 from tests.support.web import Quiet, http_server
 

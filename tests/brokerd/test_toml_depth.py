@@ -8,7 +8,7 @@ import pytest
 
 from boxmaker.brokerd.config import ConfigError, parse_config
 from boxmaker.brokerd.grants import GrantsError
-from tests.brokerd.core import parse_grants
+from tests.support.brokerd.core import parse_grants
 
 DEEP = [
     "x = " + "[" * 3000 + "]" * 3000,

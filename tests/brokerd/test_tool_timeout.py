@@ -14,9 +14,9 @@ import pytest
 from boxmaker.loopd.tools.port import BrokerPort
 from boxmaker.loopd.turn.runner import run_tools
 from boxmaker.proto import ToolRequest, ToolResponse
-from tests.brokerd.rig import Rig, grant, sandbox_workspace
-from tests.brokerd.sandbox_rig import PYTHON, processes_with
-from tests.brokerd.test_bounds import pending
+from tests.support.brokerd.approvals import pending
+from tests.support.brokerd.rig import Rig, grant, sandbox_workspace
+from tests.support.brokerd.sandbox import PYTHON, processes_with
 from tests.support.procs import wait_for
 
 TIMEOUT_S = 3.0  # [loop] tool_timeout_ms in these tests

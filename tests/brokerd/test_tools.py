@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from tests.brokerd.rig import Rig
+from tests.support.brokerd.rig import Rig
 
 
 def test_read_file_windows_and_the_cap(rig: Rig) -> None:

@@ -11,7 +11,7 @@ import subprocess
 
 import pytest
 
-from tests.brokerd.rig import BOUND_S, Rig
+from tests.support.brokerd.rig import BOUND_S, Rig
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or shutil.which("setpriv") is None,

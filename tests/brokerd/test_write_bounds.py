@@ -14,7 +14,7 @@ import pytest
 
 from boxmaker.brokerd.paths import Workspace, write_atomic
 from boxmaker.brokerd.sandbox import SandboxLimits
-from tests.brokerd.sandbox_rig import PYTHON, Rig, make_rig
+from tests.support.brokerd.sandbox import PYTHON, Rig, make_rig
 
 MIB = 1 << 20
 QUOTA = 8 * MIB
@@ -125,7 +125,7 @@ def test_a_long_multibyte_name_can_be_written(tmp_path: Path, name: str) -> None
 
 @pytest.mark.parametrize("size", [1001, 1500, 4096, 50_000, 99_999])
 def test_an_edit_over_max_write_bytes_names_that_key(size: int) -> None:
-    from tests.brokerd.rig import Rig, remove, short_base
+    from tests.support.brokerd.rig import Rig, remove, short_base
 
     rig = Rig(short_base())
     rig.broker = {"max_write_bytes": 1000, "max_file_bytes": 100_000}

@@ -12,39 +12,24 @@ import pytest
 
 from boxmaker.bxctl.cli import main
 from boxmaker.proto import ToolResultEvent, TurnDone
-from tests.bxctl.test_history_approvals import Brokerd, call_tool, needed
+from tests.support.brokerd.bxctl import Brokerd, brokerd_stack, needed
 from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text, serve_env
-from tests.support.turn import say
+from tests.support.procs import wait_for
+from tests.support.serve import BOUND_S, ServeEnv, TurnClient
+from tests.support.turn import call_tool, say
 
 LONG_WAIT_MS = 90_000  # longer than any step below: only an answer ends these calls
 SHORT_WAIT_MS = 2_000  # the call nobody answers
 
 
-def _stack(approval_ms: int) -> Iterator[tuple[ServeEnv, Brokerd]]:
-    with serve_env() as env:
-        broker = Brokerd(env.folder, approval_ms=approval_ms)
-        env.daemons.append(broker.daemon)
-        path = env.folder / "loopd.toml"
-        path.write_text(
-            config_text(env.folder, loop={"tool_timeout_ms": 120_000})
-            + f'[tools]\nbroker_socket = "{broker.socket}"\nbroker_timeout_ms = 120000\n'
-        )
-        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-        env.daemons.append(daemon)
-        daemon.wait_for_line(START_LINE, BOUND_S)
-        yield env, broker
-
-
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
-    yield from _stack(LONG_WAIT_MS)
+    yield from brokerd_stack(LONG_WAIT_MS, 120_000)
 
 
 @pytest.fixture
 def short_stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
-    yield from _stack(SHORT_WAIT_MS)
+    yield from brokerd_stack(SHORT_WAIT_MS, 120_000)
 
 
 def approve(broker: Brokerd, *args: str, stdin: str = "") -> tuple[int, str, str]:

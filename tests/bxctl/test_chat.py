@@ -28,8 +28,8 @@ from boxmaker.proto import (
 from boxmaker.proto.frame import encode_frame
 from boxmaker.proto.ids import SESSION_ID_RE
 from boxmaker.proto.wire import ErrorCode
+from tests.support.bxctl.fakeloopd import FakeLoopd, done, error, event
 from tests.support.cli import Result, run_cli
-from tests.support.fakeloopd import FakeLoopd, done, error, event
 
 HELLO = [event(ContentEvent("Hel")), event(ContentEvent("lo.")), done("Hello.")]
 

@@ -6,7 +6,6 @@ new-user trial found the Ctrl-C said "stopping the answer" while the question we
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -14,11 +13,10 @@ import pytest
 
 from boxmaker.bxctl.decisions import read_asks
 from boxmaker.bxctl.prompt import MARK
-from tests.bxctl.test_chat_pty import PROMPT_READY, TURN_S, Pty
-from tests.bxctl.test_history_approvals import Brokerd, call_tool
-from tests.support.procs import Daemon, python_module
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, config_text, serve_env
-from tests.support.turn import Said, say
+from tests.support.brokerd.bxctl import Brokerd, brokerd_stack
+from tests.support.pty import PROMPT_READY, TURN_S, Pty, open_bxctl
+from tests.support.serve import BOUND_S, ServeEnv
+from tests.support.turn import Said, call_tool, say
 
 QUESTION = (
     r"approve write_file\? \[y\]es / \[n\]o / \[a\]lways "
@@ -26,24 +24,9 @@ QUESTION = (
 )
 
 
-def _stack(approval_ms: int) -> Iterator[tuple[ServeEnv, Brokerd]]:
-    with serve_env() as env:
-        broker = Brokerd(env.folder, approval_ms=approval_ms)
-        env.daemons.append(broker.daemon)
-        path = env.folder / "loopd.toml"
-        path.write_text(
-            config_text(env.folder, loop={"tool_timeout_ms": 90_000})
-            + f'[tools]\nbroker_socket = "{broker.socket}"\nbroker_timeout_ms = 90000\n'
-        )
-        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-        env.daemons.append(daemon)
-        daemon.wait_for_line(START_LINE, BOUND_S)
-        yield env, broker
-
-
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
-    yield from _stack(60_000)  # longer than any wait below
+    yield from brokerd_stack(60_000, 90_000)  # longer than any wait below
 
 
 SHORT_WAIT_MS = 10_000  # long enough to see the question and type a wrong answer on a busy box
@@ -51,23 +34,12 @@ SHORT_WAIT_MS = 10_000  # long enough to see the question and type a wrong answe
 
 @pytest.fixture
 def short_stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
-    yield from _stack(SHORT_WAIT_MS)
+    yield from brokerd_stack(SHORT_WAIT_MS, 90_000)
 
 
 def open_chat(env: ServeEnv, broker: Brokerd, *argv: str, **more: str) -> Pty:
-    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
-    environ = {
-        **more,
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(env.folder),
-        "TERM": "xterm-256color",
-        "BOXMAKER_SOCKET": str(env.socket),
-        "BOXMAKER_OWNER_SOCKET": str(broker.owner_socket),
-        "BOXMAKER_HOME": str(env.home),
-        "BOXMAKER_RUN": str(env.folder / "no-run"),
-        "BOXMAKER_CHAT_HISTORY": str(env.folder / "history"),
-    }
-    return Pty([bxctl, *(argv or ("chat", "--session", "s1"))], environ)
+    argv = argv or ("chat", "--session", "s1")
+    return open_bxctl(env, argv, **more, BOXMAKER_OWNER_SOCKET=str(broker.owner_socket))
 
 
 def test_y_at_the_question_approves_the_call(stack: tuple[ServeEnv, Brokerd]) -> None:

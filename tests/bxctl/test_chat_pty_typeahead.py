@@ -5,15 +5,14 @@ so the answer stays whole, and the next prompt has what was typed."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from tests.bxctl.test_chat_pty import PROMPT_READY, TURN_S, open_chat, session_of, wait_users
-from tests.support.config import MODEL
+from tests.support.pty import PROMPT_READY, TURN_S, open_chat, session_of, wait_users
 from tests.support.recorded import Recorded
-from tests.support.replies import Reply, sse_reply
+from tests.support.replies import Reply
 from tests.support.serve import ServeEnv, serve_env
+from tests.support.turn import slow_stream
 
 SLOW = "answer slowly"
 WORDS = 30
@@ -21,20 +20,8 @@ DELAY_S = 0.1
 
 
 def slow(_request: Recorded) -> Reply:
-    def chunk(delta: dict[str, Any], finish: str | None = None) -> dict[str, Any]:
-        return {
-            "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-            "created": 1796011468,
-            "id": "chatcmpl-slow",
-            "model": MODEL,
-            "object": "chat.completion.chunk",
-        }
-
-    events = [chunk({"role": "assistant", "content": None})]
-    events += [chunk({"content": f"slow{i} "}) for i in range(WORDS)]
-    events.append(chunk({}, "stop"))
-    events[-1]["timings"] = {"cache_n": 0, "prompt_n": 10, "predicted_n": WORDS}
-    return sse_reply(events, delay_s=DELAY_S)
+    timings = {"cache_n": 0, "prompt_n": 10, "predicted_n": WORDS}
+    return slow_stream([f"slow{i} " for i in range(WORDS)], DELAY_S, "chatcmpl-slow", timings)
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ from boxmaker.bxctl.history import last_exchange, read_entries
 from boxmaker.proto import Assistant, Stopped, Usage, User
 from boxmaker.session.store import SessionStore
 from tests.support.cli import run_cli
-from tests.support.epoch_cases import SUMMARY, T0, prepared, switch_now
+from tests.support.session.epoch_cases import SUMMARY, T0, prepared, switch_now
 
 
 def compacted(home: Path, times: int) -> list[str]:

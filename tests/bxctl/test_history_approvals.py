@@ -9,102 +9,22 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import orjson
 import pytest
 
-from boxmaker._framed import FramedClient
-from boxmaker._toml import toml_dumps
 from boxmaker.bxctl.cli import main
-from boxmaker.proto import ApprovalNeededEvent, TurnDone
-from boxmaker.proto.broker import OWNER_KINDS
+from boxmaker.proto import TurnDone
+from tests.support.brokerd.bxctl import APPROVAL_MS, Brokerd, brokerd_stack, needed
 from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text, serve_env
-from tests.support.turn import calls, say
-
-APPROVAL_MS = 1000  # brokerd's approval wait: the unanswered call ends after it
-GRANTS = """
-[[grant]]
-tool = "read_file"
-mode = "allow"
-
-[[grant]]
-tool = "write_file"
-mode = "ask"
-"""
-
-
-def call_tool(name: str, arguments: dict[str, Any], prefix: str) -> Any:
-    return calls(("call_tool", {"name": name, "arguments": arguments}), prefix=prefix)
-
-
-class Brokerd:
-    def __init__(self, folder: Path, approval_ms: int = APPROVAL_MS) -> None:
-        self.folder = folder
-        self.socket = folder / "run" / "broker.sock"
-        self.owner_socket = folder / "run" / "owner.sock"
-        self.log = folder / "broker" / "decisions.jsonl"
-        self.config = folder / "brokerd.toml"
-        (folder / "ws").mkdir()
-        (folder / "ws" / "a.txt").write_text("alpha\n")
-        (folder / "grants.toml").write_text(GRANTS)
-        table = {
-            "socket": str(self.socket),
-            "owner_socket": str(self.owner_socket),
-            "workspace": str(folder / "ws"),
-            "grants": str(folder / "grants.toml"),
-            "home": str(folder / "home"),
-            "log": "broker/decisions.jsonl",  # relative: to the config's folder, as make run's
-            "approval_timeout_ms": approval_ms,
-        }
-        self.config.write_text(toml_dumps({"broker": table}))
-        self.daemon = Daemon(
-            python_module("boxmaker.brokerd", "serve", "--config", str(self.config))
-        )
-        self.daemon.wait_for_line("listening on")
-
-    def answer(self, call_id: str, answer: str) -> None:
-        with FramedClient(str(self.owner_socket), OWNER_KINDS, BOUND_S) as owner:
-            (claimed,) = owner.exchange("claim", {"id": call_id})
-            assert claimed.kind == "call", claimed
-            (reply,) = owner.exchange(
-                "answer", {"id": call_id, "hash": claimed.body["hash"], "answer": answer}
-            )
-            assert reply.kind == "answered", reply
+from tests.support.procs import wait_for
+from tests.support.serve import BOUND_S, ServeEnv, TurnClient
+from tests.support.turn import call_tool, say
 
 
 @pytest.fixture
 def stack() -> Iterator[tuple[ServeEnv, Brokerd]]:
-    with serve_env() as env:
-        broker = Brokerd(env.folder)
-        env.daemons.append(broker.daemon)
-        path = env.folder / "loopd.toml"
-        path.write_text(
-            config_text(env.folder, loop={"tool_timeout_ms": 30_000})
-            + f'[tools]\nbroker_socket = "{broker.socket}"\nbroker_timeout_ms = 30000\n'
-        )
-        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-        env.daemons.append(daemon)
-        daemon.wait_for_line(START_LINE, BOUND_S)
-        yield env, broker
-
-
-def needed(client: TurnClient, n: int) -> ApprovalNeededEvent:
-    """The n-th approval_needed event of the turn (1-based), once it has come."""
-    found = wait_for(
-        lambda: (
-            seen[n - 1]
-            if len(seen := [f for f in client.frames if isinstance(f, ApprovalNeededEvent)]) >= n
-            else None
-        ),
-        f"approval {n}",
-        BOUND_S,
-    )
-    assert isinstance(found, ApprovalNeededEvent)
-    return found
+    yield from brokerd_stack(APPROVAL_MS, 30_000)
 
 
 def test_history_shows_who_approved_or_denied_each_call(

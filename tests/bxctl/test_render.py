@@ -39,7 +39,7 @@ from boxmaker.proto import (
     WaitingEvent,
 )
 from boxmaker.proto.wire import ErrorCode, WireError
-from tests.support.fakeloopd import USAGE
+from tests.support.bxctl.fakeloopd import USAGE
 
 A, E, X = Stream.ANSWER, Stream.EVENTS, Stream.ERRORS
 

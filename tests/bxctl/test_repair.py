@@ -21,7 +21,7 @@ from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from tests.support.cli import Result, run_cli
 from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.session_cases import CONVERSATION, make_session, t
+from tests.support.session.session_cases import CONVERSATION, make_session, t
 
 LAST = len(CONVERSATION) + 1  # the last line's number
 WRITER = [sys.executable, str(Path(__file__).parents[1] / "session/writer.py")]

@@ -9,7 +9,7 @@ import pytest
 from boxmaker._cli import ExitStatus
 from boxmaker.bxctl.cli import main
 from tests.support.cli import run_cli
-from tests.support.session_cases import CONVERSATION, make_session, t
+from tests.support.session.session_cases import CONVERSATION, make_session, t
 
 
 @pytest.fixture(autouse=True)
@@ -106,7 +106,7 @@ def test_the_home_comes_from_the_environment(
 
 def test_a_compacted_session_shows_its_epochs(tmp_path: Path) -> None:
     from boxmaker.session.store import SessionStore
-    from tests.support.epoch_cases import prepared, switch_now
+    from tests.support.session.epoch_cases import prepared, switch_now
 
     prepared(tmp_path, "ep")
     with SessionStore(tmp_path).open("ep") as log:

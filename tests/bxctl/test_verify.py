@@ -11,7 +11,7 @@ import pytest
 
 from boxmaker._cli import Environment, ExitStatus
 from boxmaker.bxctl.cli import main
-from tests.support.session_cases import CONVERSATION, T0, make_session, t
+from tests.support.session.session_cases import CONVERSATION, T0, make_session, t
 
 
 @dataclass
@@ -142,6 +142,8 @@ def test_bxctl_imports_no_daemon_code() -> None:
         "boxmaker._cli",
         "boxmaker._defaults",
         "boxmaker._framed",  # the owner.sock client
+        "boxmaker._crashpoint",  # the session store's test-only crash hook (stdlib only)
+        "boxmaker._pid",  # whether brokerd's pid is alive (the tools line)
         "boxmaker.session",
         "boxmaker.bxctl",
     )

@@ -11,8 +11,8 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.verify.device import Run
+from tests.support.agent.tool_model import FETCH_GRANT, MCP_TIME_GRANT, tool_model_run
 from tests.support.mcp_servers import python_server
-from tests.support.tool_model import FETCH_GRANT, MCP_TIME_GRANT, tool_model_run
 
 
 @pytest.fixture(scope="package")

@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 
 from boxmaker.verify.device import Run
-from tests.support.agent_run import lay, pages, run_box
-from tests.support.agent_tasks import SMOKE, TASKS, Call, Outcome, Task, by_name
+from tests.support.agent.run import lay, pages, run_box
+from tests.support.agent.tasks import SMOKE, TASKS, Call, Outcome, Task, by_name
 
 
 @pytest.fixture(scope="module")

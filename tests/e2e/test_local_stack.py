@@ -15,12 +15,10 @@ checkout's run/ folder.
 
 import os
 import re
-import shutil
 import socket
 import stat
 import subprocess
 import sys
-import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,39 +32,17 @@ from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.check import check_session
-from boxmaker.verify.stack import free_port, healthy
+from boxmaker.verify.stack import healthy
 from tests.support import rawhttp
-from tests.support.llama import ensure_built
 from tests.support.procs import wait_for, wait_for_socket
-from tests.support.stack import write_local_config
+from tests.support.run_stack import BIN, PROGRAMS, REPO, run_stack
 
-REPO = Path(__file__).resolve().parents[2]
-CONF = REPO / "conf" / "supervisord.conf"
-BIN = Path(sys.executable).parent
-PROGRAMS = ("brokerd", "inferproxy", "llama-server", "loopd")  # `supervisorctl pid all`'s order
-BOUND = 60.0  # seconds for llama-server to load the model on a loaded 2-core machine
-# loopd retries its self-test while llama-server loads (startretries), then passes it.
-LOOPD_BOUND = 3 * BOUND
-
-
-def ctl(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [str(BIN / "supervisorctl"), "-c", str(CONF), *args],
-        env=env, capture_output=True, text=True, timeout=BOUND, check=False,
-    )  # fmt: skip
-
-
-def write_brokerd_config(run: Path) -> Path:
-    """brokerd's local profile, with its sockets, workspace, grants, home and log in this run
-    folder."""
-    text = (REPO / "conf" / "brokerd.local.toml").read_text()
-    for name in ("broker.sock", "owner.sock", "workspace", "grants.toml", "home", "broker/"):
-        old = f'"../run/{name}'
-        assert old in text, f"conf/brokerd.local.toml no longer names {old}"
-        text = text.replace(old, f'"{run / name}' + ("/" if name.endswith("/") else ""))
-    path = run / "brokerd.toml"
-    path.write_text(text)
-    return path
+# test_gateway_stack imports these from here, until its import is moved to tests/support
+from tests.support.run_stack import BOUND as BOUND
+from tests.support.run_stack import LOOPD_BOUND as LOOPD_BOUND
+from tests.support.run_stack import ctl as ctl
+from tests.support.run_stack import run_sh as run_sh
+from tests.support.run_stack import write_brokerd_config as write_brokerd_config
 
 
 class Stack:
@@ -82,35 +58,11 @@ class Stack:
         return dict(zip(PROGRAMS, map(int, out), strict=True))
 
 
-def run_sh(env: dict[str, str]) -> subprocess.CompletedProcess[str]:
-    """scripts/run.sh as `make run` runs it, with no terminal on stdin (so no chat)."""
-    return subprocess.run(
-        ["bash", str(REPO / "scripts" / "run.sh")], env=env, stdin=subprocess.DEVNULL,
-        capture_output=True, text=True, timeout=LOOPD_BOUND + BOUND, check=False,
-    )  # fmt: skip
-
-
 @pytest.fixture
 def stack() -> Iterator[Stack]:
-    ensure_built()  # a build that fails fails here, with its own message
-    run = Path(tempfile.mkdtemp(prefix="bx-e2e-", dir="/tmp"))  # short: socket paths
-    port = free_port()
-    env = dict(os.environ)
-    for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
-        env.pop(name, None)
-    env.update(
-        BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_local_config(run))
-    )
-    env.update(BROKERD_CONFIG=str(write_brokerd_config(run)))
-    started = run_sh(env)
-    # supervisorctl reads the same file: the names run.sh exported must be set for it to parse.
-    env.update(
-        BOXMAKER_PYTHON=sys.executable,
-        BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
-        BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
-        BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
-    )
-    try:
+    logs = ("llama-server.log", "loopd.log", "loopd.err.log", "supervisord.log")
+    with run_stack(logs) as rs:
+        run, env, port, started = rs.run, rs.env, rs.port, rs.started
         assert started.returncode == 0, started.stdout + started.stderr
         assert "standard input is not a terminal, so no chat" in started.stdout
         conf_d = sorted(p.name for p in (run / "supervisord.d").iterdir())
@@ -123,20 +75,6 @@ def stack() -> Iterator[Stack]:
         assert healthy("127.0.0.1", port)
         wait_for_socket(str(run / "loop.sock"), timeout=LOOPD_BOUND)
         yield Stack(run, env, port)
-    except BaseException:
-        for name in ("llama-server.log", "loopd.log", "loopd.err.log", "supervisord.log"):
-            if (run / name).exists():
-                print(f"--- {name}\n" + (run / name).read_text()[-3000:])
-        raise
-    finally:
-        pid_file = run / "supervisord.pid"
-        pid = int(pid_file.read_text()) if pid_file.exists() else None
-        ctl(env, "shutdown")
-        try:
-            if pid is not None:
-                wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord to exit", BOUND)
-        finally:
-            shutil.rmtree(run, ignore_errors=True)
 
 
 def say(stack: Stack, *args: str, session: str = "e2e") -> str:

@@ -29,7 +29,7 @@ import pytest
 from boxmaker._toml import toml_dumps
 from boxmaker.proto import Assistant, ToolResult
 from boxmaker.verify.device import TURN_BOUND, Run
-from tests.support.tool_model import approvals, results_of, turn
+from tests.support.agent.tool_model import approvals, results_of, turn
 from tests.support.web import page_server
 
 PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"

@@ -20,7 +20,7 @@ import pytest
 
 from boxmaker.verify.checks import paired_calls
 from boxmaker.verify.device import Run
-from tests.support.tool_model import MCP_TIME_TOOL, results_of, turn
+from tests.support.agent.tool_model import MCP_TIME_TOOL, results_of, turn
 
 TOOL = MCP_TIME_TOOL
 ZONE = "Asia/Tokyo"  # +09:00 all year: no daylight saving to guess

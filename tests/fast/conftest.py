@@ -5,8 +5,8 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker._fast import _splice_c, _splice_py, _sse_c, _sse_py
-from tests.fast.splice_support import ROUTES, Pump, Sockets
-from tests.support.worker import Worker
+from tests.support.fast.splice import ROUTES, Pump, Sockets
+from tests.support.fast.worker import Worker
 
 # --- sse ---------------------------------------------------------------------------------------
 
@@ -23,7 +23,7 @@ def sse_cls(request: pytest.FixtureRequest) -> type[PySSELineSplitter] | type[CS
 
 # --- splice ------------------------------------------------------------------------------------
 # (`pump` is each twin; `sockets` makes connected pairs and tears them down after the test;
-# `kind` and `unix_src` are the routes, see splice_support.ROUTES.)
+# `kind` and `unix_src` are the routes, see tests/support/fast/splice.ROUTES.)
 
 
 @pytest.fixture(params=[_splice_py.pump, _splice_c.pump], ids=["py", "c"])

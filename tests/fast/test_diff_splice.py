@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, example, given, note, settings
 from hypothesis import strategies as st
 
 from boxmaker._fast import _splice_c, _splice_py
-from tests.support.worker import Worker, receive_until_eof
+from tests.support.fast.worker import Worker, receive_until_eof
 
 Pump = Callable[[int, int], int]
 TWINS: dict[str, Pump] = {"py": _splice_py.pump, "c": _splice_c.pump}

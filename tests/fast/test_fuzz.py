@@ -24,7 +24,7 @@ from hypothesis import strategies as st
 from boxmaker._fast import _chunked_c, _chunked_py, _sse_c, _sse_py
 from boxmaker.proto.errors import ChunkedError, SSEError
 from tests.support.feed import pieces_at
-from tests.support.fuzz import cuts_of, fuzz_settings, token_stream
+from tests.support.proto.fuzz import cuts_of, fuzz_settings, token_stream
 
 SSE_TWINS = {"py": _sse_py.SSELineSplitter, "c": _sse_c.SSELineSplitter}
 CHUNKED_TWINS = {"py": _chunked_py.ChunkedDecoder, "c": _chunked_c.ChunkedDecoder}

@@ -22,7 +22,7 @@ import pytest
 
 import boxmaker._fast.splice as selected
 from boxmaker._fast import IMPLEMENTATIONS, NO_EXTENSIONS, _splice_c, _splice_py
-from tests.fast.splice_support import (
+from tests.support.fast.splice import (
     KIB,
     MIB,
     OneWay,
@@ -36,7 +36,7 @@ from tests.fast.splice_support import (
     receive_exactly,
     send_all_then_eof,
 )
-from tests.support.worker import Worker, receive_until_eof
+from tests.support.fast.worker import Worker, receive_until_eof
 
 # --- Which twin is in use ------------------------------------------------------------------------
 

@@ -22,7 +22,7 @@ from typing import Any
 import pytest
 
 from boxmaker._fast import _splice_c
-from tests.fast.splice_support import (
+from tests.support.fast.splice import (
     KIB,
     MIB,
     POLL_S,
@@ -39,8 +39,8 @@ from tests.fast.splice_support import (
     set_receive_timeout,
     wait_blocked,
 )
+from tests.support.fast.worker import BOUND_S, Worker, receive_until_eof
 from tests.support.procs import wait_for
-from tests.support.worker import BOUND_S, Worker, receive_until_eof
 
 # --- Which mechanism for which socket pair -------------------------------------------------------
 

@@ -1,5 +1,5 @@
 """Fixtures for the inferproxy tests: a real daemon as a subprocess, a TCP upstream in the test (the
-helpers the tests call are in tests/support/proxy.py)."""
+helpers the tests call are in tests/support/inferproxy/proxy.py)."""
 
 import os
 import shutil
@@ -8,8 +8,8 @@ from collections.abc import Iterator
 
 import pytest
 
+from tests.support.inferproxy.proxy import BOUND, StartProxy, start_inferproxy
 from tests.support.procs import Daemon, python_module, short_tmpdir
-from tests.support.proxy import BOUND, StartProxy, start_inferproxy
 
 
 @pytest.fixture

@@ -4,8 +4,7 @@ import select
 import socket
 import time
 
-from tests.support.procs import Daemon, thread_count, wait_for
-from tests.support.proxy import (
+from tests.support.inferproxy.proxy import (
     BOUND,
     StartProxy,
     accept,
@@ -14,6 +13,7 @@ from tests.support.proxy import (
     connect,
     upstream_pending,
 )
+from tests.support.procs import Daemon, thread_count, wait_for
 
 
 def open_proxied(path: str, upstream: socket.socket) -> tuple[socket.socket, socket.socket]:

@@ -9,7 +9,7 @@ import os
 import pytest
 
 from boxmaker._cli import ExitStatus
-from tests.support.proxy import run_main as run
+from tests.support.inferproxy.proxy import run_main as run
 
 
 @pytest.mark.parametrize(

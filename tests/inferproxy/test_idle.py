@@ -10,8 +10,15 @@ import time
 
 import pytest
 
+from tests.support.inferproxy.proxy import (
+    BOUND,
+    StartProxy,
+    accept,
+    address,
+    closed_at_once,
+    connect,
+)
 from tests.support.procs import Daemon, thread_count, wait_for
-from tests.support.proxy import BOUND, StartProxy, accept, address, closed_at_once, connect
 
 FIRST_BYTE = 0.3
 IDLE = 1.0

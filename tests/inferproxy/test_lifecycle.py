@@ -12,8 +12,15 @@ import pytest
 from boxmaker._fast import NO_EXTENSIONS
 from boxmaker.inferproxy.cli import parse_upstream
 from boxmaker.inferproxy.proxy import Settings
+from tests.support.inferproxy.proxy import (
+    START_LINE,
+    StartProxy,
+    accept,
+    address,
+    closed_at_once,
+    connect,
+)
 from tests.support.procs import Daemon, open_fds, thread_count, wait_for
-from tests.support.proxy import START_LINE, StartProxy, accept, address, closed_at_once, connect
 
 
 def test_start_line_names_listen_upstream_and_the_compiled_splice(

@@ -13,7 +13,14 @@ import sys
 
 import pytest
 
-from tests.support.proxy import BOUND, StartProxy, accept, address, connect, upstream_pending
+from tests.support.inferproxy.proxy import (
+    BOUND,
+    StartProxy,
+    accept,
+    address,
+    connect,
+    upstream_pending,
+)
 
 # Connects, sends a request, and prints what became of the connection within the bound.
 CLIENT = r"""

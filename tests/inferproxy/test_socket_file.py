@@ -10,8 +10,8 @@ import stat
 import pytest
 
 from boxmaker._cli import ExitStatus
+from tests.support.inferproxy.proxy import BOUND, StartProxy, accept, address, connect, run_main
 from tests.support.procs import Daemon, python_module
-from tests.support.proxy import BOUND, StartProxy, accept, address, connect, run_main
 
 
 def mode(path: str) -> int:

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.inferproxy.proxy import BOUND, START_LINE, accept, address, connect
 from tests.support.procs import Daemon, wait_for, wait_for_socket
-from tests.support.proxy import BOUND, START_LINE, accept, address, connect
 
 CONF = Path(__file__).resolve().parents[2] / "conf" / "supervisord.conf"
 BIN = Path(sys.executable).parent

@@ -1,4 +1,5 @@
-"""The stream kit (tests/support/check_stream.py) on a bare socketpair and through inferproxy.
+"""The stream kit (tests/support/inferproxy/check_stream.py) on a bare socketpair and through
+inferproxy.
 
 The proxy is transparent if it passes every check the bare pair passes: exact bytes both ways,
 many small writes in order, and a half-close in each direction passed on while the other
@@ -10,8 +11,8 @@ from collections.abc import Callable
 
 import pytest
 
-from tests.support import check_stream
-from tests.support.proxy import StartProxy, accept, address, connect
+from tests.support.inferproxy import check_stream
+from tests.support.inferproxy.proxy import StartProxy, accept, address, connect
 
 # The kit makes more connections than the default accept burst; limits have their own tests.
 HIGH_LIMITS = ("--accept-burst", "1000", "--accept-rate", "1000")

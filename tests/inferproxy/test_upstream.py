@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tests.support.proxy import (
+from tests.support.inferproxy.proxy import (
     BOUND,
     StartProxy,
     accept,

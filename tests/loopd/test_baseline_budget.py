@@ -6,7 +6,7 @@ import pytest
 
 from boxmaker.session.baseline import assemble_baseline, check_budget
 from boxmaker.session.errors import BaselineTooLarge
-from tests.support.session_cases import CALL_TOOL, CLOCK, FIND, SYSTEM_MD
+from tests.support.session.session_cases import CALL_TOOL, CLOCK, FIND, SYSTEM_MD
 from tests.support.stack import Stack
 
 

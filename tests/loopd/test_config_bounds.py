@@ -39,7 +39,7 @@ from boxmaker.loopd.llama.types import ChatRequest
 from boxmaker.loopd.llama.waits import FirstByteWait, SlotView, WaitLimits
 from boxmaker.loopd.selftest import cache_requests, tool_call_request
 from boxmaker.proto import UserMessage
-from tests.loopd.test_config import error, leaf_keys, parse, set_key, text
+from tests.support.loopd.config import error, leaf_keys, parse, set_key, text
 
 LEAF_KEYS = leaf_keys()
 

@@ -19,8 +19,8 @@ import pytest
 from boxmaker._cli import ExitStatus
 from boxmaker.loopd.cli import main
 from boxmaker.loopd.config import MAX_CONFIG_BYTES, ConfigError, load_config
-from tests.loopd.test_config import error, set_key, text
 from tests.support.cli import run_cli
+from tests.support.loopd.config import error, set_key, text
 from tests.support.procs import python_module, wait_for
 
 DEEP = 50_000

@@ -20,7 +20,7 @@ from hypothesis import strategies as st
 from boxmaker.proto.errors import FrameError
 from boxmaker.proto.frame import CHANNEL_KINDS, CLOSED, NEED_DATA, Frame, FrameDecoder, encode_frame
 from tests.support.feed import pieces_at
-from tests.support.fuzz import cuts_of, fuzz_settings
+from tests.support.proto.fuzz import cuts_of, fuzz_settings
 
 PREFIX = 4
 KINDS = sorted(CHANNEL_KINDS)

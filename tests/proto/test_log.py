@@ -1,7 +1,6 @@
 """proto.log: golden bytes, strict decoding with named fields, the chain, and random round trips."""
 
 import hashlib
-from typing import Any
 
 import orjson
 import pytest
@@ -26,15 +25,24 @@ from boxmaker.proto.log import (
     verify_log,
 )
 from boxmaker.proto.tool import ToolCall
-from tests.support.log_strategies import hexes, records, uints
-
-from .log_cases import GOLDEN_DIR, LINES, PREV_ABC, SESSION, SESSION_FILE, T
+from tests.support.proto.log_cases import (
+    BAD_LINES,
+    BROKEN_LOGS,
+    GOLDEN_DIR,
+    LINES,
+    PREV_ABC,
+    SESSION,
+    SESSION_DATA,
+    SESSION_FILE,
+    SESSION_LINES,
+    T,
+    edited,
+    golden,
+    make,
+)
+from tests.support.proto.log_strategies import hexes, records, uints
 
 # --- golden bytes --------------------------------------------------------------------------------
-
-
-def golden(name: str) -> bytes:
-    return (GOLDEN_DIR / f"{name}.jsonl").read_bytes()
 
 
 def test_every_record_type_has_a_golden_line() -> None:
@@ -90,157 +98,7 @@ def test_the_whole_log_fixture_verifies_and_decodes_to_the_session() -> None:
     ]
 
 
-def make(cls: Any, *args: Any) -> Any:
-    """Builds a value with wrong field types on purpose, past the type checker."""
-    return cls(*args)
-
-
 # --- strict decoding -----------------------------------------------------------------------------
-
-BASE = {"type": "user", "seq": 1, "prev": PREV_ABC, "time": T, "content": "hi"}
-
-
-def raw(obj: Any) -> bytes:
-    return orjson.dumps(obj) + b"\n"
-
-
-def with_(base: dict[str, Any], **changes: Any) -> dict[str, Any]:
-    out = dict(base)
-    for k, v in changes.items():
-        if v is DROP:
-            del out[k]
-        else:
-            out[k] = v
-    return out
-
-
-DROP = object()
-ASSISTANT = orjson.loads(golden("assistant_tool_calls"))
-USAGE = orjson.loads(golden("usage"))
-START = orjson.loads(golden("session_start"))
-RESULT = orjson.loads(golden("tool_result"))
-
-# (line, words the RecordError message must contain)
-BAD_LINES: dict[str, tuple[bytes, str]] = {
-    "unknown type": (raw(with_(BASE, type="note")), "type: expected a record type (session_start"),
-    "type not a string": (raw(with_(BASE, type=1)), "type: expected a record type"),
-    "no type": (raw(with_(BASE, type=DROP)), 'line: missing key "type"'),
-    "missing field": (raw(with_(BASE, content=DROP)), 'user: missing key "content"'),
-    "missing seq": (raw(with_(BASE, seq=DROP)), 'user: missing key "seq"'),
-    "extra field": (raw({**BASE, "mood": "ok"}), 'user: unexpected key "mood"'),
-    "bool for int": (
-        raw(with_(USAGE, cache_n=True)),
-        "usage.cache_n: expected integer, got boolean",
-    ),
-    "float for int": (
-        raw(with_(USAGE, prompt_n=1.5)),
-        "usage.prompt_n: expected integer, got number",
-    ),
-    "string for int": (
-        raw(with_(USAGE, predicted_n="3")),
-        "usage.predicted_n: expected integer, got string",
-    ),
-    "negative int": (
-        raw(with_(USAGE, reasoning_tokens=-1)),
-        "usage.reasoning_tokens: expected integer from 0",
-    ),
-    "int for bool": (
-        raw(with_(USAGE, thinking_capped=0)),
-        "usage.thinking_capped: expected boolean, got integer",
-    ),
-    "null for string": (raw(with_(BASE, content=None)), "user.content: expected string, got null"),
-    "int for optional string": (
-        raw(with_(ASSISTANT, content=1)),
-        "assistant.content: expected string or null, got integer",
-    ),
-    "object for optional string": (
-        raw(with_(ASSISTANT, reasoning_content={})),
-        "assistant.reasoning_content: expected string or null, got object",
-    ),
-    "null tool_calls": (
-        raw(with_(ASSISTANT, tool_calls=None)),
-        "assistant.tool_calls: expected array, got null",
-    ),
-    "bad tool call": (
-        raw(with_(ASSISTANT, tool_calls=[{"id": "a", "name": None, "arguments": ""}])),
-        "assistant.tool_calls[0].name: expected string, got null",
-    ),
-    "tool call extra key": (
-        raw(
-            with_(
-                ASSISTANT,
-                tool_calls=[{"id": "a", "name": "b", "arguments": "", "type": "function"}],
-            )
-        ),
-        'assistant.tool_calls[0]: unexpected key "type"',
-    ),
-    "unknown class": (
-        raw(with_(RESULT, **{"class": "secret"})),
-        'tool_result.class: expected one of "public", got "secret"',
-    ),
-    "bool as string": (
-        raw(with_(RESULT, untrusted="false")),
-        "tool_result.untrusted: expected boolean, got string",
-    ),
-    "bad session id": (
-        raw(with_(START, session="../x")),
-        "session_start.session: expected a session id",
-    ),
-    "bad baseline": (
-        raw(with_(START, baseline="ABC")),
-        'session_start.baseline: expected 64 lowercase hex digits, got "ABC"',
-    ),
-    "seq bool": (raw(with_(BASE, seq=False)), "seq: expected integer, got boolean"),
-    "seq negative": (raw(with_(BASE, seq=-1)), "seq: expected integer from 0 to 2^63-1, got -1"),
-    "seq string": (raw(with_(BASE, seq="1")), "seq: expected integer, got string"),
-    "prev upper case": (
-        raw(with_(BASE, prev=PREV_ABC.upper())),
-        "prev: expected 64 lowercase hex digits",
-    ),
-    "prev short": (raw(with_(BASE, prev=PREV_ABC[:63])), "prev: expected 64 lowercase hex digits"),
-    "prev null": (raw(with_(BASE, prev=None)), "prev: expected string, got null"),
-    "time without zone": (
-        raw(with_(BASE, time="2026-11-30T03:48:37.123")),
-        "user.time: expected an RFC 3339 UTC time like 2026-11-30T03:48:37.123Z",
-    ),
-    "time not a date": (
-        raw(with_(BASE, time="2026-02-30T03:48:37Z")),
-        "user.time: expected an RFC 3339 UTC time",
-    ),
-    "time number": (raw(with_(BASE, time=1764474517)), "user.time: expected string, got integer"),
-    "not UTF-8": (
-        raw(BASE).replace(b'"hi"', b'"h\xffi"'),
-        "line: the record is not UTF-8 (invalid start byte at byte",
-    ),
-    "not JSON": (b'{"type":"user",\n', "line: the record is not JSON"),
-    "empty line": (b"\n", "line: the record is not JSON"),
-    "array": (b"[1]\n", "line: the record is not a JSON object (got array)"),
-    "string": (b'"user"\n', "line: the record is not a JSON object (got string)"),
-    "no newline": (raw(BASE)[:-1], "line: no newline at the end"),
-    "CR before newline": (raw(BASE)[:-1] + b"\r\n", "line: not in the canonical form"),
-    "embedded newline": (raw(BASE) + raw(BASE), "line: newline inside the line at byte"),
-    "leading space": (b" " + raw(BASE), "line: not in the canonical form"),
-    "escaped non-ASCII": (
-        raw(with_(BASE, content="é")).replace("é".encode(), b"\\u00e9"),
-        "line: not in the canonical form",
-    ),
-    "duplicate key": (
-        raw(BASE).replace(b'"content":"hi"', b'"content":"x","content":"hi"'),
-        "line: not in the canonical form",
-    ),
-    "minus zero": (
-        raw(with_(BASE, seq=0)).replace(b'"seq":0', b'"seq":-0'),
-        "line: not in the canonical form",
-    ),
-    "keys out of order": (
-        raw({"seq": 1, **with_(BASE, seq=DROP)}),
-        "line: keys out of order: expected type, seq, prev, time, content; got seq, type",
-    ),
-    "lone surrogate escape": (
-        raw(BASE).replace(b'"hi"', b'"\\ud800"'),
-        "line: the record is not JSON",
-    ),
-}
 
 
 @pytest.mark.parametrize("case", list(BAD_LINES))
@@ -307,9 +165,6 @@ def test_encode_refuses_records_that_would_not_read_back(
 
 # --- the chain -----------------------------------------------------------------------------------
 
-SESSION_DATA = (GOLDEN_DIR / SESSION_FILE).read_bytes()
-SESSION_LINES = SESSION_DATA.splitlines(keepends=True)
-
 
 def test_chain_walks_the_fixture_and_ends_at_the_next_prev() -> None:
     prev = GENESIS_PREV
@@ -326,39 +181,6 @@ def test_chain_refuses_a_line_that_links_elsewhere() -> None:
 def test_an_empty_log_is_empty() -> None:
     log = verify_log(b"")
     assert (log.lines, log.next_seq, log.next_prev) == ((), 0, GENESIS_PREV)
-
-
-def edited(i: int, old: bytes, new: bytes) -> bytes:
-    lines = list(SESSION_LINES)
-    assert old in lines[i]
-    lines[i] = lines[i].replace(old, new)
-    return b"".join(lines)
-
-
-BROKEN_LOGS: dict[str, tuple[bytes, str]] = {
-    "edited content": (edited(1, b"What time", b"What tune"), "line 3: prev is "),
-    "deleted line": (
-        b"".join(SESSION_LINES[:2] + SESSION_LINES[3:]),
-        "line 3: seq is 3, expected 2",
-    ),
-    "swapped lines": (
-        b"".join([SESSION_LINES[0], SESSION_LINES[2], SESSION_LINES[1], *SESSION_LINES[3:]]),
-        "line 2: seq is 2, expected 1",
-    ),
-    "first prev not zeros": (edited(0, b"0" * 64, b"1" * 64), "line 1: prev is 1111"),
-    "torn last line": (
-        SESSION_DATA[:-10],
-        "line 8: no newline at the end; the last line is incomplete",
-    ),
-    "bad line inside": (
-        edited(3, b'"cache_n":0', b'"cache_n":null'),
-        "line 4: usage.cache_n: expected integer, got null",
-    ),
-    "whole-line error": (
-        SESSION_DATA + b"[]\n",
-        "line 9: the record is not a JSON object (got array)",
-    ),
-}
 
 
 @pytest.mark.parametrize("case", list(BROKEN_LOGS))

@@ -17,10 +17,8 @@ from boxmaker.proto.errors import RecordError
 from boxmaker.proto.log import GENESIS_PREV, LogRecord, encode_line, next_prev, verify_log
 from boxmaker.proto.log_fast import _TIME_RE, _fast, _ms_times_ok, _times_ok, verify_records
 from boxmaker.proto.rfc3339 import is_time
-from tests.support.log_strategies import records
-
-from .log_cases import LINES
-from .test_log import BAD_LINES, BROKEN_LOGS, SESSION_DATA
+from tests.support.proto.log_cases import BAD_LINES, BROKEN_LOGS, LINES, SESSION_DATA
+from tests.support.proto.log_strategies import records
 
 
 def outcome(data: bytes) -> tuple[str, object]:

@@ -8,8 +8,7 @@ from boxmaker.proto import AssistantMessage, ToolMessage, UserMessage
 from boxmaker.proto.log import RECORD_TYPES
 from boxmaker.proto.make import maker
 from boxmaker.proto.tool import ToolCall
-
-from .log_cases import LINES
+from tests.support.proto.log_cases import LINES
 
 CLASSES = [*RECORD_TYPES.values(), ToolCall, UserMessage, AssistantMessage, ToolMessage]
 

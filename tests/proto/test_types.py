@@ -22,6 +22,7 @@ from boxmaker.proto import (
     WireError,
     chat_message_from_json,
 )
+from boxmaker.proto.tool import call_tool_target
 
 CALL = ToolCall("call_1", "clock", '{"tz": "UTC"}')
 
@@ -257,3 +258,21 @@ def test_encoding_refuses_values_that_would_not_read_back(value: Any, message: s
     assert message in str(info.value)
     # The caller built the value: an edge must not mistake this for the peer's protocol error.
     assert not isinstance(info.value, BodyError)
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "target"),
+    [
+        ("call_tool", '{"name": "write_file", "arguments": {}}', "write_file"),
+        ("call_tool", '{"name": 3}', "3"),  # as text, whatever the model sent
+        ("call_tool", '{"name": null}', "None"),
+        ("call_tool", '{"arguments": {}}', None),  # names nothing
+        ("call_tool", '["write_file"]', None),
+        ("call_tool", '{"name": "write_file"', None),  # not JSON
+        ("read_file", '{"name": "write_file"}', None),  # another tool's name argument
+    ],
+)
+def test_call_tool_target_is_the_tool_a_call_tool_call_names(
+    name: str, arguments: str, target: str | None
+) -> None:
+    assert call_tool_target(name, arguments) == target

@@ -26,7 +26,8 @@ from hypothesis import strategies as st
 
 from boxmaker.proto import ContentEvent, TurnDone
 from boxmaker.session.crashpoint import POINTS
-from tests.support.crash_rig import (
+from tests.support.procs import Daemon, wait_for
+from tests.support.reliability.crash_rig import (
     Stall,
     arm,
     check_after_crash,
@@ -38,7 +39,6 @@ from tests.support.crash_rig import (
     start_loopd,
     worker_of,
 )
-from tests.support.procs import Daemon, wait_for
 from tests.support.serve import ServeEnv, TurnClient, serve_env, turn
 from tests.support.turn import calls, say
 

@@ -18,15 +18,15 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
-from tests.support.crash_rig import start_loopd
-from tests.support.flood import close_all, flood
-from tests.support.hostile_frames import (
+from tests.support.procs import Daemon, open_fds, thread_count, wait_for
+from tests.support.reliability.crash_rig import start_loopd
+from tests.support.reliability.flood import close_all, flood
+from tests.support.reliability.hostile_frames import (
     FIELDS,
     framed,
     turn_body,
     wrong_type_bodies,
 )
-from tests.support.procs import Daemon, open_fds, thread_count, wait_for
 from tests.support.serve import ServeEnv, connect, read_frames, serve_env, turn
 
 EXAMPLES = int(os.environ.get("RELIABILITY_EXAMPLES", "6")) * 5

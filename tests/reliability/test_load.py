@@ -21,11 +21,11 @@ from typing import Any
 
 from boxmaker.proto import ChannelBody, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.support.crash_rig import start_loopd
-from tests.support.flood import close_all
-from tests.support.flood import flood as flood_sockets
-from tests.support.load_rig import MAX_PROXY_CONNECTIONS, Faults, Flood, stack
 from tests.support.procs import open_fds, thread_count, wait_for
+from tests.support.reliability.crash_rig import start_loopd
+from tests.support.reliability.flood import close_all
+from tests.support.reliability.flood import flood as flood_sockets
+from tests.support.reliability.load_rig import MAX_PROXY_CONNECTIONS, Faults, Flood, stack
 from tests.support.serve import ServeEnv, children, connect, read_frames, reply_bound_s, turn
 
 SESSIONS = int(os.environ.get("LOAD_SESSIONS", "20"))

@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone, WireError
 from boxmaker.session.verify import verify_session
-from tests.support.crash_rig import Stall, log_path, start_loopd
-from tests.support.load_rig import stack
+from tests.support.inferproxy.proxy import START_LINE
 from tests.support.procs import Daemon, wait_for
-from tests.support.proxy import START_LINE
+from tests.support.reliability.crash_rig import Stall, log_path, start_loopd
+from tests.support.reliability.load_rig import stack
 from tests.support.serve import TurnClient, turn
 from tests.support.turn import say
 

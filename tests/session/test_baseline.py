@@ -15,7 +15,7 @@ from boxmaker.session.baseline import (
 from boxmaker.session.errors import BaselineError, BaselineTooLarge
 from boxmaker.session.paths import BASELINE_NAME
 from boxmaker.session.store import SessionStore
-from tests.support.session_cases import BASELINE, CLOCK, FIND, SYSTEM_MD, T0
+from tests.support.session.session_cases import BASELINE, CLOCK, FIND, SYSTEM_MD, T0
 
 
 def test_the_file_bytes_are_fixed() -> None:

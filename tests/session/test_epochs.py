@@ -39,7 +39,7 @@ from boxmaker.session.recall import recall
 from boxmaker.session.replay import request_messages
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.epoch_cases import (
+from tests.support.session.epoch_cases import (
     T0,
     TurnPlan,
     Writer,
@@ -236,7 +236,7 @@ def _switch_in_child(home: Path, plan: str | None) -> subprocess.CompletedProces
     if plan is not None:
         env[ENV] = plan
     return subprocess.run(
-        [sys.executable, "-m", "tests.support.epoch_cases", str(home), "s1"],
+        [sys.executable, "-m", "tests.support.session.epoch_cases", str(home), "s1"],
         env=env,
         capture_output=True,
         text=True,

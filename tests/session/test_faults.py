@@ -20,7 +20,7 @@ from boxmaker.proto import User, verify_log
 from boxmaker.session.errors import AppendFailed, LogCorrupt, SessionBusy, SessionError
 from boxmaker.session.store import SessionLog, SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.session_cases import CONVERSATION, make_session, t
+from tests.support.session.session_cases import CONVERSATION, make_session, t
 
 NEXT_LINE = len(CONVERSATION) + 2  # the line the failing append would have been
 

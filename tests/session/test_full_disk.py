@@ -1,4 +1,5 @@
-"""The session store on a real disk that fills up: a 64 KiB tmpfs (tests/support/smalldisk.py).
+"""The session store on a real disk that fills up: a 64 KiB tmpfs
+(tests/support/session/smalldisk.py).
 
 Mounting needs root, which CI and the dev container have; without it these tests fail with the
 reason instead of skipping. Appends go on until the disk refuses one (a short write into the
@@ -16,8 +17,8 @@ from boxmaker.proto import User, verify_log
 from boxmaker.session.errors import AppendFailed, SessionError
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.session_cases import BASELINE, T0, t
-from tests.support.smalldisk import fill, free, small_disk
+from tests.support.session.session_cases import BASELINE, T0, t
+from tests.support.session.smalldisk import fill, free, small_disk
 
 RECORD_CHARS = 700  # a few records per 4 KiB page, so a line lands across a page boundary
 

@@ -24,7 +24,7 @@ from boxmaker.session.baseline import BASELINE_MAX_BYTES, Baseline
 from boxmaker.session.errors import LogReplaced, SessionError
 from boxmaker.session.paths import BASELINE_NAME, LOG_NAME
 from boxmaker.session.store import SessionStore
-from tests.support.session_cases import CONVERSATION, T0, make_session
+from tests.support.session.session_cases import CONVERSATION, T0, make_session
 
 BOUND_S = 20.0  # a hang is what is tested: a healthy run takes well under a second
 

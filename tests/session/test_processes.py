@@ -16,7 +16,7 @@ from boxmaker.session.errors import SessionBusy
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from tests.support.procs import Daemon
-from tests.support.session_cases import CONVERSATION, make_session
+from tests.support.session.session_cases import CONVERSATION, make_session
 
 WRITER = [sys.executable, str(Path(__file__).with_name("writer.py"))]
 ROUNDS = 150

@@ -40,8 +40,8 @@ from boxmaker.proto.log import LogRecord
 from boxmaker.session.replay import message, messages, request_messages
 from boxmaker.session.store import SessionStore
 from tests.support.client import make_config
-from tests.support.log_strategies import records as any_record
-from tests.support.session_cases import BASELINE, CONVERSATION, T0, t
+from tests.support.proto.log_strategies import records as any_record
+from tests.support.session.session_cases import BASELINE, CONVERSATION, T0, t
 
 START = SessionStart(T0, "s1", 0, 0, BASELINE.hash)
 

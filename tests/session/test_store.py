@@ -23,7 +23,7 @@ from boxmaker.session.paths import BASELINE_NAME, LOG_NAME
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
 from tests.support.procs import Daemon
-from tests.support.session_cases import BASELINE, CONVERSATION, T0, make_session, t
+from tests.support.session.session_cases import BASELINE, CONVERSATION, T0, make_session, t
 
 WRITER = [sys.executable, str(Path(__file__).with_name("writer.py"))]
 

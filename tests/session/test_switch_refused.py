@@ -25,8 +25,8 @@ from boxmaker.session.epochs import cut_index, epoch_end, next_baseline
 from boxmaker.session.errors import SessionError, SwitchRefused
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.epoch_cases import SYSTEM, T0, T_END, prepared
-from tests.support.smalldisk import fill, free, small_disk
+from tests.support.session.epoch_cases import SYSTEM, T0, T_END, prepared
+from tests.support.session.smalldisk import fill, free, small_disk
 
 
 def _switch(log: Any, summary: str) -> None:

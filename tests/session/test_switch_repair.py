@@ -23,7 +23,7 @@ from boxmaker.session.baseline import BASELINE_MAX_BYTES, Baseline
 from boxmaker.session.epochs import cut_index
 from boxmaker.session.store import SessionStore
 from tests.support.cli import run_cli
-from tests.support.epoch_cases import SYSTEM, T0, T_END, prepared, switch_now
+from tests.support.session.epoch_cases import SYSTEM, T0, T_END, prepared, switch_now
 
 
 def _end_naming(home: Path, baseline: Baseline | None, epoch: int = 0) -> Path:

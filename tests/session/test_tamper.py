@@ -18,7 +18,7 @@ from boxmaker.session.errors import LogCorrupt
 from boxmaker.session.paths import BASELINE_NAME
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.session_cases import BASELINE, CONVERSATION, T0, make_session, t
+from tests.support.session.session_cases import BASELINE, CONVERSATION, T0, make_session, t
 
 KINDS = ("torn", "damaged", "duplicated")
 Lines = list[bytes]

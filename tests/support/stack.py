@@ -24,9 +24,9 @@ from typing import Any
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.config import Config, load_config
 from boxmaker.loopd.llama.client import Client
+from tests.support.inferproxy.proxy import start_inferproxy
 from tests.support.llama import LlamaServer, Mode, ensure_built
 from tests.support.procs import Daemon, short_tmpdir
-from tests.support.proxy import start_inferproxy
 
 REPO = Path(__file__).resolve().parents[2]
 LOCAL_PROFILE = REPO / "conf" / "loopd.local.toml"

@@ -85,6 +85,11 @@ def calls(*pairs: tuple[str, object], prefix: str = "call") -> Said:
     return Said(calls=tuple(out))
 
 
+def call_tool(name: str, arguments: dict[str, Any], prefix: str) -> Said:
+    """A completion that runs one brokerd tool through loopd's call_tool."""
+    return calls(("call_tool", {"name": name, "arguments": arguments}), prefix=prefix)
+
+
 CONTEXT_FULL = {
     "error": {
         "code": 400,
@@ -108,19 +113,26 @@ def common_prefix(a: bytes, b: bytes) -> int:
     return i
 
 
+def stream_chunk(
+    delta: dict[str, Any],
+    finish: str | None = None,
+    chunk_id: str = "chatcmpl-scripted",
+    **extra: Any,
+) -> dict[str, Any]:
+    """One chunk of a streamed completion, as llama-server sends it."""
+    return {
+        "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
+        "created": 1796011468,
+        "id": chunk_id,
+        "model": MODEL,
+        "object": "chat.completion.chunk",
+        **extra,
+    }
+
+
 def completion_events(said: Said, cache_n: int, prompt_n: int, predicted_n: int) -> list[Any]:
     """The stream's chunks for one completion, as llama-server sends them."""
-
-    def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> dict[str, Any]:
-        return {
-            "choices": [{"finish_reason": finish, "index": 0, "delta": delta}],
-            "created": 1796011468,
-            "id": "chatcmpl-scripted",
-            "model": MODEL,
-            "object": "chat.completion.chunk",
-            **extra,
-        }
-
+    chunk = stream_chunk
     events: list[Any] = [chunk({"role": "assistant", "content": None})]
     if said.reasoning is not None:
         events.append(chunk({"reasoning_content": said.reasoning}))
@@ -135,6 +147,19 @@ def completion_events(said: Said, cache_n: int, prompt_n: int, predicted_n: int)
     finish = "tool_calls" if said.calls else "stop"
     events.append(chunk({}, finish, timings=timings))
     return events
+
+
+def slow_stream(
+    words: Sequence[str], delay_s: float, chunk_id: str, timings: dict[str, int] | None = None
+) -> Reply:
+    """A completion that streams one word a chunk, `delay_s` apart. With `timings` it ends (a stop
+    chunk that carries them, then [DONE]); without, only the client's stop ends it."""
+    events = [stream_chunk({"role": "assistant", "content": None}, chunk_id=chunk_id)]
+    events += [stream_chunk({"content": word}, chunk_id=chunk_id) for word in words]
+    if timings is None:
+        return sse_reply(events, delay_s=delay_s, done=False)
+    events.append(stream_chunk({}, "stop", chunk_id=chunk_id, timings=timings))
+    return sse_reply(events, delay_s=delay_s)
 
 
 class ScriptedModel:

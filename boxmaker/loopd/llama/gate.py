@@ -2,10 +2,10 @@
 
 M2a brief, section 4, step 1. `Gate` is the seam: what `Client` needs of a gate, so a gate that
 lives in another process (the worker's side of loopd's, M2b) can stand in for `SlotGate`;
-tests/support/check_gate.py holds the checks every `Gate` must pass. `SlotQueue` is the core: the
-holder of one slot and the tickets waiting for it, with no threads and no clock, so its rules get
-plain tests. `SlotGate` is the shell: one `threading.Condition` over a `SlotQueue` per slot, used
-as a context manager around exactly one request (never across a tool call or an approval):
+tests/support/loopd/check_gate.py holds the checks every `Gate` must pass. `SlotQueue` is the core:
+the holder of one slot and the tickets waiting for it, with no threads and no clock, so its rules
+get plain tests. `SlotGate` is the shell: one `threading.Condition` over a `SlotQueue` per slot,
+used as a context manager around exactly one request (never across a tool call or an approval):
 
     with gate.hold(slot, on_event):
         ...one request...

@@ -23,10 +23,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-import orjson
-
 from boxmaker.proto import Assistant, ToolResult, User
 from boxmaker.proto.log import LogRecord
+from boxmaker.proto.tool import call_tool_target
 
 NUDGE_PREFIX: Final = "[loopd] "
 NUDGE_ADVICE: Final = (
@@ -105,13 +104,8 @@ def _calls(records: Sequence[LogRecord]) -> list[tuple[str, str]]:
 
 def _target(name: str, arguments: str) -> str:
     """call_tool's target, or the name."""
-    if name != "call_tool":
-        return name
-    try:
-        args = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return name
-    return str(args.get("name", name)) if isinstance(args, dict) else name
+    target = call_tool_target(name, arguments)
+    return name if target is None else target
 
 
 def _supports(tool: str, content: str) -> bool:

@@ -2,7 +2,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.brokerd.mcp.servers import Rig, mcp_rig
+from tests.support.brokerd.mcp.servers import Rig, mcp_rig
 
 
 @pytest.fixture

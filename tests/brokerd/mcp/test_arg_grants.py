@@ -16,9 +16,9 @@ from boxmaker.brokerd.policy import decide, listed
 from boxmaker.brokerd.targets import string_fields
 from boxmaker.brokerd.tools.kind import Tool
 from boxmaker.brokerd.tools.table import BUILTIN, Table
-from tests.brokerd.mcp.servers import mcp_rig, python_server
+from tests.support.brokerd.mcp.git import GIT
+from tests.support.brokerd.mcp.servers import mcp_rig, python_server
 
-GIT = {"GIT_CONFIG_COUNT": "1", "GIT_CONFIG_KEY_0": "safe.directory", "GIT_CONFIG_VALUE_0": "*"}
 RULES = b"""
 [[grant]]
 tool = "git.git_status"

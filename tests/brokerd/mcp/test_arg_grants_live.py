@@ -5,52 +5,25 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
 
 import pytest
 
-from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
-from boxmaker.brokerd.config import BrokerConfig
-from boxmaker.brokerd.mcp.rows import families
-from boxmaker.brokerd.tools.table import BUILTIN, Table
-from tests.brokerd.mcp.servers import Rig, page_server, python_server, sandbox_owned
-from tests.brokerd.mcp.test_arg_grants import GIT
-from tests.brokerd.mcp.test_real_servers import git
-
-APPROVAL_MS = 300  # an ask nobody answers is a no after this
-
-
-def broker_for(rig: Rig, servers: dict[str, Any], grants: str) -> Broker:
-    path = rig.base / "grants.toml"
-    path.write_text(grants)
-    config = BrokerConfig(
-        socket=str(rig.base / "b.sock"),
-        owner_socket=str(rig.base / "o.sock"),
-        workspace=str(rig.workspace),
-        grants=str(path),
-        home=str(rig.base / "home"),
-        log=str(rig.base / "log" / "decisions.jsonl"),
-        approval_timeout_ms=APPROVAL_MS,
-    )
-    return Broker(config, table=Table(BUILTIN, families(rig.manager(servers), lambda _ctx: 0)))
-
-
-def nobody_answers(_held: Held, _brief: str) -> None:
-    pass
+from tests.support.brokerd.mcp.git import GIT, make_repo
+from tests.support.brokerd.mcp.servers import (
+    Rig,
+    broker_for,
+    nobody_answers,
+    page_server,
+    python_server,
+    sandbox_owned,
+)
 
 
 def call(b: Broker, tool: str, arguments: str) -> str:
     """One call in a fresh session: an MCP result taints its session, and the next call would
     ask for that reason, whatever its grant."""
     return b.call(tool, arguments, nobody_answers, session=os.urandom(6).hex()).content
-
-
-def make_repo(path: Path, untracked: str) -> None:
-    path.mkdir(parents=True)
-    git(path, "init", "-q", "-b", "main")
-    (path / untracked).write_text("x\n")
 
 
 @pytest.fixture

@@ -13,7 +13,7 @@ import pytest
 
 from boxmaker.brokerd.mcp.egress import EgressProxy
 from boxmaker.brokerd.mcp.hosts import EgressPolicy, parse_host
-from tests.brokerd.mcp.servers import Rig, page_server
+from tests.support.brokerd.mcp.servers import Rig, page_server
 
 BOUND_S = 15.0  # the proxy's own waits are 10 s (HEAD_TIMEOUT_S, CONNECT_TIMEOUT_S)
 

@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 
 from boxmaker.brokerd.mcp.manager import McpManager
-from tests.brokerd.mcp.servers import Listener, Rig, hostile_server, sandbox_owned
+from tests.support.brokerd.mcp.servers import Rig, hostile_server, sandbox_owned
+from tests.support.brokerd.sandbox import Listener
 from tests.support.procs import wait_for
 
 CANARY = "canary-51be-do-not-leak"

@@ -17,8 +17,7 @@ import pytest
 
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.mcp.server import MAX_LISTING_BYTES, MAX_TOOLS, RELIST_S
-from tests.brokerd.mcp.servers import Rig, hostile_server
-from tests.brokerd.mcp.test_arg_grants_live import broker_for, nobody_answers
+from tests.support.brokerd.mcp.servers import Rig, broker_for, hostile_server, nobody_answers
 from tests.support.procs import wait_for
 
 FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}

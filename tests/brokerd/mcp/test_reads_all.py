@@ -14,10 +14,15 @@ import orjson
 import pytest
 
 from boxmaker.brokerd.broker import Broker
-from tests.brokerd.mcp.servers import Rig, hostile_server, python_server, sandbox_owned
-from tests.brokerd.mcp.test_arg_grants import GIT
-from tests.brokerd.mcp.test_arg_grants_live import broker_for, nobody_answers
-from tests.brokerd.mcp.test_real_servers import git
+from tests.support.brokerd.mcp.git import GIT, git
+from tests.support.brokerd.mcp.servers import (
+    Rig,
+    broker_for,
+    hostile_server,
+    nobody_answers,
+    python_server,
+    sandbox_owned,
+)
 
 SECRET = "key-material-8e4b-do-not-show"
 GIT_TOOLS = (

@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import subprocess
-
-from tests.brokerd.mcp.servers import Rig, page_server, python_server, sandbox_owned
+from tests.support.brokerd.mcp.git import git
+from tests.support.brokerd.mcp.servers import Rig, page_server, python_server, sandbox_owned
 
 SAFE_GIT = {
     "GIT_CONFIG_COUNT": "1",
@@ -29,15 +28,6 @@ def test_mcp_server_time_lists_and_answers_untrusted(rig: Rig) -> None:
 def test_a_trusted_server_does_not_taint(rig: Rig) -> None:
     m = rig.manager(python_server("time", "mcp_server_time", trusted=True))
     assert not m.call("time.get_current_time", {"timezone": "UTC"}, 0).untrusted
-
-
-def git(repo: object, *args: str) -> str:
-    return subprocess.run(
-        ["git", "-c", "safe.directory=*", "-C", str(repo), *args],
-        check=True,
-        capture_output=True,
-        text=True,
-    ).stdout
 
 
 def test_mcp_server_git_reads_a_read_only_workspace_and_cannot_write_it(rig: Rig) -> None:

@@ -11,14 +11,13 @@ import pytest
 
 from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.broker import Broker
-from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.grants import GrantsError, Mode, parse_grants
 from boxmaker.brokerd.mcp.manager import McpManager
 from boxmaker.brokerd.mcp.rows import families
 from boxmaker.brokerd.policy import decide, listed
 from boxmaker.brokerd.tools.kind import GrantKind
 from boxmaker.brokerd.tools.table import BUILTIN, Table
-from tests.brokerd.mcp.servers import Rig, hostile_server, python_server
+from tests.support.brokerd.mcp.servers import Rig, broker_config, hostile_server, python_server
 
 APPROVAL_MS = 300
 GRANTS = b"""
@@ -130,18 +129,7 @@ def test_the_owner_sees_the_whole_call_escaped(table: Table) -> None:
 
 @pytest.fixture
 def broker(rig: Rig, table: Table) -> Iterator[Broker]:
-    grants = rig.base / "grants.toml"
-    grants.write_bytes(GRANTS)
-    config = BrokerConfig(
-        socket=str(rig.base / "b.sock"),
-        owner_socket=str(rig.base / "o.sock"),
-        workspace=str(rig.workspace),
-        grants=str(grants),
-        home=str(rig.base / "home"),
-        log=str(rig.base / "log" / "decisions.jsonl"),
-        approval_timeout_ms=APPROVAL_MS,
-    )
-    b = Broker(config, table=table)
+    b = Broker(broker_config(rig, GRANTS, APPROVAL_MS), table=table)
     try:
         yield b
     finally:

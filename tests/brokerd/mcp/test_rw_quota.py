@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from tests.brokerd.mcp.servers import Rig, hostile_server, sandbox_owned
+from tests.support.brokerd.mcp.servers import Rig, hostile_server, sandbox_owned
 
 FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}
 MIB = 1 << 20

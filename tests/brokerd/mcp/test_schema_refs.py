@@ -19,8 +19,8 @@ import pytest
 from boxmaker.brokerd.broker import Broker
 from boxmaker.brokerd.mcp.catalog import argument_problem, check_tool
 from boxmaker.proto import ToolSchema
-from tests.brokerd.mcp.servers import Listener, Rig, hostile_server
-from tests.brokerd.mcp.test_arg_grants_live import broker_for, nobody_answers
+from tests.support.brokerd.mcp.servers import Rig, broker_for, hostile_server, nobody_answers
+from tests.support.brokerd.sandbox import Listener
 
 PROMPT_S = 5.0  # a decision on a bounded check, on a loaded 2-core machine
 

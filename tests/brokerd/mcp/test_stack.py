@@ -14,11 +14,12 @@ import pytest
 
 from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.proto import ApprovalNeededEvent, TurnDone
-from tests.brokerd.mcp.servers import hostile_server, python_server
-from tests.brokerd.rig import Rig, loopd_and_brokerd
+from tests.support.brokerd.approvals import owner_sees
+from tests.support.brokerd.mcp.servers import hostile_server, python_server
+from tests.support.brokerd.rig import Rig, loopd_and_brokerd, serve_loopd
 from tests.support.cli import run_cli
-from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, TurnClient, config_text
+from tests.support.procs import wait_for
+from tests.support.serve import BOUND_S, ServeEnv, TurnClient
 from tests.support.turn import calls, say
 
 # A cold start in the sandbox is about a second (docs/mcp.md, Cost); the server's own bound,
@@ -58,24 +59,12 @@ def stack(request: pytest.FixtureRequest) -> Iterator[tuple[ServeEnv, Rig]]:
         rig.mcp = servers
         rig.broker = {"approval_timeout_ms": int(WAIT_S * 1000)}
         rig.start()
-        start_loopd(env, rig)
+        serve_loopd(env, rig.socket, TOOL_TIMEOUT_MS)
         yield env, rig
 
 
 TIME = python_server("time", "mcp_server_time")
 EVIL = hostile_server("evil", call_timeout_ms=5000)
-
-
-def start_loopd(env: ServeEnv, rig: Rig) -> Daemon:
-    path = env.folder / "loopd.toml"
-    path.write_text(
-        config_text(env.folder, loop={"tool_timeout_ms": TOOL_TIMEOUT_MS})
-        + f'[tools]\nbroker_socket = "{rig.socket}"\nbroker_timeout_ms = {TOOL_TIMEOUT_MS}\n'
-    )
-    daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-    env.daemons.append(daemon)
-    daemon.wait_for_line(START_LINE, BOUND_S)
-    return daemon
 
 
 def tool_results(env: ServeEnv, session: str) -> list[str]:
@@ -84,21 +73,6 @@ def tool_results(env: ServeEnv, session: str) -> list[str]:
 
 def decisions(rig: Rig) -> list[dict[str, Any]]:
     return [orjson.loads(line) for line in rig.log.read_bytes().splitlines()]
-
-
-def answer(rig: Rig, call_id: str, said: str) -> str:
-    """Claims the held call on owner.sock, answers `said`; the summary the owner was shown."""
-    conn = rig.owner()
-    with conn.sock:
-        conn.send("claim", {"id": call_id}, True)
-        claimed = conn.recv()
-        assert claimed is not None
-        assert claimed.kind == "call", claimed
-        conn.send("answer", {"id": call_id, "hash": claimed.body["hash"], "answer": said}, True)
-        answered = conn.recv()
-    assert answered is not None
-    assert answered.kind == "answered", answered
-    return str(claimed.body["summary"])
 
 
 def approval(turn: TurnClient) -> ApprovalNeededEvent:
@@ -133,7 +107,7 @@ def test_mcp_server_time_answers_and_taints_the_session(stack: tuple[ServeEnv, R
     turn = TurnClient(env.socket, "s1", "what time is it in Paris?", resume=False)
     needed = approval(turn)
     assert needed.tool == "write_file"
-    shown = answer(rig, needed.id, "no")
+    shown = str(owner_sees(rig, needed.id, "no")["summary"])
     assert "a.txt" in shown
     turn_done(turn)
     got, wrote = tool_results(env, "s1")
@@ -158,7 +132,7 @@ def test_an_ungranted_mcp_tool_asks_the_owner(stack: tuple[ServeEnv, Rig], said:
     turn = TurnClient(env.socket, "s2", "what time is it?", resume=False)
     needed = approval(turn)
     assert needed.tool == "time.get_current_time"
-    shown = answer(rig, needed.id, said)
+    shown = str(owner_sees(rig, needed.id, said)["summary"])
     # the whole call, escaped: the server, its sandbox, and every argument
     assert "MCP server time, sandboxed: workspace none, no network" in shown, shown
     assert '"UTC\\u202e"' in shown
@@ -188,7 +162,7 @@ def test_a_hostile_servers_garbage_is_one_clear_result(stack: tuple[ServeEnv, Ri
     needed = approval(turn)  # the garbage quoted the server: the session is tainted
     assert needed.tool == "evil.echo"
     assert "untrusted content from evil.garbage" in needed.summary
-    answer(rig, needed.id, "yes")
+    owner_sees(rig, needed.id, "yes")
     turn_done(turn)
     garbage, echoed = tool_results(env, "s3")
     assert garbage.startswith("evil.garbage: the server sent a line that is not JSON-RPC"), garbage

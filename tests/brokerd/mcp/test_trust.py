@@ -9,14 +9,12 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.brokerd.broker import Broker
-from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.mcp.catalog import argument_problem
 from boxmaker.brokerd.mcp.rows import argument_types, epoch_key, families
 from boxmaker.brokerd.tools.table import BUILTIN, Table
 from boxmaker.proto import ToolSchema
-from tests.brokerd.mcp.hostile_server import CONTROLS
-from tests.brokerd.mcp.servers import Rig, hostile_server
-from tests.brokerd.mcp.test_arg_grants_live import nobody_answers
+from tests.support.brokerd.mcp.hostile_server import CONTROLS
+from tests.support.brokerd.mcp.servers import Rig, broker_config, hostile_server, nobody_answers
 from tests.support.procs import wait_for
 
 FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}
@@ -25,18 +23,9 @@ FAST = {"restart_backoff_ms": 10, "restart_backoff_max_ms": 50}
 @pytest.fixture
 def keyed(rig: Rig) -> Iterator[Broker]:
     """brokerd's own set-up (serve.py): an epoch's list keyed by the call's session and epoch."""
-    grants = rig.base / "grants.toml"
     names = ("echo", "change_tools", "late_tool")
-    grants.write_text("".join(f'[[grant]]\ntool = "evil.{n}"\nmode = "allow"\n' for n in names))
-    config = BrokerConfig(
-        socket=str(rig.base / "b.sock"),
-        owner_socket=str(rig.base / "o.sock"),
-        workspace=str(rig.workspace),
-        grants=str(grants),
-        home=str(rig.base / "home"),
-        log=str(rig.base / "log" / "decisions.jsonl"),
-        approval_timeout_ms=300,
-    )
+    grants = "".join(f'[[grant]]\ntool = "evil.{n}"\nmode = "allow"\n' for n in names)
+    config = broker_config(rig, grants, approval_ms=300)
     manager = rig.manager(hostile_server("evil", trusted=True, **FAST))  # no taint between calls
     table = Table(BUILTIN, families(manager, epoch_key))
     b = Broker(config, table=table)

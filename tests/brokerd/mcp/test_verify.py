@@ -13,11 +13,16 @@ import pytest
 
 from boxmaker.brokerd.cli import main as brokerd_main
 from boxmaker.brokerd.policy import call_hash
-from boxmaker.proto.hash import sha256_hex
-from boxmaker.session.chain import GENESIS_PREV, encode_line, verify_chain
-from tests.brokerd.mcp.servers import mcp_rig, python_server, sandbox_owned
-from tests.brokerd.mcp.test_arg_grants import GIT
-from tests.brokerd.mcp.test_arg_grants_live import broker_for, make_repo, nobody_answers
+from boxmaker.session.chain import verify_chain
+from tests.support.brokerd.log import forged
+from tests.support.brokerd.mcp.git import GIT, make_repo
+from tests.support.brokerd.mcp.servers import (
+    broker_for,
+    mcp_rig,
+    nobody_answers,
+    python_server,
+    sandbox_owned,
+)
 from tests.support.cli import run_cli
 
 GRANTS = """
@@ -63,19 +68,6 @@ def verify(tmp_path: Path, data: bytes) -> tuple[int, str]:
     path.write_bytes(data)
     out = run_cli(brokerd_main, ["verify", "--log", str(path)])
     return out.status, out.stdout + out.stderr
-
-
-def forged(log: bytes, edit: Callable[[Records], None]) -> bytes:
-    """The log edited, every hash of its chain recomputed: an edit the chain alone cannot see
-    (as tests/brokerd/test_log.py forges brokerd's own lines)."""
-    records, _ = verify_chain(log)
-    edit(records)
-    data, prev = b"", GENESIS_PREV
-    for seq, obj in enumerate(records):
-        fields = {k: v for k, v in obj.items() if k not in ("type", "seq", "prev")}
-        line = encode_line(str(obj["type"]), seq, prev, fields)
-        data, prev = data + line, sha256_hex(line)
-    return data
 
 
 def of(records: Records, kind: str, session: str | None = None) -> Records:

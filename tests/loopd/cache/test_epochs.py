@@ -24,11 +24,8 @@ from boxmaker.loopd.llama.info import SlotIO
 from boxmaker.loopd.workers.gate import GateServer, PipeGate
 from boxmaker.loopd.workers.pipes import FrameWriter, read_frames
 from boxmaker.proto import sha256_hex
-from tests.loopd.cache.fake_slots import TEMPLATE
-from tests.loopd.cache.test_keeper import keeper, rig
+from tests.support.loopd.fake_slots import TEMPLATE, keeper
 from tests.support.procs import wait_for
-
-__all__ = ["rig"]  # the fixture, shared with test_keeper
 
 ID = identity("m", "00" * 32, 2048)
 

@@ -21,9 +21,8 @@ import pytest
 from boxmaker.loopd.cache.policy import MAX_COUNT, save_name
 from boxmaker.loopd.cache.state import STATE_FILE
 from boxmaker.proto import CacheSaved, TurnDone, verify_log
-from tests.loopd.cache.fake_slots import FakeSlots
-from tests.loopd.cache.test_keeper import keeper
 from tests.support.fakeserver import FakeServer
+from tests.support.loopd.fake_slots import FakeSlots, keeper
 from tests.support.procs import Daemon, python_module, short_tmpdir
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply

@@ -8,56 +8,16 @@ the folder can be seen at work.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from boxmaker._toml import toml_dumps
-from boxmaker.loopd.cache.keeper import CacheKeeper, server_identity
-from boxmaker.loopd.config import Config, parse_config
+from boxmaker.loopd.cache.keeper import server_identity
 from boxmaker.loopd.llama.client import Client
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.selftest.run import measure_prompt_rate, open_keeper
-from tests.loopd.cache.fake_slots import MODEL, FakeSlots
-from tests.support.fakeserver import FakeServer
-from tests.support.procs import short_tmpdir, wait_for
-
-
-@pytest.fixture
-def rig() -> Iterator[tuple[FakeServer, FakeSlots, Path]]:
-    folder = short_tmpdir("bk-")
-    (folder / "slots").mkdir()
-    fake_slots = FakeSlots(folder / "slots")
-    with FakeServer(folder / "infer.sock") as server:
-        server.on("GET", "/slots", fake_slots.slots)
-        server.on("GET", "/props", fake_slots.props)
-        server.on("POST", "/completion", fake_slots.completion)
-        for slot in (0, 1):
-            server.on("POST", f"/slots/{slot}", fake_slots.action)
-        yield server, fake_slots, folder
-
-
-def config(folder: Path, **cache: Any) -> Config:
-    table = {
-        "inference": {"socket": str(folder / "infer.sock"), "model": MODEL, "slots": [0, 1],
-                      "control_timeout_ms": 2000},
-        "expect": {"chat_template_sha256": "0" * 64, "n_ctx": 2048, "total_slots": 2},
-        "paths": {"home": str(folder / "home")},
-        "cache": {"slot_save": True, "min_tokens": 10, "idle_save_ms": 60_000,
-                  "folder": str(folder / "slots")} | cache,
-    }  # fmt: skip
-    return parse_config(toml_dumps(table), "t.toml", folder, {})
-
-
-def keeper(folder: Path, warned: list[str], **cache: Any) -> CacheKeeper:
-    cfg = config(folder, **cache)
-    said: list[str] = []
-    made = open_keeper(cfg, SlotGate(8), Client(cfg.inference).props, said.append, warned.append)
-    assert made is not None, said
-    assert said[0].startswith("selftest ok      slot_save: a save of slot "), said
-    return made
+from tests.support.loopd.fake_slots import MODEL, config, keeper
+from tests.support.procs import wait_for
 
 
 def test_sessions_taking_turns_on_a_slot_are_saved_and_restored(rig: Any) -> None:

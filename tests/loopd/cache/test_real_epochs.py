@@ -10,7 +10,7 @@ pre-warm (and the idle save waits ten minutes).
 from __future__ import annotations
 
 from boxmaker.proto import CacheRestored, TurnDone, Usage, sha256_hex
-from tests.loopd.cache.support import CacheStack, turns
+from tests.support.loopd.cache import CacheStack, turns
 from tests.support.procs import wait_for
 
 SLACK = 64  # the template's wrapping of the message, as in test_real_compact

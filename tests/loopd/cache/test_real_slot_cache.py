@@ -12,15 +12,16 @@ from collections.abc import Sequence
 import pytest
 
 from boxmaker.proto import CacheLoss, CacheRestored, CacheRestoredEvent, CacheSaved, sha256_hex
-from tests.loopd.cache.support import (
+from tests.support.llama import Mode
+from tests.support.loopd.cache import (
     BOUND_S,
     CacheStack,
     first_usage,
     hits,
+    notes,
     previous_total,
     turns,
 )
-from tests.support.llama import Mode
 from tests.support.procs import python_module
 from tests.support.stack import MODES
 
@@ -45,12 +46,6 @@ def test_a_server_restart_between_two_turns_costs_the_session_nothing(mode: Mode
         usage = first_usage(after)
         assert hits(previous_total(before), usage), (previous_total(before), usage)
         assert not kinds(after, CacheLoss)
-
-
-def notes(session: str) -> str:
-    """A first message of well over 64 tokens that no other session's shares: the two sessions
-    share the system prompt (~450 tokens), so only what follows it can tell a hit from a miss."""
-    return f"My notes for {session}: " + ", ".join(f"{session} item {k}" for k in range(30))
 
 
 def test_two_sessions_alternating_on_one_slot_hit_the_cache_every_time() -> None:

@@ -22,15 +22,15 @@ from boxmaker.proto import (
     decode_body,
 )
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder
-from tests.loopd.cache.support import (
+from tests.support.loopd.cache import (
     BOUND_S,
     CacheStack,
     first_usage,
     hits,
+    notes,
     previous_total,
     turns,
 )
-from tests.loopd.cache.test_real_slot_cache import notes
 from tests.support.serve import connect
 
 OFF = {"slot_save": False}

@@ -8,18 +8,16 @@ from __future__ import annotations
 import contextlib
 import socket
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
 from boxmaker.proto import ContentEvent, ErrorCode, TurnDone
 from boxmaker.proto.channel import cancel_frame
 from boxmaker.proto.wire import WireError
-from tests.support.config import MODEL
 from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
 from tests.support.recorded import Recorded
-from tests.support.replies import Reply, sse_reply
+from tests.support.replies import Reply
 from tests.support.serve import (
     BOUND_S,
     REPLY_BOUND_S,
@@ -30,7 +28,7 @@ from tests.support.serve import (
     turn,
     turn_bytes,
 )
-from tests.support.turn import say
+from tests.support.turn import say, slow_stream
 
 SLOW = "slow please"
 WORDS = 400  # at DELAY_S each: far past every bound here, so only a stop ends it
@@ -38,18 +36,7 @@ DELAY_S = 0.1
 
 
 def slow(_request: Recorded) -> Reply:
-    def chunk(delta: dict[str, Any]) -> dict[str, Any]:
-        return {
-            "choices": [{"finish_reason": None, "index": 0, "delta": delta}],
-            "created": 1796011468,
-            "id": "chatcmpl-slow",
-            "model": MODEL,
-            "object": "chat.completion.chunk",
-        }
-
-    events = [chunk({"role": "assistant", "content": None})]
-    events += [chunk({"content": f"w{i} "}) for i in range(WORDS)]
-    return sse_reply(events, delay_s=DELAY_S, done=False)
+    return slow_stream([f"w{i} " for i in range(WORDS)], DELAY_S, "chatcmpl-slow")
 
 
 @pytest.fixture

@@ -1,7 +1,7 @@
 """boxmaker.loopd.llama.gate: the SlotQueue core (instant), then SlotGate through the gate kit.
 
-The kit (tests/support/check_gate.py) runs every `Gate` check with real threads; it is run here
-on `SlotGate`, and on broken gates to show that it can fail.
+The kit (tests/support/loopd/check_gate.py) runs every `Gate` check with real threads; it is run
+here on `SlotGate`, and on broken gates to show that it can fail.
 """
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ import pytest
 from boxmaker.loopd.llama.errors import Busy
 from boxmaker.loopd.llama.gate import Gate, SlotGate, SlotQueue, Ticket
 from boxmaker.loopd.llama.types import OnEvent
-from tests.support import check_gate
-from tests.support.check_gate import CHECKS, GateMaker, GateSide
+from tests.support.loopd import check_gate
+from tests.support.loopd.check_gate import CHECKS, GateMaker, GateSide
 
 # ---- the core ----
 

@@ -1,12 +1,12 @@
 """Issue 9: the llama client against a hostile upstream, through the real inferproxy.
 
-The chain is the production one: `Client.chat` in a child process (tests/support/hostile_client.py)
--> infer.sock -> `python -m boxmaker.inferproxy` -> TCP -> a scripted hostile server
-(tests/support/hostile.py) that writes raw bytes. Every limit is set small through the config
-(LIMITS). Each case must end in the typed InferError it calls for, within the configured time
-limits, with the chat's own peak RSS (resource.getrusage in the child that ran it) under
-MEMORY_BOUND_KB. The floods are finite but far larger than that bound, so a client that does not
-stop fails on memory and on its outcome, rather than hanging.
+The chain is the production one: `Client.chat` in a child process
+(tests/support/loopd/hostile_client.py) -> infer.sock -> `python -m boxmaker.inferproxy` -> TCP -> a
+scripted hostile server (tests/support/loopd/hostile.py) that writes raw bytes. Every limit is set
+small through the config (LIMITS). Each case must end in the typed InferError it calls for, within
+the configured time limits, with the chat's own peak RSS (resource.getrusage in the child that ran
+it) under MEMORY_BOUND_KB. The floods are finite but far larger than that bound, so a client that
+does not stop fails on memory and on its outcome, rather than hanging.
 
 The named cases are the issue's, and the ones around them; `test_generated_upstreams` draws more
 from random heads, lengths, chunk sizes, JSON shapes and endings (hypothesis, bounded examples).
@@ -24,10 +24,10 @@ import pytest
 from hypothesis import HealthCheck, given, note, settings
 from hypothesis import strategies as st
 
-from tests.support import hostile_rig
 from tests.support.client import chunk_obj
 from tests.support.feed import pieces_at
-from tests.support.hostile import (
+from tests.support.loopd import hostile_rig
+from tests.support.loopd.hostile import (
     STREAM_HEAD,
     Peer,
     Script,
@@ -39,7 +39,7 @@ from tests.support.hostile import (
     stream_head,
     then_hold,
 )
-from tests.support.hostile_rig import LIVENESS_S, Rig, check_bounds
+from tests.support.loopd.hostile_rig import LIVENESS_S, Rig, check_bounds
 
 rig = hostile_rig.rig  # the module-scoped fixture, bound by assignment
 

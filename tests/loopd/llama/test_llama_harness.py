@@ -2,7 +2,7 @@
 chat template (conf/templates/chatml-tools.jinja), in single-model and router mode.
 
 They need the real server: when it cannot be built the fixtures raise, so the tests fail; they
-never skip. Requests carry every field the client sends (tests/support/llama_requests.py).
+never skip. Requests carry every field the client sends (tests/support/loopd/llama_requests.py).
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.support.llama import (
     LlamaServerError,
     ensure_built,
 )
-from tests.support.llama_requests import (
+from tests.support.loopd.llama_requests import (
     FORCE_TOOL,
     LONG_ESSAY,
     SYSTEM,

@@ -23,8 +23,8 @@ from boxmaker.loopd.llama.transport import short_call
 from boxmaker.loopd.llama.types import Completion
 from tests.support.client import answer_chunks, make_config, run, slots_reply
 from tests.support.fakeserver import FakeServer
+from tests.support.inferproxy.proxy import closed_port, start_inferproxy
 from tests.support.procs import Daemon
-from tests.support.proxy import closed_port, start_inferproxy
 from tests.support.replies import End, Reply, json_reply, sse_reply
 
 BOUND = 10.0

@@ -22,8 +22,9 @@ import pytest
 from boxmaker.proto import TurnDone
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.frame import NEED_DATA, Frame, FrameDecoder, encode_frame
-from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, START_LINE, ServeEnv, config_text, serve_env, turn
+from tests.support.brokerd.rig import serve_loopd
+from tests.support.procs import Daemon, wait_for
+from tests.support.serve import BOUND_S, ServeEnv, serve_env, turn
 from tests.support.turn import calls, say
 
 
@@ -103,14 +104,7 @@ def test_bad_entries_are_refused_and_the_turn_goes_on(
     broker = FakeBroker(env.folder / "broker.sock", granted)
     broker.start()
     try:
-        path = env.folder / "loopd.toml"
-        text = (
-            config_text(env.folder) + f'[tools]\nbroker_socket = "{env.folder / "broker.sock"}"\n'
-        )
-        path.write_text(text)
-        daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
-        env.daemons.append(daemon)
-        daemon.wait_for_line(START_LINE, BOUND_S)
+        daemon = serve_loopd(env, env.folder / "broker.sock")
         find = ("find_tool", {"query": ""})
         steps = [calls(find), say("found")]
         if offered:

@@ -7,39 +7,16 @@ real subprocess where the point is one: a session whose lock another process hol
 from __future__ import annotations
 
 import subprocess
-from pathlib import Path
 from typing import Any
 
-import orjson
 import pytest
 
-from boxmaker.loopd.cli import main
 from boxmaker.proto import ToolResult
 from boxmaker.session.store import SessionStore
+from tests.support.loopd.turn_command import RUN_BOUND_S, lines, run, write_config
 from tests.support.procs import python_module
 from tests.support.replies import json_reply
-from tests.support.turn import SYSTEM, Env, calls, config_text, new_session, say
-
-RUN_BOUND_S = 60.0
-
-
-def write_config(env: Env, **loop: Any) -> Path:
-    assert isinstance(env.fake.address, Path)
-    system = env.home.parent / "system.md"
-    system.write_text(SYSTEM + "\n")
-    path = env.home.parent / "loopd.toml"
-    path.write_text(config_text(env.fake.address, env.home, system, **loop))
-    return path
-
-
-def lines(text: str) -> list[dict[str, Any]]:
-    return [orjson.loads(line) for line in text.splitlines()]
-
-
-def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, list[dict[str, Any]], str]:
-    status = main(["turn", *argv])
-    out, err = capsys.readouterr()
-    return status, lines(out), err
+from tests.support.turn import SYSTEM, Env, calls, new_session, say
 
 
 def test_new_session_then_resume(env: Env, capsys: pytest.CaptureFixture[str]) -> None:

@@ -1,4 +1,4 @@
-"""A turn whose append meets a full disk (a real 64 KiB tmpfs, tests/support/smalldisk.py).
+"""A turn whose append meets a full disk (a real 64 KiB tmpfs, tests/support/session/smalldisk.py).
 
 `loopd turn` ends with one `error` line, code `internal`, saying the disk failed and nothing
 partial was kept; no traceback. The log still verifies, and the same session goes on once space
@@ -12,10 +12,9 @@ import pytest
 from boxmaker.proto import User, verify_log
 from boxmaker.session.store import SessionStore
 from boxmaker.session.verify import verify_session
-from tests.support.smalldisk import fill, free, small_disk
+from tests.support.loopd.turn_command import run, write_config
+from tests.support.session.smalldisk import fill, free, small_disk
 from tests.support.turn import Env, new_session, say
-
-from .test_command import run, write_config
 
 # 5 KB: more than the log's last page has left (the line needs a page the full disk lacks), and
 # under what a turn may hold (loopd turn measures a large message as a worker does: 1,251 of the

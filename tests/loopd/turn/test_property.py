@@ -24,7 +24,9 @@ from boxmaker.loopd.tools.registry import CALL_TOOL
 from boxmaker.loopd.turn.runner import run_turn
 from boxmaker.proto import ErrorCode, ToolResult, WireError
 from boxmaker.session.store import SessionStore
-from tests.loopd.turn.conversations import (
+from tests.support.fake_tools import FakeTools, fake_registry
+from tests.support.fakeserver import FakeServer
+from tests.support.loopd.conversations import (
     NOON,
     Conversation,
     TurnScript,
@@ -34,8 +36,6 @@ from tests.loopd.turn.conversations import (
     conversations,
     drive_core,
 )
-from tests.support.fake_tools import FakeTools, fake_registry
-from tests.support.fakeserver import FakeServer
 from tests.support.turn import (
     BackwardsPort,
     StaggeredPort,

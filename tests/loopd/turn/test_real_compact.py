@@ -20,7 +20,7 @@ from boxmaker.loopd.turn.compact import INSTRUCTION
 from boxmaker.proto import CompactedEvent, CompactingEvent, EpochEnd, TurnDone, Usage, User
 from boxmaker.session import epoch_files
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.real_compact import CompactStack, owner_text
+from tests.support.loopd.real_compact import CompactStack, owner_text
 
 SLACK = 64
 MAX_TURNS = 90  # the bound: three epochs take about 40 turns of the tiny model

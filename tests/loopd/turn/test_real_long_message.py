@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from boxmaker.proto import CompactingEvent, ContentEvent, ErrorCode, TurnDone, Usage, WireError
 from boxmaker.session.verify import verify_session
-from tests.loopd.turn.real_compact import CompactStack, owner_text
+from tests.support.loopd.real_compact import CompactStack, owner_text
 
 TOO_LONG = [
     "x" * 100_000,

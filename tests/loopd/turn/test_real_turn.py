@@ -22,7 +22,7 @@ from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
 from boxmaker.proto import CacheLoss, Usage, User
 from boxmaker.session.store import SessionStore
 from boxmaker.verify.tee import Tee
-from tests.loopd.turn.conversations import check_requests
+from tests.support.loopd.conversations import check_requests
 from tests.support.procs import python_module
 from tests.support.stack import Stack
 

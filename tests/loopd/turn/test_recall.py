@@ -16,7 +16,7 @@ from boxmaker.loopd.turn.runner import run_compaction
 from boxmaker.proto import EpochEnd, ToolResult, TurnDone
 from boxmaker.proto.log import decode_line
 from boxmaker.session.store import SessionLog
-from tests.loopd.turn.test_compact import LONG, SUMMARY, Chat, chat
+from tests.support.loopd.compact import LONG, SUMMARY, Chat, chat
 from tests.support.turn import Env, calls, chat_bodies, new_session, say
 
 SECRET = "The code word is PERIWINKLE-42. " * 20  # 640 characters

@@ -18,7 +18,7 @@ from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.workers.gate import GateServer, PipeGate
 from boxmaker.loopd.workers.pipes import FrameWriter, read_frames
 from boxmaker.proto import QueuedEvent
-from tests.support.check_gate import CHECKS, GateMaker, GateSide
+from tests.support.loopd.check_gate import CHECKS, GateMaker, GateSide
 from tests.support.procs import wait_for
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from boxmaker.loopd.config import read_config
 from boxmaker.proto import TurnDone
-from tests.support.main_side import MainSide
+from tests.support.loopd.main_side import MainSide
 from tests.support.serve import ServeEnv, turn_bytes
 from tests.support.turn import say
 

@@ -22,7 +22,7 @@ from boxmaker.proto import (
     decode_body,
 )
 from boxmaker.proto.frame import Frame, FrameDecoder
-from tests.support.main_side import MainSide
+from tests.support.loopd.main_side import MainSide
 from tests.support.serve import BOUND_S, ServeEnv, turn_bytes
 
 
@@ -50,7 +50,7 @@ def test_a_frame_the_relay_thread_cannot_act_on_ends_the_turn_with_an_error(
     env: ServeEnv, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The pool's relay thread, against a real child that sends a gate frame out of bounds."""
-    monkeypatch.setattr(process, "WORKER_MODULE", "tests.loopd.workers.hostile_worker")
+    monkeypatch.setattr(process, "WORKER_MODULE", "tests.support.loopd.hostile_worker")
     config = read_config(env.write_config())
     pool = Pool(config, config.parse().channel, SlotGate(4))
     frames: queue.SimpleQueue[tuple[bytes, bool]] = queue.SimpleQueue()

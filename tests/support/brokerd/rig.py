@@ -21,7 +21,8 @@ from boxmaker._toml import toml_dumps
 from boxmaker.proto.broker import BROKER_KINDS, OWNER_KINDS
 from boxmaker.proto.frame import Frame
 from tests.support.procs import Daemon, python_module
-from tests.support.serve import ServeEnv, serve_env
+from tests.support.serve import BOUND_S as SERVE_BOUND_S
+from tests.support.serve import START_LINE, ServeEnv, config_text, serve_env
 
 BOUND_S = 10.0
 
@@ -165,3 +166,26 @@ def loopd_and_brokerd(grants_text: str) -> Iterator[tuple[ServeEnv, Rig]]:
         if rig.daemon is not None:
             rig.daemon.kill()
         remove(base)
+
+
+def serve_loopd(
+    env: ServeEnv,
+    broker_socket: str | Path,
+    tool_ms: int | None = None,
+    compact: dict[str, Any] | None = None,
+) -> Daemon:
+    """`loopd serve` on `env`'s fake server, wired to the brokerd at `broker_socket` (a real one or
+    a fake): the one place the tests write that config. loopd's tool timeout and its wait on
+    brokerd are both `tool_ms` (loopd's defaults without it); [compact] is off unless given.
+    Started, its start line seen, stopped with `env`."""
+    tools = f'[tools]\nbroker_socket = "{broker_socket}"\n'
+    loop = None
+    if tool_ms is not None:
+        tools += f"broker_timeout_ms = {tool_ms}\n"
+        loop = {"tool_timeout_ms": tool_ms}
+    path = env.folder / "loopd.toml"
+    path.write_text(config_text(env.folder, loop=loop, compact=compact) + tools)
+    daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(path)))
+    env.daemons.append(daemon)
+    daemon.wait_for_line(START_LINE, SERVE_BOUND_S)
+    return daemon

@@ -61,7 +61,7 @@ def make_session(
         return log.log_path
 
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 SYSTEM_MD = REPO / "conf" / "system.md"
 CALL_TOOL = ToolSchema(
     "call_tool",

@@ -14,9 +14,9 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 from tests.support.fakeserver import FakeServer
-from tests.support.flood import close_all, flood
+from tests.support.inferproxy.proxy import start_inferproxy
 from tests.support.procs import Daemon, short_tmpdir
-from tests.support.proxy import start_inferproxy
+from tests.support.reliability.flood import close_all, flood
 from tests.support.serve import ServeEnv, children
 
 MAX_PROXY_CONNECTIONS = 64

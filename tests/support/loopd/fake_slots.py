@@ -14,6 +14,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from boxmaker._toml import toml_dumps
+from boxmaker.loopd.cache.keeper import CacheKeeper
+from boxmaker.loopd.config import Config, parse_config
+from boxmaker.loopd.llama.client import Client
+from boxmaker.loopd.llama.gate import SlotGate
+from boxmaker.loopd.selftest.run import open_keeper
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply
 
@@ -92,3 +98,24 @@ class FakeSlots:
         assert isinstance(body, dict)
         self.run(body["id_slot"], 192)
         return json_reply(200, {"timings": {"prompt_n": 192, "prompt_ms": self.prompt_ms}})
+
+
+def config(folder: Path, **cache: Any) -> Config:
+    table = {
+        "inference": {"socket": str(folder / "infer.sock"), "model": MODEL, "slots": [0, 1],
+                      "control_timeout_ms": 2000},
+        "expect": {"chat_template_sha256": "0" * 64, "n_ctx": 2048, "total_slots": 2},
+        "paths": {"home": str(folder / "home")},
+        "cache": {"slot_save": True, "min_tokens": 10, "idle_save_ms": 60_000,
+                  "folder": str(folder / "slots")} | cache,
+    }  # fmt: skip
+    return parse_config(toml_dumps(table), "t.toml", folder, {})
+
+
+def keeper(folder: Path, warned: list[str], **cache: Any) -> CacheKeeper:
+    cfg = config(folder, **cache)
+    said: list[str] = []
+    made = open_keeper(cfg, SlotGate(8), Client(cfg.inference).props, said.append, warned.append)
+    assert made is not None, said
+    assert said[0].startswith("selftest ok      slot_save: a save of slot "), said
+    return made

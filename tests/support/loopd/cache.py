@@ -22,7 +22,15 @@ import orjson
 
 from boxmaker._toml import toml_dumps
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.proto import ChannelBody, Turn, TurnDone, Usage, User, channel_frame, verify_log
+from boxmaker.proto import (
+    ChannelBody,
+    Turn,
+    TurnDone,
+    Usage,
+    User,
+    channel_frame,
+    verify_log,
+)
 from boxmaker.proto.log import LogRecord
 from boxmaker.session import epoch_files
 from tests.support.llama import LlamaServer, Mode, ensure_built
@@ -193,3 +201,9 @@ def first_usage(records: list[LogRecord]) -> Usage:
 
 def hits(previous: int, usage: Usage) -> bool:
     return usage.cache_n >= previous - CACHE_LOSS_SLACK_TOKENS
+
+
+def notes(session: str) -> str:
+    """A first message of well over 64 tokens that no other session's shares: the two sessions
+    share the system prompt (~450 tokens), so only what follows it can tell a hit from a miss."""
+    return f"My notes for {session}: " + ", ".join(f"{session} item {k}" for k in range(30))

@@ -1,6 +1,6 @@
-"""Runs one owner task (tests/support/agent_tasks.py) on one side of a started tool-model stack
+"""Runs one owner task (tests/support/agent/tasks.py) on one side of a started tool-model stack
 and gathers its `Outcome`: Boxmaker through `bxctl chat --say` (approvals answered on owner.sock
-by bxctl), the floor through tests/support/agent_peer.py on the same llama-server and brokerd.
+by bxctl), the floor through tests/support/agent/peer.py on the same llama-server and brokerd.
 
 Each run starts from the task's files alone: the workspace is emptied and laid again, and the
 memory folder put back as it was before the suite, so no task sees another's writes or notes.
@@ -20,7 +20,7 @@ import orjson
 
 from boxmaker.verify.checks import called_tool, paired_calls, target
 from boxmaker.verify.device import Run, json_lines
-from tests.support.agent_tasks import PAGES, Call, Outcome, Task
+from tests.support.agent.tasks import PAGES, Call, Outcome, Task
 from tests.support.web import Quiet, http_server
 
 # A fetch rule naming 127.0.0.1 (an address named in a rule is the only way fetch reaches

@@ -14,8 +14,8 @@ import struct
 from collections.abc import Callable
 from functools import cache
 
+from tests.support.fast.worker import BOUND_S, Worker
 from tests.support.procs import wait_for
-from tests.support.worker import BOUND_S, Worker
 
 Pump = Callable[[int, int], int]
 

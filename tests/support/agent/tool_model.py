@@ -59,7 +59,7 @@ def tool_model_run(extra_grants: str = "", brokerd: dict[str, Any] | None = None
     stack.extra_grants = extra_grants
     if os.geteuid() == 0:
         # As root brokerd's sandbox runs shell as nobody, who must reach and write the workspace
-        # (tests/brokerd/rig.sandbox_workspace); else brokerd starts with shell off.
+        # (tests/support/brokerd/rig.sandbox_workspace); else brokerd starts with shell off.
         os.chmod(stack.run, 0o755)
         stack.workspace.mkdir()
         nobody = pwd.getpwnam("nobody")

@@ -8,7 +8,6 @@ import http.server
 import os
 import pwd
 import shutil
-import socket
 import tempfile
 import threading
 from collections.abc import Iterator
@@ -16,8 +15,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from boxmaker.brokerd.approvals import Held
+from boxmaker.brokerd.broker import Broker
+from boxmaker.brokerd.config import BrokerConfig
 from boxmaker.brokerd.mcp.config import McpServerConfig, parse_mcp
 from boxmaker.brokerd.mcp.manager import McpManager
+from boxmaker.brokerd.mcp.rows import families
+from boxmaker.brokerd.tools.table import BUILTIN, Table
 from tests.support.mcp_servers import SYSTEM_PYTHON, python_server, sandbox_python, site_packages
 
 __all__ = ["python_server", "sandbox_python", "site_packages"]  # moved to tests/support
@@ -116,38 +120,31 @@ def page_server(address: str) -> Iterator[tuple[int, list[str]]]:
         httpd.server_close()
 
 
-class Listener:
-    """A real listening socket on a thread; `seen` holds what reached it (nothing should)."""
+APPROVAL_MS = 300  # an ask nobody answers is a no after this
 
-    def __init__(self, family: int, kind: int, address: Any) -> None:
-        self.sock = socket.socket(family, kind)
-        self.sock.bind(address)
-        if family == socket.AF_UNIX and isinstance(address, str) and not address.startswith("\0"):
-            os.chmod(address, 0o777)  # only the sandbox's mounts can keep it out, not a mode
-        if kind == socket.SOCK_STREAM:
-            self.sock.listen(8)
-        self.sock.settimeout(0.05)
-        self.address = self.sock.getsockname()
-        self.seen: list[bytes] = []
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._serve, daemon=True)
-        self._thread.start()
 
-    def _serve(self) -> None:
-        while not self._stop.is_set():
-            try:
-                if self.sock.type == socket.SOCK_STREAM:
-                    conn, _ = self.sock.accept()
-                    conn.close()
-                    self.seen.append(b"connect")
-                else:
-                    self.seen.append(self.sock.recv(4096))
-            except TimeoutError:
-                continue
-            except OSError:
-                return
+def broker_config(rig: Rig, grants: str | bytes, approval_ms: int = APPROVAL_MS) -> BrokerConfig:
+    """An in-process Broker's config in the rig's folder, with these grants written."""
+    path = rig.base / "grants.toml"
+    if isinstance(grants, bytes):
+        path.write_bytes(grants)
+    else:
+        path.write_text(grants)
+    return BrokerConfig(
+        socket=str(rig.base / "b.sock"),
+        owner_socket=str(rig.base / "o.sock"),
+        workspace=str(rig.workspace),
+        grants=str(path),
+        home=str(rig.base / "home"),
+        log=str(rig.base / "log" / "decisions.jsonl"),
+        approval_timeout_ms=approval_ms,
+    )
 
-    def close(self) -> None:
-        self._stop.set()
-        self._thread.join(2)
-        self.sock.close()
+
+def broker_for(rig: Rig, servers: dict[str, Any], grants: str) -> Broker:
+    config = broker_config(rig, grants)
+    return Broker(config, table=Table(BUILTIN, families(rig.manager(servers), lambda _ctx: 0)))
+
+
+def nobody_answers(_held: Held, _brief: str) -> None:
+    pass

@@ -1,10 +1,11 @@
 """The rig of the hostile-upstream tests: a hostile server, inferproxy, and the client child.
 
-`Rig(folder)` starts the production chain around the scripted server of tests/support/hostile.py:
-`python -m boxmaker.inferproxy` on a Unix socket in `folder`, forwarding to the server over TCP,
-and `python -m tests.support.hostile_client` with a loopd.toml whose limits are LIMITS. `run(name,
-script)` makes one chat through it and returns the client's outcome (`Result`), measured in the
-child that ran it. `check_bounds` is what every case must hold, whatever it ends in.
+`Rig(folder)` starts the production chain around the scripted server of
+tests/support/loopd/hostile.py: `python -m boxmaker.inferproxy` on a Unix socket in `folder`,
+forwarding to the server over TCP, and `python -m tests.support.loopd.hostile_client` with a
+loopd.toml whose limits are LIMITS. `run(name, script)` makes one chat through it and returns the
+client's outcome (`Result`), measured in the child that ran it. `check_bounds` is what every case
+must hold, whatever it ends in.
 """
 
 from __future__ import annotations
@@ -23,11 +24,11 @@ import pytest
 
 from boxmaker.loopd.llama.errors import InferError
 from tests.support.client import config_text
-from tests.support.hostile import HostileServer, Script, Served
+from tests.support.inferproxy.proxy import start_inferproxy
+from tests.support.loopd.hostile import HostileServer, Script, Served
 from tests.support.procs import python_module
-from tests.support.proxy import start_inferproxy
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 PROXY_FLAGS = ("--accept-burst", "1000", "--accept-rate", "1000")
 STARTUP_S = 30.0  # daemons on a loaded 2-core machine
 LIMITS: dict[str, Any] = {
@@ -79,7 +80,7 @@ class Rig:
         config = folder / "loopd.toml"
         config.write_text(config_text(socket_path, **LIMITS))
         self.child = subprocess.Popen(
-            python_module("tests.support.hostile_client", str(config)),
+            python_module("tests.support.loopd.hostile_client", str(config)),
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             text=True,

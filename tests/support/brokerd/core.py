@@ -43,3 +43,35 @@ def always_rule(name: str, target: Target, args: Args | None = None) -> Rule | N
 
 def listed(rules: Sequence[Rule], name: str) -> bool:
     return policy.listed(rules, tool(name))
+
+
+WS = "/srv/ws"
+
+
+READ_DENIED = b"""
+[[grant]]
+tool = "read_file"
+mode = "allow"
+
+[[grant]]
+tool = "read_file"
+mode = "deny"
+paths = ["secrets"]
+files = ["notes/pin.txt"]
+
+[[grant]]
+tool = "list_dir"
+mode = "allow"
+
+[[grant]]
+tool = "write_file"
+mode = "allow"
+
+[[grant]]
+tool = "edit_file"
+mode = "allow"
+
+[[grant]]
+tool = "shell"
+mode = "allow"
+"""

@@ -27,7 +27,7 @@ from boxmaker.loopd.tools.registry import Answer, resolve
 from boxmaker.proto import ToolCall, ToolRequest
 from boxmaker.session.baseline import Baseline, assemble_baseline
 from boxmaker.verify.device import Run
-from tests.support.agent_tasks import Call, Outcome, Task
+from tests.support.agent.tasks import Call, Outcome, Task
 
 ROUNDS = 8  # loopd's tool_iterations: a turn gets as many model rounds with calls
 

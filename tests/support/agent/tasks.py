@@ -5,7 +5,7 @@ in the session's log), never from the model's words alone.
 A task lays its files in a fresh workspace, says its turns in one fresh session, answers each
 approval from its `approve` lines (none left: denied), and its `judge` reads the `Outcome`: None
 when it passed, else why not. Both sides of `make agent-tasks` (Boxmaker through `bxctl chat`,
-and the stock-framework floor, tests/support/agent_peer.py) fill the same `Outcome`, so one
+and the stock-framework floor, tests/support/agent/peer.py) fill the same `Outcome`, so one
 judge holds them to one standard. `{url}` in a turn is the page the runner serves on 127.0.0.1.
 """
 

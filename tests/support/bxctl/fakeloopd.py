@@ -29,8 +29,7 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.frame import CLOSED, NEED_DATA, FrameDecoder, error_frame
 from boxmaker.proto.wire import ErrorCode, WireError
-
-from .procs import wait_for
+from tests.support.procs import wait_for
 
 Reply = Sequence[bytes]
 

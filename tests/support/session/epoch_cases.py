@@ -1,7 +1,7 @@
 """Sessions with epochs for the tests: generated conversations written through the real store,
 switched with `epoch_files.switch` at chosen points, and the checks the property test makes.
 
-Also a child process (`python -m tests.support.epoch_cases <home> <session>`) that opens a
+Also a child process (`python -m tests.support.session.epoch_cases <home> <session>`) that opens a
 session and does one switch, for the kill -9 tests: `switch_now` is deterministic (its time,
 summary and system text are fixed), so a roll-forward can be compared byte for byte with a switch
 that never stopped.

@@ -1,6 +1,6 @@
 """The llama client in a child process, one forked child per chat, for the hostile tests.
 
-    python -m tests.support.hostile_client CONFIG
+    python -m tests.support.loopd.hostile_client CONFIG
 
 Reads one line per chat on stdin, and for each forks a child that makes one `Client.chat`
 attempt with the [inference] section of CONFIG and writes one JSON line on stdout:

@@ -1,6 +1,6 @@
 """A worker that breaks the pipe protocol on purpose, for the pool's relay thread to survive:
 
-    python -m tests.loopd.workers.hostile_worker [--session <id>]
+    python -m tests.support.loopd.hostile_worker [--session <id>]
 
 It reads its config frame and its turn, answers with one content event, then a `gate_ask`
 whose `ask` is negative (a frame well formed but one the gate cannot act on), and then waits

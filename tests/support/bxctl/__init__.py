@@ -1,0 +1,1 @@
+"""Helpers for the bxctl tests: a fake loopd."""

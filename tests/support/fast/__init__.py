@@ -1,0 +1,1 @@
+"""Helpers for the _fast tests: the splice rig."""

@@ -1,0 +1,1 @@
+"""Helpers for the inferproxy tests: the proxy rig, the stream checks."""

@@ -1,0 +1,1 @@
+"""Helpers for the loopd tests: config texts, fake slots, cache stacks, conversations."""

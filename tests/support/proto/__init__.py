@@ -1,0 +1,1 @@
+"""Helpers for the proto tests: the golden log cases."""

@@ -1,0 +1,1 @@
+"""Helpers for the reliability tests: crash plans, load, floods, hostile clients."""

@@ -1,0 +1,1 @@
+"""Helpers for the session tests: cases of sessions and epochs, a small disk."""
