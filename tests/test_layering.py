@@ -640,14 +640,6 @@ TEST_MODULES = sorted(
 )
 TEST_NAMES = frozenset(m.name for m in TEST_MODULES)
 
-# The only modules still allowed to import another test module. Both are edited on the gateway
-# branches beside issue 35's move; after the merge what they share moves into tests/support (the
-# lead's), and then this table is empty.
-TEST_EXCEPTIONS: dict[str, frozenset[str]] = {
-    "tests.gatewayd.test_property": frozenset({"tests.gatewayd.test_e2e"}),  # BOT, OWNER
-    "tests.e2e.test_gateway_stack": frozenset({"tests.e2e.test_local_stack"}),  # the stack rig
-}
-
 
 def _test_module_of(target: str) -> str:
     """The module of tests/ a dotted import names: `tests.a.test_b.Name` is tests.a.test_b."""
@@ -665,8 +657,6 @@ def tree_faults(mod: Module, source: str | None = None) -> list[str]:
         target = imp.target
         if not _under(target, TESTS) or _under(target, SUPPORT):
             continue
-        if _test_module_of(target) in TEST_EXCEPTIONS.get(mod.name, frozenset()):
-            continue
         where = f"{mod.rel}:{imp.line} imports {target}"
         leaf = _test_module_of(target).rpartition(".")[2]
         if leaf == "conftest":
@@ -683,18 +673,6 @@ def tree_faults(mod: Module, source: str | None = None) -> list[str]:
 @pytest.mark.parametrize("mod", [m for m in TEST_MODULES if m.path.suffix == ".py"], ids=str)
 def test_a_test_module_imports_only_its_floor(mod: Module) -> None:
     assert tree_faults(mod) == []
-
-
-def test_the_tests_exceptions_are_still_needed() -> None:
-    """A row of TEST_EXCEPTIONS goes when its module no longer imports what the row allows."""
-    for name, allowed in TEST_EXCEPTIONS.items():
-        if name not in TEST_NAMES:
-            continue  # the module is gone: so is the need
-        imported = {_test_module_of(imp.target) for imp in imports_of(BY_TEST_NAME[name])}
-        assert imported & allowed, f"{name} no longer imports {sorted(allowed)}: drop its row"
-
-
-BY_TEST_NAME = {m.name: m for m in TEST_MODULES}
 
 
 def test_the_tests_tree_is_seen() -> None:
@@ -716,7 +694,7 @@ def test_the_tests_tree_is_seen() -> None:
         ("tests.loopd.test_config_bounds", "from .test_config import error"),
         ("tests.bxctl.test_chat_pty_approval", "from tests.bxctl.test_chat_pty import Pty"),
         ("tests.bxctl.test_chat_pty_approval", "def f():\n    from .test_chat_pty import Pty"),
-        ("tests.gatewayd.test_property", "from tests.loopd.test_cli import X"),  # not its row
+        ("tests.gatewayd.test_property", "from tests.gatewayd.test_e2e import BOT"),
         ("tests.bxctl.test_verify", "from tests.session import writer"),  # a helper beside them
         ("tests.brokerd.test_log", "import tests.brokerd"),  # a test package
     ],
@@ -732,7 +710,6 @@ def test_the_tests_rules_catch(name: str, source: str) -> None:
         ("tests.support.serve", "from tests.support.turn import say"),
         ("tests.loopd.cache.test_keeper", "from tests.support.loopd.fake_slots import FakeSlots"),
         ("tests.loopd.cache.test_keeper", "from tests.support import procs"),
-        ("tests.gatewayd.test_property", "from tests.gatewayd.test_e2e import BOT"),  # its row
     ],
 )
 def test_the_tests_rules_allow(name: str, source: str) -> None:

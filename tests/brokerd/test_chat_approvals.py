@@ -17,8 +17,8 @@ from boxmaker.brokerd.approvals import Held
 from boxmaker.brokerd.chat_approvals import CODE_CHARS, CODE_LEN, box_only, code_of
 from boxmaker.brokerd.config import ChatApprovals, ConfigError, parse_config
 from boxmaker.proto.broker import HeldCall
-from tests.brokerd.rig import BOUND_S, Rig
-from tests.brokerd.test_approvals import Call, owner_peek, owner_says
+from tests.support.brokerd.approvals import Call, owner_peek, owner_says
+from tests.support.brokerd.rig import BOUND_S, Rig
 from tests.support.chat_client import CAN_SETUID, GATEWAYD_UID, Got, as_uid
 
 OWNER = "own0000000000000000000000a"

@@ -18,8 +18,8 @@ from typing import Any
 import orjson
 import pytest
 
-from tests.brokerd.rig import Rig, loopd_and_brokerd
-from tests.brokerd.test_approvals import owner_says
+from tests.support.brokerd.approvals import owner_says
+from tests.support.brokerd.rig import Rig, loopd_and_brokerd
 from tests.support.chat_client import CAN_SETUID, GATEWAYD_UID
 from tests.support.gateway import GatewayRig
 from tests.support.mattermost.fake import FakeMattermost

@@ -10,10 +10,10 @@ from collections.abc import Iterator
 import pytest
 
 from boxmaker.brokerd.grants import GrantsError, Mode
-from tests.brokerd.core import decide, parse_grants
-from tests.brokerd.rig import Rig
-from tests.brokerd.test_approvals import Call, owner_says
-from tests.brokerd.test_fetch import PAGE, Server, body
+from tests.support.brokerd.approvals import Call, owner_says
+from tests.support.brokerd.core import decide, parse_grants
+from tests.support.brokerd.fetch import PAGE, Server, body
+from tests.support.brokerd.rig import Rig
 
 WS = "/srv/ws"
 

@@ -11,10 +11,10 @@ from boxmaker.bxctl.render import (
     Renderer,
     Stream,
     error_line,
-    rewrite_above,
     status_line,
     use_color,
 )
+from boxmaker.bxctl.rows import rewrite_above
 from boxmaker.proto import (
     EVENT_TYPES,
     AnswerPartEvent,
@@ -308,7 +308,7 @@ def test_color_only_on_a_terminal_without_no_color(
 
 
 def test_progress_is_a_live_line_cleared_by_what_comes_next() -> None:
-    from boxmaker.bxctl.render import CLEAR_LINE
+    from boxmaker.bxctl.rows import CLEAR_LINE
     from boxmaker.proto import ContentEvent, ProgressEvent
 
     live = Renderer(dim=False, split=False, live=True)
@@ -329,7 +329,7 @@ def test_progress_is_a_live_line_cleared_by_what_comes_next() -> None:
 def test_the_summarys_size_is_a_live_line_cleared_by_the_next_step() -> None:
     """Issue 30.5: a compaction's summary is rewritten in place as it grows (on a terminal), and
     the next step's line takes its place; a pipe shows the steps alone."""
-    from boxmaker.bxctl.render import CLEAR_LINE
+    from boxmaker.bxctl.rows import CLEAR_LINE
 
     live = Renderer(dim=False, split=False, live=True)
     start = live.event(CompactingEvent("asked", 900, CompactStep.SUMMARISING, 0))

@@ -28,11 +28,11 @@ import pytest
 
 from boxmaker._client.owner import OwnerClient
 from boxmaker._toml import toml_dumps
-from tests.e2e.test_local_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
 from tests.support.fakeserver import FakeServer
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import short_tmpdir, wait_for
 from tests.support.replies import json_reply
+from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
 from tests.support.serve import ServeEnv
 from tests.support.turn import calls, say
 

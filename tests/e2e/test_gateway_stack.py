@@ -17,16 +17,10 @@ import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.verify.stack import free_port
-from tests.e2e.test_local_stack import (
-    BOUND,
-    LOOPD_BOUND,
-    ctl,
-    run_sh,
-    write_brokerd_config,
-)
 from tests.support.llama import ensure_built
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for, wait_for_socket
+from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
 from tests.support.stack import write_local_config
 
 OWNER = "own0000000000000000000000a"

@@ -35,14 +35,7 @@ from boxmaker.session.check import check_session
 from boxmaker.verify.stack import healthy
 from tests.support import rawhttp
 from tests.support.procs import wait_for, wait_for_socket
-from tests.support.run_stack import BIN, PROGRAMS, REPO, run_stack
-
-# test_gateway_stack imports these from here, until its import is moved to tests/support
-from tests.support.run_stack import BOUND as BOUND
-from tests.support.run_stack import LOOPD_BOUND as LOOPD_BOUND
-from tests.support.run_stack import ctl as ctl
-from tests.support.run_stack import run_sh as run_sh
-from tests.support.run_stack import write_brokerd_config as write_brokerd_config
+from tests.support.run_stack import BIN, BOUND, LOOPD_BOUND, PROGRAMS, REPO, ctl, run_sh, run_stack
 
 
 class Stack:

@@ -12,14 +12,12 @@ from typing import Any
 import pytest
 
 from boxmaker.gatewayd.crashpoint import POINTS
-from tests.support.gateway import GatewayRig
+from tests.support.gateway import BOT, OWNER, GatewayRig, sentinel, user_refs
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for
 from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv, serve_env, session_worker
 from tests.support.turn import say
 
-OWNER = "own0000000000000000000000a"
-BOT = "bot0000000000000000000000b"
 LONG = "\n\n".join(f"paragraph {i}: " + "words " * 20 for i in range(6))  # about 800 chars
 
 
@@ -33,19 +31,8 @@ def stack() -> Iterator[tuple[ServeEnv, FakeMattermost]]:
         yield env, fake
 
 
-def user_refs(env: ServeEnv, session: str, ref: str) -> int:
-    return sum(1 for r in env.log_lines(session) if r.get("client_ref") == ref)
-
-
 def parts_of(replies: list[dict[str, Any]]) -> list[str]:
     return sorted(str(r["props"]["boxmaker_part"]) for r in replies)
-
-
-def sentinel(rig: GatewayRig, dm: str) -> None:
-    """A later post in the same session, answered: every earlier reply was posted before it."""
-    rig.env.model.load([say("sentinel answer")])
-    later = rig.fake.post_as(OWNER, dm, "and now?")
-    rig.wait_replies(dm, later["id"])
 
 
 def test_a_dm_is_answered_once_with_typing_and_the_marker(

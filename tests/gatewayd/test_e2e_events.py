@@ -11,8 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.gatewayd.test_e2e import BOT, OWNER, sentinel, user_refs
-from tests.support.gateway import GatewayRig
+from tests.support.gateway import BOT, OWNER, GatewayRig, sentinel, user_refs
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.mattermost.wire import STYLES
 from tests.support.procs import wait_for

@@ -17,8 +17,7 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from boxmaker.gatewayd.crashpoint import POINTS
-from tests.gatewayd.test_e2e import BOT, OWNER
-from tests.support.gateway import GatewayRig
+from tests.support.gateway import BOT, OWNER, GatewayRig
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for
 from tests.support.serve import BOUND_S, REPLY_BOUND_S, serve_env

@@ -16,6 +16,7 @@ from boxmaker._toml import toml_dumps
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import Daemon, python_module, wait_for
 from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv
+from tests.support.turn import say
 
 START_LINE = "gatewayd: socket connected"
 REPLY_TO = "boxmaker_reply_to"
@@ -106,3 +107,19 @@ class GatewayRig:
         except AssertionError as e:
             said = self.daemons[-1].err_lines if self.daemons else []
             raise AssertionError(f"{e}; gatewayd said: {said[-20:]}") from None
+
+
+OWNER = "own0000000000000000000000a"  # the fake's owner and bot user ids (26 characters)
+BOT = "bot0000000000000000000000b"
+
+
+def user_refs(env: ServeEnv, session: str, ref: str) -> int:
+    """How many of the session's records carry the post's client_ref."""
+    return sum(1 for r in env.log_lines(session) if r.get("client_ref") == ref)
+
+
+def sentinel(rig: GatewayRig, dm: str) -> None:
+    """A later post in the same session, answered: every earlier reply was posted before it."""
+    rig.env.model.load([say("sentinel answer")])
+    later = rig.fake.post_as(OWNER, dm, "and now?")
+    rig.wait_replies(dm, later["id"])

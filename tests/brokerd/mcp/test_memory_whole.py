@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.brokerd.mcp.servers import Rig, hostile_server
+from tests.support.brokerd.mcp.servers import Rig, hostile_server
 from tests.support.procs import wait_for
 
 CAP_MIB = 128
