@@ -161,8 +161,9 @@ def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
         if isinstance(r, Assistant):
             for call in r.tool_calls:
                 tool, args = _target_args(call.name, call.arguments)
-                if tool in _TOUCHERS and isinstance(args.get("path"), str):
-                    out.append(args["path"])
+                path = args.get("path")
+                if tool in _TOUCHERS and isinstance(path, str):
+                    out.append(path)
     return out
 
 
