@@ -155,14 +155,16 @@ def _plain(path: str) -> str:
 
 
 def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
-    """The paths the turn's calls read, listed or wrote (asked for; a failed read counts)."""
+    """The paths the turn's answered calls read, listed or wrote (a failed read counts; a read
+    asked in the same completion as the write does not: the write was made without its text)."""
+    answered = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
     out: list[str] = []
     for r in records:
         if isinstance(r, Assistant):
             for call in r.tool_calls:
                 tool, args = _target_args(call.name, call.arguments)
                 path = args.get("path")
-                if tool in _TOUCHERS and isinstance(path, str):
+                if call.id in answered and tool in _TOUCHERS and isinstance(path, str):
                     out.append(path)
     return out
 

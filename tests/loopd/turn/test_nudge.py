@@ -208,7 +208,24 @@ def test_a_message_that_names_something_to_read_is_nudged_when_nothing_was_calle
 
 
 def _turn(message: str, *calls: ToolCall) -> list[LogRecord]:
-    return [START, User(T, message), *(Assistant(T, None, None, (c,)) for c in calls)]
+    """The owner's message, then each call answered."""
+    out: list[LogRecord] = [START, User(T, message)]
+    for c in calls:
+        out += [Assistant(T, None, None, (c,)), ToolResult(T, 0, c.id, "ok", ResultClass.PUBLIC,
+                False, False)]  # fmt: skip
+    return out
+
+
+def test_a_read_asked_beside_the_write_does_not_count() -> None:
+    """Qwen2.5-Coder asked read_file and write_file in one completion: the write's text was
+    made before the read's result came, so it is not run."""
+    read = ToolCall("r", "read_file", '{"path": "todo.txt"}')
+    write = ToolCall("w", "write_file", '{"path": "b.txt", "content": "Copy of todo.txt"}')
+    records: list[LogRecord] = [START, User(T, "copy todo.txt to b.txt"),
+                                Assistant(T, None, None, (read, write))]  # fmt: skip
+    said = read_first(records, write.name, write.arguments)
+    assert said is not None
+    assert said.startswith("not run: you have not read todo.txt in this turn.")
 
 
 @pytest.mark.parametrize(
