@@ -48,7 +48,7 @@ from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
 from boxmaker.loopd.turn import compact as comp
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
-from boxmaker.loopd.turn.nudge import is_nudge, nudge
+from boxmaker.loopd.turn.nudge import is_nudge, nudge, read_first
 from boxmaker.loopd.turn.outcome import outcome_of
 from boxmaker.loopd.turn.records import (
     cache_loss,
@@ -323,6 +323,8 @@ class TurnLoop:
         plans: list[Resolution] = []
         for i, call in enumerate(calls):
             note = plan.note(i)
+            if note is None and self._limits.nudge:
+                note = read_first(self.records, call.name, call.arguments)
             plans.append(
                 resolve(call, self._registry)
                 if note is None

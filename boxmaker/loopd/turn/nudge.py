@@ -9,7 +9,16 @@ on, a turn whose completion has no tool call is judged here before it ends:
   it cannot (NUDGE_ADVICE);
 - **claim**: the answer says something was written, saved, edited or noted, and no result of
   this turn supports it (write_file's `wrote `, edit_file's `edited `, note's `noted in `, or a
-  shell run that did not fail) (NUDGE_CLAIM).
+  shell run that did not fail) (NUDGE_CLAIM);
+- **unread**: the turn made no call at all, and the owner's message names a file, a folder or a
+  web page (`config.ini`, `reports/`, `http://...`): the answer cannot have come from it
+  (unread(): the nudge names it and the tool that reads it).
+
+And before a call runs, **read first** (read_first()): a write_file or edit_file whose owner's
+message names another file before the one written ("copy todo.txt to todo-backup.txt"), which
+no call of this turn has read or written, is not run: its result says to read that file first.
+A small model otherwise writes invented text ("Copy of todo.txt") and says it is done. It asks
+the owner nothing (the call never reaches brokerd) and spends the call's round.
 
 The nudge is an ordinary `user` record whose text starts with NUDGE_PREFIX: replay turns it into
 a user message like any other, so a resumed session's request holds it byte for byte and the
@@ -57,6 +66,13 @@ _NEGATED = re.compile(
     r"\b(?:not|no|never|denied|refused|declined|unable|cannot|failed)\b|n't\b", re.I
 )
 _SUPPORTS = ("wrote ", "edited ", "noted in ")
+_URL = re.compile(r"\bhttps?://[^\s<>\"'`]+", re.I)
+# a path the owner names: a name with a lettered extension (config.ini, notes/todo.txt) or a
+# folder ending in a slash (reports/); not inside a URL, a version (1.5) or an e-mail address
+_PATH = re.compile(
+    r"(?<![\w@/.:-])((?:\./)?(?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5}|(?:[\w-]+/)+)(?![\w/@-])"
+)
+_NOT_PATHS = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
 
 
 def is_nudge(record: LogRecord) -> bool:
@@ -83,7 +99,87 @@ def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
         return NUDGE_ADVICE
     if _claims(answer) and not any(_supports(name, content) for name, content in ran):
         return NUDGE_CLAIM
+    owner = turn[0].content if turn and type(turn[0]) is User else ""
+    return unread(owner) if not ran else None
+
+
+def unread(message: str) -> str | None:
+    """The nudge for an answer given with no call to a message that names something to read:
+    its first URL (fetch), else its first path (list_dir for a folder, read_file for a file)."""
+    url = _URL.search(message)
+    if url is not None:
+        name, tool = url.group(0).rstrip(".,;:!?)"), "fetch"
+    else:
+        paths = (m.group(1).rstrip(".") for m in _PATH.finditer(_URL.sub(" ", message)))
+        name = next((p for p in paths if p.lower() not in _NOT_PATHS), "")
+        if not name:
+            return None
+        tool = "list_dir" if name.endswith("/") else "read_file"
+    return (
+        f"{NUDGE_PREFIX}You answered without reading {name}. Call {tool} on it now, then "
+        "answer from what it holds."
+    )
+
+
+WRITERS: Final = frozenset({"write_file", "edit_file"})
+_TOUCHERS: Final = frozenset({"read_file", "list_dir", "write_file", "edit_file"})
+
+
+def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
+    """The `not run:` result for a write that comes before the file the owner named as its
+    source was read this turn; None: the call runs."""
+    tool, args = _target_args(name, arguments)
+    path = args.get("path") if tool in WRITERS else None
+    if not isinstance(path, str) or not path:
+        return None
+    turn = records[_turn_start(records) :]
+    owner = turn[0].content if turn and type(turn[0]) is User else ""
+    named = [m.group(1).rstrip(".") for m in _PATH.finditer(_URL.sub(" ", owner))]
+    target = _plain(path)
+    if target not in map(_plain, named):
+        return None  # the owner did not name this file: nothing says what it is copied from
+    touched = {_plain(p) for p in _paths_touched(turn)}
+    for source in named[: [_plain(n) for n in named].index(target)]:
+        if source.endswith("/") or source.lower() in _NOT_PATHS or _plain(source) in touched:
+            continue
+        return (
+            f"not run: you have not read {source} in this turn. Call read_file on {source} "
+            f"first, then {tool} {path} from what it holds."
+        )
     return None
+
+
+def _plain(path: str) -> str:
+    return path.strip().removeprefix("./").lower()
+
+
+def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
+    """The paths the turn's answered calls read, listed or wrote (a failed read counts; a read
+    asked in the same completion as the write does not: the write was made without its text)."""
+    answered = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
+    out: list[str] = []
+    for r in records:
+        if isinstance(r, Assistant):
+            for call in r.tool_calls:
+                tool, args = _target_args(call.name, call.arguments)
+                path = args.get("path")
+                if call.id in answered and tool in _TOUCHERS and isinstance(path, str):
+                    out.append(path)
+    return out
+
+
+def _target_args(name: str, arguments: str) -> tuple[str, dict[str, object]]:
+    """The tool a call runs and its arguments (call_tool's target and its arguments)."""
+    try:
+        args = orjson.loads(arguments)
+    except orjson.JSONDecodeError:
+        return name, {}
+    if not isinstance(args, dict):
+        return name, {}
+    if name == "call_tool":
+        inner = args.get("arguments")
+        return str(args.get("name", name)), inner if isinstance(inner, dict) else {}
+    return name, args
 
 
 def _claims(answer: str) -> bool:

@@ -7,11 +7,20 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+import pytest
+
 from boxmaker.loopd.llama.types import ChatRequest, Completion, FinishReason
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
 from boxmaker.loopd.turn.limits import LoopLimits
 from boxmaker.loopd.turn.loop import Append, Complete, Done, RunTools, TurnLoop
-from boxmaker.loopd.turn.nudge import NUDGE_ADVICE, NUDGE_CLAIM, is_nudge, nudge
+from boxmaker.loopd.turn.nudge import (
+    NUDGE_ADVICE,
+    NUDGE_CLAIM,
+    is_nudge,
+    nudge,
+    read_first,
+    unread,
+)
 from boxmaker.proto import (
     Assistant,
     ResultClass,
@@ -135,10 +144,12 @@ def test_what_is_nudged_and_what_is_not() -> None:
     owner: list[LogRecord] = [START, User(T, "copy a.txt upper-cased to b.txt")]
     assert nudge(owner, "I cannot read files from the workspace.") == NUDGE_ADVICE
     assert nudge(owner, "```bash\ncat a.txt\n```") == NUDGE_ADVICE
-    assert nudge(owner, "The port is 7411.") is None
+    assert nudge(owner, "The port is 7411.") == unread("copy a.txt upper-cased to b.txt")
+    assert nudge([START, User(T, "what time is it?")], "It is noon.") is None
     assert nudge(owner, "Done: b.txt has been created.") == NUDGE_CLAIM
-    assert nudge(owner, "The file was not written: you denied it.") is None
-    assert nudge(owner, "b.txt has not been written, since you said no.") is None
+    plain: list[LogRecord] = [START, User(T, "make the backup copy")]  # no file named
+    assert nudge(plain, "The file was not written: you denied it.") is None
+    assert nudge(plain, "b.txt has not been written, since you said no.") is None
     denied = ToolCall("w", "write_file", '{"path": "b.txt"}')
     refused: list[LogRecord] = [*owner, Assistant(T, None, None, (denied,)),
                ToolResult(T, 0, "w", "error: denied: the owner did not approve", ResultClass.PUBLIC,
@@ -162,3 +173,125 @@ def test_the_log_with_a_nudge_replays_to_the_request_sent() -> None:
         sent = [m.to_json() for m in request.messages]
         assert replayed[: len(sent)] == sent
     assert {"role": "user", "content": NUDGE_ADVICE} in replayed
+
+
+@pytest.mark.parametrize(
+    ("message", "named", "tool"),
+    [
+        ("what's the port in config.ini?", "config.ini", "read_file"),
+        ("I put it in docs/passport.txt, what's the number", "docs/passport.txt", "read_file"),
+        ("how many reports are in reports/?", "reports/", "list_dir"),
+        ("read ./notes/plan.md.", "./notes/plan.md", "read_file"),
+        (
+            "headline of http://127.0.0.1:8080/news.html?",
+            "http://127.0.0.1:8080/news.html",
+            "fetch",
+        ),
+        ("what time is it?", None, None),
+        ("what's 1.5 times 3.25?", None, None),
+        ("e.g. say hi, i.e. be nice", None, None),
+        ("write to bob@example.com", None, None),
+    ],
+)
+def test_a_message_that_names_something_to_read_is_nudged_when_nothing_was_called(
+    message: str, named: str | None, tool: str | None
+) -> None:
+    """The unread rule: "what's the port in config.ini?" answered with no call (Qwen2.5-Coder:
+    "The port is specified in the config.ini file under the [server] section.")."""
+    said = nudge([START, User(T, message)], "It is in there somewhere.")
+    if named is None:
+        assert said is None
+    else:
+        assert said == unread(message)
+        assert said is not None
+        assert f"without reading {named}. Call {tool} on it now" in said
+
+
+def _turn(message: str, *calls: ToolCall) -> list[LogRecord]:
+    """The owner's message, then each call answered."""
+    out: list[LogRecord] = [START, User(T, message)]
+    for c in calls:
+        out += [Assistant(T, None, None, (c,)), ToolResult(T, 0, c.id, "ok", ResultClass.PUBLIC,
+                False, False)]  # fmt: skip
+    return out
+
+
+def test_a_read_asked_beside_the_write_does_not_count() -> None:
+    """Qwen2.5-Coder asked read_file and write_file in one completion: the write's text was
+    made before the read's result came, so it is not run."""
+    read = ToolCall("r", "read_file", '{"path": "todo.txt"}')
+    write = ToolCall("w", "write_file", '{"path": "b.txt", "content": "Copy of todo.txt"}')
+    records: list[LogRecord] = [START, User(T, "copy todo.txt to b.txt"),
+                                Assistant(T, None, None, (read, write))]  # fmt: skip
+    said = read_first(records, write.name, write.arguments)
+    assert said is not None
+    assert said.startswith("not run: you have not read todo.txt in this turn.")
+
+
+@pytest.mark.parametrize(
+    ("message", "done", "call", "source"),
+    [
+        ("copy todo.txt to todo-backup.txt", (), ("write_file", "todo-backup.txt"), "todo.txt"),
+        ("copy todo.txt to todo-backup.txt", (), ("edit_file", "./Todo-Backup.txt"), "todo.txt"),
+        ("put the phone in a.txt into b/c.txt", (), ("write_file", "b/c.txt"), "a.txt"),
+        ("copy a.txt to b.txt", (("list_dir", "."),), ("write_file", "b.txt"), "a.txt"),
+        ("copy a.txt to b.txt", (("read_file", "a.txt"),), ("write_file", "b.txt"), None),
+        ("copy a.txt to b.txt", (("read_file", "./A.TXT"),), ("write_file", "b.txt"), None),
+        ("write hi to a.txt and b.txt", (), ("write_file", "a.txt"), None),
+        ("write hi to a.txt and b.txt", (("write_file", "a.txt"),), ("write_file", "b.txt"), None),
+        ("write hi to notes.txt", (), ("write_file", "notes.txt"), None),
+        ("update card.txt from contacts.txt", (), ("write_file", "card.txt"), None),
+        ("copy a.txt to b.txt", (), ("write_file", "other.txt"), None),
+        ("copy a.txt to b.txt", (), ("read_file", "b.txt"), None),
+    ],
+)
+def test_a_write_before_its_named_source_was_read_is_not_run(
+    message: str,
+    done: tuple[tuple[str, str], ...],
+    call: tuple[str, str],
+    source: str | None,
+) -> None:
+    calls = [ToolCall(f"c{i}", t, f'{{"path": "{p}"}}') for i, (t, p) in enumerate(done)]
+    records = _turn(message, *calls)
+    tool, path = call
+    said = read_first(records, tool, f'{{"path": "{path}", "content": "x"}}')
+    wrapped = read_first(
+        records, "call_tool", f'{{"name": "{tool}", "arguments": {{"path": "{path}"}}}}'
+    )
+    assert said == wrapped
+    if source is None:
+        assert said is None
+    else:
+        assert said is not None
+        assert said.startswith(f"not run: you have not read {source} in this turn.")
+
+
+def test_the_loop_answers_an_unread_copy_itself_and_runs_it_after_the_read() -> None:
+    write = ToolCall("w1", "write_file", '{"path": "b.txt", "content": "Copy of a.txt"}')
+    read = ToolCall("r1", "read_file", '{"path": "a.txt"}')
+    again = ToolCall("w2", "write_file", '{"path": "b.txt", "content": "HELLO"}')
+    loop = TurnLoop(
+        baseline=baseline(), records=[START], content="copy a.txt upper-cased to b.txt",
+        thinking=False, registry=Registry([RegisteredTool(CLOCK_SCHEMA, True),
+        RegisteredTool(WRITE, True), RegisteredTool(ToolSchema("read_file", "Reads.",
+        WRITE.parameters), True)]), limits=LoopLimits(nudge=True), clock=Ticker(),
+    )  # fmt: skip
+    replies = [completion(None, write), completion(None, read), completion(None, again),
+               completion("Done.")]  # fmt: skip
+    ran: list[str] = []
+    results: list[str] = []
+    action = loop.start()
+    while not isinstance(action, Done):
+        result: object = None
+        if isinstance(action, Append) and isinstance(action.record, ToolResult):
+            results.append(action.record.content)
+        if isinstance(action, Complete):
+            result = replies.pop(0)
+        elif isinstance(action, RunTools):
+            ran += [r.tool for r in action.requests]
+            result = tuple(ToolResponse("hello" if r.tool == "read_file" else "wrote b.txt",
+                           ResultClass.PUBLIC, False, False) for r in action.requests)  # fmt: skip
+        action = loop.send(result)
+    assert ran == ["read_file", "write_file"]  # the first write never reached brokerd
+    assert results[0].startswith("not run: you have not read a.txt in this turn.")
+    assert isinstance(action.outcome, TurnDone)
