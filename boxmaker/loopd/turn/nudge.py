@@ -32,6 +32,8 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
+import orjson
+
 from boxmaker.proto import Assistant, ToolResult, User
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import call_tool_target
