@@ -16,7 +16,6 @@ it with real uids.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -27,17 +26,15 @@ import orjson
 import pytest
 
 from boxmaker._client.owner import OwnerClient
-from boxmaker._toml import toml_dumps
 from tests.support.fakeserver import FakeServer
+from tests.support.gateway import BOT, OWNER, write_gateway_config
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import short_tmpdir, wait_for
 from tests.support.replies import json_reply
-from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
+from tests.support.run_stack import BOUND, LOOPD_BOUND, run_stack
 from tests.support.serve import ServeEnv
 from tests.support.turn import calls, say
 
-OWNER = "own0000000000000000000000a"
-BOT = "bot0000000000000000000000b"
 REPLY_TO = "boxmaker_reply_to"
 WRITE = {"name": "write_file", "arguments": {"path": "a.txt", "content": "hello"}}
 
@@ -55,45 +52,16 @@ def run() -> Iterator[tuple[Path, dict[str, str], FakeMattermost, ServeEnv]]:
         loopd = model.write_config(spare_worker=False)
         with loopd.open("a") as f:  # the tools on make run's brokerd
             f.write(f'\n[tools]\nbroker_socket = "{folder / "broker.sock"}"\n')
-        token = folder / "gateway.token"
-        token.write_text(fake.token + "\n")
-        token.chmod(0o600)
-        gateway = folder / "gateway.toml"
-        table = {
-            "mattermost": {"url": fake.url, "token_file": str(token), "allowed_users": [OWNER]},
-            "loopd": {"socket": str(model.socket)},
-            "state": {"folder": str(folder / "gateway")},
-        }
-        gateway.write_text(toml_dumps(table))
-        env = dict(os.environ)
-        for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
-            env.pop(name, None)
-        env.update(
-            BOXMAKER_RUN=str(folder),
-            UPSTREAM=f"{host}:{port}",
-            CONFIG=str(loopd),
-            BROKERD_CONFIG=str(write_brokerd_config(folder)),
-            GATEWAY=str(gateway),
-        )
-        started = run_sh(env)
+        gateway = write_gateway_config(folder, fake, model.socket, folder / "gateway")
+        settings = {"UPSTREAM": f"{host}:{port}", "CONFIG": str(loopd), "GATEWAY": str(gateway)}
+        logs = ("gatewayd.err.log", "loopd.err.log", "brokerd.log", "supervisord.log")
         try:
-            assert started.returncode == 0, started.stdout + started.stderr
-            yield folder, env, fake, model
-        except BaseException:
-            for name in ("gatewayd.err.log", "loopd.err.log", "brokerd.log", "supervisord.log"):
-                if (folder / name).exists():
-                    print(f"--- {name}\n" + (folder / name).read_text()[-3000:])
-            raise
+            with run_stack(logs, run=folder, settings=lambda _: settings) as rs:
+                started = rs.started
+                assert started.returncode == 0, started.stdout + started.stderr
+                yield folder, rs.env, fake, model
         finally:
-            pid_file = folder / "supervisord.pid"
-            pid = int(pid_file.read_text()) if pid_file.exists() else None
-            ctl(env, "shutdown")
-            try:
-                if pid is not None:
-                    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord exit", BOUND)
-            finally:
-                model.model.release()
-    subprocess.run(["rm", "-rf", str(folder)], check=False)
+            model.model.release()
 
 
 def replies(fake: FakeMattermost, channel: str, post_id: str) -> list[dict[str, Any]]:

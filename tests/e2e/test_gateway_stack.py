@@ -5,83 +5,37 @@ with the owner's id is not; `supervisorctl restart gatewayd` answers nothing twi
 
 from __future__ import annotations
 
-import os
-import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from boxmaker._toml import toml_dumps
-from boxmaker.verify.stack import free_port
-from tests.support.llama import ensure_built
+from tests.support.gateway import BOT, OWNER, write_gateway_config
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for, wait_for_socket
-from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
-from tests.support.stack import write_local_config
+from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_stack
 
-OWNER = "own0000000000000000000000a"
-BOT = "bot0000000000000000000000b"
 REPLY_TO = "boxmaker_reply_to"
 
 
 @pytest.fixture
 def run() -> Iterator[tuple[Path, dict[str, str], FakeMattermost]]:
-    ensure_built()
-    folder = Path(tempfile.mkdtemp(prefix="bx-gw-", dir="/tmp"))
-    port = free_port()
     with FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER) as fake:
-        token = folder / "gateway.token"
-        token.write_text(fake.token + "\n")
-        token.chmod(0o600)
-        gateway = folder / "gateway.toml"
-        table = {
-            "mattermost": {"url": fake.url, "token_file": str(token), "allowed_users": [OWNER]},
-            "loopd": {"socket": str(folder / "loop.sock")},
-            "state": {"folder": str(folder / "gateway")},
-        }
-        gateway.write_text(toml_dumps(table))
-        env = dict(os.environ)
-        for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
-            env.pop(name, None)
-        env.update(
-            BOXMAKER_RUN=str(folder),
-            BOXMAKER_LLAMA_PORT=str(port),
-            CONFIG=str(write_local_config(folder)),
-            BROKERD_CONFIG=str(write_brokerd_config(folder)),
-            GATEWAY=str(gateway),
-        )
-        started = run_sh(env)
-        env.update(
-            BOXMAKER_PYTHON=sys.executable,
-            BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
-            BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
-            BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
-            BOXMAKER_GATEWAY_CONFIG=str(gateway),
-        )
-        try:
+
+        def gateway(folder: Path) -> dict[str, str]:
+            loop = folder / "loop.sock"
+            return {"GATEWAY": str(write_gateway_config(folder, fake, loop, folder / "gateway"))}
+
+        logs = ("gatewayd.err.log", "loopd.err.log", "supervisord.log")
+        with run_stack(logs, settings=gateway) as rs:
+            started, folder = rs.started, rs.run
             assert started.returncode == 0, started.stdout + started.stderr
             conf_d = sorted(p.name for p in (folder / "supervisord.d").iterdir())
             assert conf_d == ["brokerd.conf", "gatewayd.conf", "llama-server.conf"]
             wait_for_socket(str(folder / "loop.sock"), timeout=LOOPD_BOUND)
-            yield folder, env, fake
-        except BaseException:
-            for name in ("gatewayd.err.log", "loopd.err.log", "supervisord.log"):
-                if (folder / name).exists():
-                    print(f"--- {name}\n" + (folder / name).read_text()[-3000:])
-            raise
-        finally:
-            pid_file = folder / "supervisord.pid"
-            pid = int(pid_file.read_text()) if pid_file.exists() else None
-            ctl(env, "shutdown")
-            try:
-                if pid is not None:
-                    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord exit", BOUND)
-            finally:
-                shutil.rmtree(folder, ignore_errors=True)
+            yield folder, rs.env, fake
 
 
 def replies(fake: FakeMattermost, channel: str, post_id: str) -> list[dict[str, object]]:

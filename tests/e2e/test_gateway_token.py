@@ -8,26 +8,19 @@ the bot made. The token file lives outside the run folder, so nothing there is e
 
 from __future__ import annotations
 
-import os
 import shutil
-import sys
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from boxmaker._toml import toml_dumps
-from boxmaker.verify.stack import free_port
 from boxmaker.verify.tee import Tee
-from tests.support.llama import ensure_built
+from tests.support.gateway import BOT, OWNER, write_gateway_config
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for, wait_for_socket
-from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_sh, write_brokerd_config
-from tests.support.stack import write_local_config
+from tests.support.run_stack import BOUND, LOOPD_BOUND, ctl, run_stack
 
-OWNER = "own0000000000000000000000a"
-BOT = "bot0000000000000000000000b"
 REPLY_TO = "boxmaker_reply_to"
 
 
@@ -56,61 +49,25 @@ class Run:
 
 @pytest.fixture
 def run() -> Iterator[Run]:
-    ensure_built()
     folder = Path(tempfile.mkdtemp(prefix="bx-gwt-", dir="/tmp"))
     outside = Path(tempfile.mkdtemp(prefix="bx-gwt-token-", dir="/tmp"))
-    port = free_port()
     with FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER) as fake:
-        token = outside / "gateway.token"
-        token.write_text(fake.token + "\n")
-        token.chmod(0o600)
-        gateway = outside / "gateway.toml"
-        table = {
-            "mattermost": {"url": fake.url, "token_file": str(token), "allowed_users": [OWNER]},
-            "limits": {"rest_timeout_ms": 3000, "backoff_max_ms": 500, "typing_interval_ms": 500},
-            "loopd": {"socket": str(folder / "gw-loop.sock")},  # the tee, in front of loop.sock
-            "state": {"folder": str(folder / "gateway")},
-        }
-        gateway.write_text(toml_dumps(table))
+        limits = {"rest_timeout_ms": 3000, "backoff_max_ms": 500, "typing_interval_ms": 500}
+        # loopd's socket for gatewayd is the tee, in front of loop.sock
+        gateway = write_gateway_config(
+            outside, fake, folder / "gw-loop.sock", folder / "gateway", limits
+        )
         tee = Tee(folder / "gw-loop.sock", folder / "loop.sock")
-        env = dict(os.environ)
-        for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
-            env.pop(name, None)
-        env.update(
-            BOXMAKER_RUN=str(folder),
-            BOXMAKER_LLAMA_PORT=str(port),
-            CONFIG=str(write_local_config(folder)),
-            BROKERD_CONFIG=str(write_brokerd_config(folder)),
-            GATEWAY=str(gateway),
-        )
-        started = run_sh(env)
-        env.update(
-            BOXMAKER_PYTHON=sys.executable,
-            BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
-            BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
-            BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
-            BOXMAKER_GATEWAY_CONFIG=str(gateway),
-        )
+        logs = ("gatewayd.err.log", "loopd.err.log", "supervisord.log")
         try:
-            assert started.returncode == 0, started.stdout + started.stderr
-            wait_for_socket(str(folder / "loop.sock"), timeout=LOOPD_BOUND)
-            yield Run(folder, env, fake, tee)
-        except BaseException:
-            for name in ("gatewayd.err.log", "loopd.err.log", "supervisord.log"):
-                if (folder / name).exists():
-                    print(f"--- {name}\n" + (folder / name).read_text()[-3000:])
-            raise
+            with run_stack(logs, run=folder, settings=lambda _: {"GATEWAY": str(gateway)}) as rs:
+                started = rs.started
+                assert started.returncode == 0, started.stdout + started.stderr
+                wait_for_socket(str(folder / "loop.sock"), timeout=LOOPD_BOUND)
+                yield Run(folder, rs.env, fake, tee)
         finally:
-            pid_file = folder / "supervisord.pid"
-            pid = int(pid_file.read_text()) if pid_file.exists() else None
-            ctl(env, "shutdown")
-            try:
-                if pid is not None:
-                    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), "supervisord exit", BOUND)
-            finally:
-                tee.stop()
-                shutil.rmtree(folder, ignore_errors=True)
-                shutil.rmtree(outside, ignore_errors=True)
+            tee.stop()
+            shutil.rmtree(outside, ignore_errors=True)
 
 
 def files_holding(folder: Path, secret: bytes) -> tuple[list[str], int]:

@@ -123,3 +123,27 @@ def sentinel(rig: GatewayRig, dm: str) -> None:
     rig.env.model.load([say("sentinel answer")])
     later = rig.fake.post_as(OWNER, dm, "and now?")
     rig.wait_replies(dm, later["id"])
+
+
+def write_gateway_config(
+    folder: Path,
+    fake: FakeMattermost,
+    loop_socket: Path,
+    state: Path,
+    limits: dict[str, int] | None = None,
+) -> Path:
+    """gateway.toml in `folder` for `make run GATEWAY=`, its token file beside it (mode 0600),
+    the fake's owner allowed."""
+    token = folder / "gateway.token"
+    token.write_text(fake.token + "\n")
+    token.chmod(0o600)
+    table: dict[str, Any] = {
+        "mattermost": {"url": fake.url, "token_file": str(token), "allowed_users": [OWNER]},
+        "loopd": {"socket": str(loop_socket)},
+        "state": {"folder": str(state)},
+    }
+    if limits:
+        table["limits"] = limits
+    path = folder / "gateway.toml"
+    path.write_text(toml_dumps(table))
+    return path

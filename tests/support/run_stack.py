@@ -7,7 +7,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -63,27 +63,37 @@ class RunStack:
 
 
 @contextmanager
-def run_stack(logs: Sequence[str]) -> Iterator[RunStack]:
+def run_stack(
+    logs: Sequence[str],
+    *,
+    run: Path | None = None,
+    settings: Callable[[Path], Mapping[str, str]] = lambda run: {},
+) -> Iterator[RunStack]:
     """run.sh started once (its result in `started`: the body checks it); the run folder's `logs`
-    printed if the body fails; supervisord shut down and the folder removed after."""
+    printed if the body fails; supervisord shut down and the folder removed after. `run`: a
+    folder made by the caller (a short one under /tmp); `settings`: make run's variables for this
+    run folder, over the local profile's (CONFIG, UPSTREAM for a scripted model, GATEWAY)."""
     ensure_built()  # a build that fails fails here, with its own message
-    run = Path(tempfile.mkdtemp(prefix="bx-e2e-", dir="/tmp"))  # short: socket paths
+    run = run or Path(tempfile.mkdtemp(prefix="bx-e2e-", dir="/tmp"))  # short: socket paths
     port = free_port()
     env = dict(os.environ)
-    for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM"):
+    for name in ("BOXMAKER_SOCKET", "MODEL", "UPSTREAM", "BOXMAKER_UPSTREAM", "GATEWAY"):
         env.pop(name, None)
-    env.update(
-        BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), CONFIG=str(write_local_config(run))
-    )
+    extra = dict(settings(run))
+    if "CONFIG" not in extra:  # the local profile's loopd; a caller's own is left as it wrote it
+        extra["CONFIG"] = str(write_local_config(run))
+    env.update(BOXMAKER_RUN=str(run), BOXMAKER_LLAMA_PORT=str(port), **extra)
     env.update(BROKERD_CONFIG=str(write_brokerd_config(run)))
     started = run_sh(env)
     # supervisorctl reads the same file: the names run.sh exported must be set for it to parse.
     env.update(
         BOXMAKER_PYTHON=sys.executable,
-        BOXMAKER_UPSTREAM=f"127.0.0.1:{port}",
+        BOXMAKER_UPSTREAM=env.get("UPSTREAM") or f"127.0.0.1:{port}",
         BOXMAKER_LOOPD_CONFIG=env["CONFIG"],
         BOXMAKER_BROKERD_CONFIG=env["BROKERD_CONFIG"],
     )
+    if "GATEWAY" in env:
+        env["BOXMAKER_GATEWAY_CONFIG"] = env["GATEWAY"]
     try:
         yield RunStack(run, env, port, started)
     except BaseException:
