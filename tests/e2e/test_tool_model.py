@@ -28,8 +28,8 @@ import pytest
 
 from boxmaker._toml import toml_dumps
 from boxmaker.proto import Assistant, ToolResult
-from boxmaker.verify.device import TURN_BOUND, Run
-from tests.support.agent.tool_model import approvals, results_of, turn
+from boxmaker.verify.device import Run
+from tests.support.agent.tool_model import TOOL_TURN_S, approvals, results_of, turn
 from tests.support.web import page_server
 
 PAGE = b"<html><body><h1>Harbour tides</h1><p>High water at 06:40.</p></body></html>"
@@ -136,7 +136,7 @@ def test_the_repeat_rule_stops_the_call_tool_loop(
     p = subprocess.run(
         [sys.executable, "-m", "boxmaker.loopd", "turn", "--config", str(config), "--session",
          "repeat", "--new", "--say", 'Write the text "hello" to the file loop.txt.'],
-        capture_output=True, text=True, timeout=TURN_BOUND, check=False,
+        capture_output=True, text=True, timeout=TOOL_TURN_S, check=False,
     )  # fmt: skip
     lines = [orjson.loads(x) for x in p.stdout.splitlines() if x.startswith("{")]
     records = run.records("repeat")

@@ -19,6 +19,7 @@ import orjson
 
 from boxmaker._toml import toml_dumps
 from boxmaker.proto import ToolResult
+from boxmaker.verify import device
 from boxmaker.verify.checks import called_tool, paired_calls, target
 from boxmaker.verify.device import Run
 from boxmaker.verify.profile import load_profile
@@ -50,6 +51,9 @@ class _Stack(Stack):
         return path
 
 
+TOOL_TURN_S = 900.0  # one tool-model turn's bound in the tests (tests/support/agent/run.py's too)
+
+
 @contextlib.contextmanager
 def tool_model_run(extra_grants: str = "", brokerd: dict[str, Any] | None = None) -> Iterator[Run]:
     """One stack on the tool model, started, loopd up: the Run that drives `bxctl chat`.
@@ -65,11 +69,17 @@ def tool_model_run(extra_grants: str = "", brokerd: dict[str, Any] | None = None
         nobody = pwd.getpwnam("nobody")
         os.chown(stack.workspace, nobody.pw_uid, nobody.pw_gid)
     runner = Run(stack, io.StringIO())
+    # verify-device's turn bound, as `--turn-bound` sets it: a turn of several completions may
+    # take up to loopd's liveness (180 s) each, past 300 s on 2 shared cores (3 turns cut at
+    # load 9 in a clean-clone run)
+    bounds = device.TURN_BOUND, device.CLOCK_SLACK_S
+    device.TURN_BOUND, device.CLOCK_SLACK_S = TOOL_TURN_S, 2 * TOOL_TURN_S
     try:
         stack.start()
         stack.wait_loopd()
         yield runner
     finally:
+        device.TURN_BOUND, device.CLOCK_SLACK_S = bounds
         stack.stop()
 
 
