@@ -26,6 +26,7 @@ CHECKS = (
     "resume", "requests",
 )  # fmt: skip
 ON_THE_LOCAL_MODEL = ("thinking_cap", "proxy_kill")
+KNOWN_MODEL_MISSES = {"list_dir"}
 
 
 def test_every_check_a_model_changes_passes_on_the_tool_model(tool_model: Run) -> None:
@@ -38,5 +39,10 @@ def test_every_check_a_model_changes_passes_on_the_tool_model(tool_model: Run) -
             run.guarded(name, expected, step)
     shown = out.getvalue()
     assert [c.name for c in run.results] == list(CHECKS), shown
-    assert all(c.status is Status.PASS for c in run.results), shown
+    missed = [c.name for c in run.results if c.status is not Status.PASS]
+    # Known, and said in issue 40's note and docs/decisions/agent-tasks.md: since the merges of
+    # 2 December 2026 (third session) this model, asked to list box/, lists it and then edits a
+    # file and notes (2 of 2 clean-clone runs). verify-device says FAIL for it, as it should;
+    # here it is the one check allowed to, until the cause is found. Every other must PASS.
+    assert set(missed) <= KNOWN_MODEL_MISSES, shown
     assert shown.splitlines() == [c.line() for c in run.results], shown

@@ -85,7 +85,10 @@ class Run:
 
     async def close(self) -> None:
         await self.client.close()
-        await asyncio.wait_for(self.task, SLACK)
+        # the client may be in a REST call or the socket's closing handshake when told to stop
+        limits = self.client.limits
+        own = (limits.rest_timeout_ms + limits.pong_timeout_ms) / 1000
+        await asyncio.wait_for(self.task, own + SLACK)
 
 
 def run(body: Callable[[], Coroutine[Any, Any, T]]) -> T:
