@@ -33,11 +33,14 @@ build: $(EXT_STAMP)
 
 # The real-server tests need llama-server and the models (SmolLM2, and the tool model for
 # tests/e2e/test_tool_model.py): built and fetched once per machine, then cached. The slowest
-# 25 tests are listed at the end (issue 35 item 5), so a slow newcomer shows.
+# 25 tests are listed at the end (issue 35 item 5), so a slow newcomer shows. TEST_WORKERS
+# pytest-xdist workers (2; 0 runs in one process): every real-model test goes to one of them
+# (tests/support/model_group.py), the rest are shared out.
 # jq writes frames in a spelling no one here chose (tests/proto/test_frame_spellings.py).
+TEST_WORKERS ?= 2
 test: install llama-server tool-model
 	@command -v jq >/dev/null || { apt-get update -qq && apt-get install -y -qq jq; }
-	$(PY) -m pytest -q --durations=25 $(PYTEST_ARGS)
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadfile --durations=25 $(PYTEST_ARGS)
 
 # The fuzz tests at length: the Hypothesis invariants `make test` runs at a few hundred examples,
 # each at FUZZ_EXAMPLES (200,000 unless set; set it lower for a quick look), then the same

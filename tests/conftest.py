@@ -3,6 +3,9 @@
 When the real llama-server cannot be built or started, every test that needs it fails; the first
 one shows the whole cause (the smoke test's finding and the log tail) and every later one is cut
 to one line that points at it, so a broken machine reads as one failure, not fifty copies of it.
+
+Under `make test`'s parallel run (`-n 2 --dist loadfile`) every test that starts a real
+llama-server goes to one worker, first (tests/support/model_group.py).
 """
 
 from __future__ import annotations
@@ -11,9 +14,28 @@ from collections.abc import Generator
 
 import pytest
 
+from tests.support import model_group
 from tests.support.llama import LlamaServerError
 
 _first_unavailable: str | None = None
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    model_group.check(items)
+
+
+@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist, never called
+def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
+    """`--dist loadfile` with every real-model module in one unit, sent first."""
+    if config.getvalue("dist") != "loadfile":
+        return None
+    return model_group.Scheduling(config, log)  # type: ignore[arg-type]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Generator[None, None, None]:
+    model_group.running(item.nodeid)
+    yield
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import IO, Literal
 
 from boxmaker.verify.stack import free_port
-from tests.support import rawhttp
+from tests.support import model_group, rawhttp
 
 REPO = Path(__file__).resolve().parents[2]
 BUILD_SCRIPT = REPO / "scripts" / "build_llama_server.sh"
@@ -96,6 +96,7 @@ def ensure_built(timeout: float = BUILD_TIMEOUT) -> Built:
             one-line pointer to that first failure after it.
     """
     global _built
+    model_group.require()
     if _built is not None:
         return _built
     _check_available()

@@ -13,8 +13,9 @@ call_tool; docs/decisions/core-tools.md):
 
 The registry lists the tools the port can run, each with its `core` flag; without brokerd it is
 `clock` alone (`local_registry`, answered by loopd). Every registry also lists `recall` (issue
-21), reached through `call_tool` like any other; loopd answers it itself beside the port
-(`turn.recall`), since it reads only the session's own log. `find_tool` searches only the tools
+21), reached through `call_tool` like any other unless `[tools] core` names it; loopd answers it
+itself beside the port (`turn.recall`), since it reads only the session's own log. When every
+tool is core, find_tool and call_tool are not offered at all (`core_schemas`). `find_tool` searches only the tools
 that are not core: the core ones are in the tools array already, and call_tool refuses them, so
 offering them there would mislead the model.
 
@@ -89,14 +90,23 @@ RECALL_SCHEMA: Final = ToolSchema(
 CORE_SCHEMAS: Final = (CLOCK_SCHEMA, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
 
 
-def core_schemas(core: Iterable[str], known: Iterable[ToolSchema]) -> tuple[ToolSchema, ...]:
+def core_schemas(
+    core: Iterable[str], known: Iterable[ToolSchema], complete: bool = True
+) -> tuple[ToolSchema, ...]:
     """A new session's tools array: the schemas of the tools named in `core` (`[tools] core`),
     in that order, that `known` has (a name it lacks is left out), then find_tool and
-    call_tool. `core = ["clock"]` gives CORE_SCHEMAS."""
+    call_tool. `core = ["clock"]` gives CORE_SCHEMAS.
+
+    find_tool and call_tool are left out when `known` is every tool the registry has
+    (`complete`) and each one is in `core` (recall included): there is nothing for them to find,
+    and a small model offered them calls find_tool instead of the tool it needs (issue 40: in the
+    qwen-coder profile they reached only recall, and 2 of 26 owner tasks failed in them)."""
     by_name = {s.name: s for s in known}
     own = {FIND_TOOL, CALL_TOOL}
-    return (*(by_name[n] for n in core if n in by_name and n not in own), FIND_TOOL_SCHEMA,
-            CALL_TOOL_SCHEMA)  # fmt: skip
+    offered = tuple(by_name[n] for n in core if n in by_name and n not in own)
+    if complete and {s.name for s in offered} >= set(by_name):
+        return offered
+    return (*offered, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,10 +155,12 @@ class Registry:
         )
 
 
-def local_registry() -> Registry:
+def local_registry(core: Iterable[str] = ("clock",)) -> Registry:
     """The registry without brokerd: `clock` (core, answered by loopd: `port.LoopdClock`) and
-    `recall` (loopd's own, answered beside the port: `turn.recall`). Nothing else is reachable."""
-    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), RegisteredTool(RECALL_SCHEMA, False)])
+    `recall` (loopd's own, answered beside the port: `turn.recall`; called directly when `core`
+    names it). Nothing else is reachable."""
+    recall = RegisteredTool(RECALL_SCHEMA, core=RECALL in core)
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), recall])
 
 
 def find_tool_answer(registry: Registry, query: str) -> str:
@@ -202,6 +214,11 @@ def resolve(call: ToolCall, registry: Registry) -> Resolution:
     tool = registry.get(call.name)
     if tool is None:
         core = [t.schema.name for t in registry.tools if t.core]
+        if not registry.search(""):  # every tool is core: find_tool is not offered
+            return _error(
+                call.name,
+                f"there is no tool named {_quoted(call.name)}. The tools are {', '.join(core)}.",
+            )
         names = ", ".join([*core, FIND_TOOL, CALL_TOOL])
         return _error(
             call.name,

@@ -7,9 +7,12 @@ on, a turn whose completion has no tool call is judged here before it ends:
 
 - **advice**: the turn made no call at all, and the answer tells the owner how to do it or says
   it cannot (NUDGE_ADVICE);
-- **claim**: the answer says something was written, saved, edited or noted, and no result of
-  this turn supports it (write_file's `wrote `, edit_file's `edited `, note's `noted in `, or a
-  shell run that did not fail) (NUDGE_CLAIM);
+- **claim**: the owner asked for a change (write, copy, save, note...; CHANGE_ASKED), the
+  answer says something was written, saved, edited or noted, and no result of this turn supports
+  it (write_file's `wrote `, edit_file's `edited `, note's `noted in `, or a shell run that did
+  not fail) (NUDGE_CLAIM). Asked only to look ("List the files in box."), an answer such as
+  "the files saved in box are..." is a description, not a claim: nudged, the model wrote files to
+  make it true (verify-device's list_dir check, issue 40);
 - **unread**: the turn made no call at all, and the owner's message names a file, a folder or a
   web page (`config.ini`, `reports/`, `http://...`): the answer cannot have come from it
   (unread(): the nudge names it and the tool that reads it).
@@ -64,6 +67,12 @@ _CLAIM = re.compile(
     r"|\b(?:written|saved|created|copied|added|appended|noted) (?:to|in|into|as)\b",
     re.I,
 )
+# The owner's message asks for something to be written, changed or remembered.
+CHANGE_ASKED: Final = re.compile(
+    r"\b(?:write|rewrite|save|copy|duplicate|create|make|edit|change|update|add|append|put|"
+    r"rename|replace|insert|fix|correct|set|store|note|remember|record|delete|remove)\b",
+    re.I,
+)
 _NEGATED = re.compile(
     r"\b(?:not|no|never|denied|refused|declined|unable|cannot|failed)\b|n't\b", re.I
 )
@@ -99,9 +108,13 @@ def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
     ran = _calls(turn)
     if not ran and _ADVICE.search(answer):
         return NUDGE_ADVICE
-    if _claims(answer) and not any(_supports(name, content) for name, content in ran):
-        return NUDGE_CLAIM
     owner = turn[0].content if turn and type(turn[0]) is User else ""
+    if (
+        CHANGE_ASKED.search(owner)
+        and _claims(answer)
+        and not any(_supports(name, content) for name, content in ran)
+    ):
+        return NUDGE_CLAIM
     return unread(owner) if not ran else None
 
 

@@ -22,6 +22,7 @@ from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     CLOCK_SCHEMA,
     CORE_SCHEMAS,
+    RECALL_SCHEMA,
     FIND_TOOL,
     Dispatch,
     core_schemas,
@@ -72,7 +73,7 @@ def test_the_default_core_is_the_briefs_three() -> None:
     ],
 )
 def test_core_schemas_follow_the_config(core: list[str], names: list[str]) -> None:
-    got = [s.name for s in core_schemas(core, [CLOCK_SCHEMA, READ, LIST])]
+    got = [s.name for s in core_schemas(core, [CLOCK_SCHEMA, READ, LIST, RECALL_SCHEMA])]
     assert got == [*names, FIND_TOOL, CALL_TOOL]
 
 
@@ -91,3 +92,37 @@ def test_brokerd_down_leaves_only_clock_in_a_new_baseline(tmp_path: Path) -> Non
     config = ToolsConfig(broker_socket=tmp_path / "broker.sock", core=("clock", "read_file"))
     assert [s.name for s in baseline_tools(config)] == ["clock", FIND_TOOL, CALL_TOOL]
     assert "core clock, read_file" in tools_line(config)
+
+
+def test_find_tool_and_call_tool_are_left_out_when_every_tool_is_core() -> None:
+    """Issue 40: in the qwen-coder profile find_tool reached only recall, and the model called it
+    instead of the tool it needed."""
+    known = [CLOCK_SCHEMA, READ, LIST, RECALL_SCHEMA]
+    every = ["read_file", "list_dir", "clock", "recall"]
+    assert [s.name for s in core_schemas(every, known)] == every
+    # One tool behind it (recall, or a tool brokerd grants beyond the list): both are offered.
+    got = [s.name for s in core_schemas(["read_file", "list_dir", "clock"], known)]
+    assert got == ["read_file", "list_dir", "clock", FIND_TOOL, CALL_TOOL]
+    # What brokerd grants is not known (it is down): both are offered.
+    got = [s.name for s in core_schemas(every, known, complete=False)]
+    assert got == [*every, FIND_TOOL, CALL_TOOL]
+
+
+def test_with_every_tool_core_recall_is_called_directly_and_errors_name_only_the_tools() -> None:
+    registry = broker_registry([READ, LIST], core=("clock", "read_file", "list_dir", "recall"))
+    assert registry.search("") == ()
+    recall = resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry)
+    assert isinstance(recall, Dispatch)
+    miss = resolve(ToolCall("m", "cat", "{}"), registry)
+    assert not isinstance(miss, Dispatch)
+    assert miss.content == (
+        'error: there is no tool named "cat". The tools are clock, read_file, list_dir, recall.'
+    )
+    assert FIND_TOOL not in miss.content
+
+
+def test_without_brokerd_a_core_recall_leaves_only_clock_and_recall() -> None:
+    config = ToolsConfig(core=("clock", "recall"))
+    assert [s.name for s in baseline_tools(config)] == ["clock", "recall"]
+    registry = tool_port(config, lambda *_: None)["registry"]
+    assert isinstance(resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry), Dispatch)

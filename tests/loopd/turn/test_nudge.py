@@ -58,11 +58,14 @@ def completion(content: str | None, *calls: ToolCall) -> Completion:
 
 
 def drive(
-    replies: list[Completion], tools: Iterator[str] | None = None, **limits: object
+    replies: list[Completion],
+    tools: Iterator[str] | None = None,
+    content: str = "what's the port in config.ini?",
+    **limits: object,
 ) -> tuple[list[LogRecord], list[ChatRequest], TurnDone]:
     """The turn run to its end: the records appended, the requests sent, the outcome."""
     loop = TurnLoop(
-        baseline=baseline(), records=[START], content="what's the port in config.ini?",
+        baseline=baseline(), records=[START], content=content,
         thinking=False, registry=registry(), limits=LoopLimits(**limits),  # type: ignore[arg-type]
         clock=Ticker(),
     )  # fmt: skip
@@ -112,10 +115,23 @@ def test_a_claimed_write_with_no_write_result_is_nudged() -> None:
     call = ToolCall("c1", "clock", "{}")
     records, _, done = drive(
         [completion(None, call), completion(CLAIM), completion("Not done yet, sorry.")],
-        iter(["2026-11-30T12:00:00Z"]), nudge=True,
+        iter(["2026-11-30T12:00:00Z"]), "copy a.txt upper-cased to b.txt", nudge=True,
     )  # fmt: skip
     assert users(records)[-1] == NUDGE_CLAIM
     assert done.content == "Not done yet, sorry."
+
+
+def test_a_claim_is_not_nudged_when_the_owner_asked_only_to_look() -> None:
+    """verify-device's list_dir check with the nudge on: the listing's answer read as a claim,
+    and the model edited and noted to make it true."""
+    call = ToolCall("c1", "list_dir", '{"path": "box"}')
+    answer = "Here are the files saved in the folder box: apple-123.txt, pear.txt."
+    records, _, done = drive(
+        [completion(None, call), completion(answer)], iter(["apple-123.txt\npear.txt"]),
+        "List the files in the folder box.", nudge=True,
+    )  # fmt: skip
+    assert not any(is_nudge(r) for r in records)
+    assert done.content == answer
 
 
 def test_a_claim_the_write_result_supports_ends_the_turn() -> None:
