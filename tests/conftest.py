@@ -4,8 +4,8 @@ When the real llama-server cannot be built or started, every test that needs it 
 one shows the whole cause (the smoke test's finding and the log tail) and every later one is cut
 to one line that points at it, so a broken machine reads as one failure, not fifty copies of it.
 
-Under `make test`'s parallel run (`-n 2 --dist loadfile`) every test that starts a real
-llama-server goes to one worker, first (tests/support/model_group.py).
+Every test that starts a real llama-server is marked `model`: `make test` runs the others in two
+workers, then these alone (tests/support/model_group.py).
 """
 
 from __future__ import annotations
@@ -20,16 +20,9 @@ from tests.support.llama import LlamaServerError
 _first_unavailable: str | None = None
 
 
+@pytest.hookimpl(tryfirst=True)  # the marks first: -m selects by them
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     model_group.check(items)
-
-
-@pytest.hookimpl(optionalhook=True)  # an xdist hook: without xdist, never called
-def pytest_xdist_make_scheduler(config: pytest.Config, log: object) -> object:
-    """`--dist loadfile` with every real-model module in one unit, sent first."""
-    if config.getvalue("dist") != "loadfile":
-        return None
-    return model_group.Scheduling(config, log)  # type: ignore[arg-type]
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -1,14 +1,13 @@
-"""Which tests start a real llama-server, so `make test`'s parallel run (pytest-xdist with
-`--dist loadfile`) gives them all to one worker, first: two model servers on two cores at once
-would each run at half speed and share nothing, and a session- or package-scoped real stack is
-started once, on the worker that needs it.
+"""Which tests start a real llama-server. `make test` runs the others first, in two xdist workers
+(`-m "not model" -n 2`), then these in one process (`-m model`): llama.cpp's threads wait on
+each other, so a model server that shares its two cores with a second worker ran its tests at
+half speed (tests/e2e's 2.1 times, 1,692 s of model tests against 828 s alone), and the run as a
+whole gained nothing.
 
-`Scheduling` is xdist's file scheduling with every module listed here as one unit, sent before
-any other. (xdist's own `--dist loadgroup` cannot do it under pytest 9: it renames the node id
-through an attribute pytest no longer reads.) A module that takes a real stack's fixture must be
-listed (`check`, at every collection), and `ensure_built()`, which every real llama-server start
-goes through, refuses to run for a test outside the list in a parallel run: a new real-model test
-cannot slip into the other worker unnoticed; either failure says the line to add."""
+Every test of a module listed here is marked `model` at collection. A module whose tests take a
+real stack's fixture must be listed (`check`), and `ensure_built()`, which every real
+llama-server start goes through, refuses to run in an xdist worker (`require`): a new real-model
+test cannot slip into the parallel half unnoticed; either failure says the line to add."""
 
 from __future__ import annotations
 
@@ -16,10 +15,8 @@ import os
 from collections.abc import Sequence
 
 import pytest
-from xdist.scheduler import LoadFileScheduling
-from xdist.workermanage import WorkerController
 
-GROUP = "model"
+MARK = "model"
 
 # Every module with a test that starts a real llama-server, itself or through a fixture.
 MODULES = frozenset(
@@ -68,7 +65,8 @@ def module_of(nodeid: str) -> str:
 
 
 def check(items: Sequence[pytest.Item]) -> None:
-    """Raises when a test takes a real stack's fixture and its module is not listed."""
+    """Marks the listed modules' tests `model`; raises when a test takes a real stack's fixture
+    and its module is not listed."""
     missing = sorted(
         {
             module_of(item.nodeid)
@@ -81,6 +79,9 @@ def check(items: Sequence[pytest.Item]) -> None:
             f"{', '.join(missing)} take a real llama-server's fixture: add them to MODULES in "
             "tests/support/model_group.py"
         )
+    for item in items:
+        if module_of(item.nodeid) in MODULES:
+            item.add_marker(MARK)
 
 
 def _fixtures(item: pytest.Item) -> list[tuple[str, str]]:
@@ -95,20 +96,6 @@ def _fixtures(item: pytest.Item) -> list[tuple[str, str]]:
     ]
 
 
-class Scheduling(LoadFileScheduling):
-    """One unit per test file, but the listed modules together, and that unit first: it is the
-    longest, so the other worker works through the rest beside it."""
-
-    def _split_scope(self, nodeid: str) -> str:
-        module = module_of(nodeid)
-        return GROUP if module in MODULES else module
-
-    def _assign_work_unit(self, node: WorkerController) -> None:
-        if GROUP in self.workqueue:
-            self.workqueue.move_to_end(GROUP, last=False)
-        super()._assign_work_unit(node)
-
-
 _current: str | None = None  # the running test's node id
 
 
@@ -118,13 +105,12 @@ def running(nodeid: str) -> None:
 
 
 def require() -> None:
-    """Raises when a real llama-server is about to start for a test outside the list, in a
-    parallel run (in a plain run every test is on the one process anyway)."""
-    if not os.environ.get("PYTEST_XDIST_WORKER") or _current is None:
+    """Raises when a real llama-server is about to start in an xdist worker: the parallel half
+    of `make test` runs no real-model test."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
         return
-    module = module_of(_current)
-    if module not in MODULES:
-        raise RuntimeError(
-            f"{_current} starts a real llama-server but its module is not in the {GROUP!r} "
-            f"unit of the parallel run: add {module!r} to MODULES in tests/support/model_group.py"
-        )
+    module = module_of(_current or "")
+    raise RuntimeError(
+        f"{_current} starts a real llama-server in a parallel worker: add {module!r} to MODULES "
+        "in tests/support/model_group.py (make test runs those alone, after the rest)"
+    )
