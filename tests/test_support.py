@@ -40,4 +40,3 @@ def test_toml_dumps_reads_back_with_tomllib() -> None:
 def test_toml_dumps_refuses_what_it_cannot_write() -> None:
     with pytest.raises(TypeError, match="no TOML form for None"):
         toml_dumps({"a": None})
-

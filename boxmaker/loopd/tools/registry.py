@@ -15,9 +15,9 @@ The registry lists the tools the port can run, each with its `core` flag; withou
 `clock` alone (`local_registry`, answered by loopd). Every registry also lists `recall` (issue
 21), reached through `call_tool` like any other unless `[tools] core` names it; loopd answers it
 itself beside the port (`turn.recall`), since it reads only the session's own log. When every
-tool is core, find_tool and call_tool are not offered at all (`core_schemas`). `find_tool` searches only the tools
-that are not core: the core ones are in the tools array already, and call_tool refuses them, so
-offering them there would mislead the model.
+tool is core, find_tool and call_tool are not offered at all (`core_schemas`). `find_tool`
+searches only the tools that are not core: the core ones are in the tools array already, and
+call_tool refuses them, so offering them there would mislead the model.
 
 `resolve` decides what happens to one call, with no I/O: an `Answer` that loopd gives itself
 (find_tool's result, or an error that says what was wrong), or a `Dispatch` for the port with the

@@ -22,8 +22,8 @@ from boxmaker.loopd.tools.registry import (
     CALL_TOOL,
     CLOCK_SCHEMA,
     CORE_SCHEMAS,
-    RECALL_SCHEMA,
     FIND_TOOL,
+    RECALL_SCHEMA,
     Dispatch,
     core_schemas,
     resolve,
@@ -125,4 +125,6 @@ def test_without_brokerd_a_core_recall_leaves_only_clock_and_recall() -> None:
     config = ToolsConfig(core=("clock", "recall"))
     assert [s.name for s in baseline_tools(config)] == ["clock", "recall"]
     registry = tool_port(config, lambda *_: None)["registry"]
-    assert isinstance(resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry), Dispatch)
+    assert isinstance(
+        resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry), Dispatch
+    )
