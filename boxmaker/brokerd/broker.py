@@ -118,8 +118,8 @@ class Broker:
         self.files = FileTools(
             self.ws, config.result_cap_bytes, config.max_file_bytes, config.max_write_bytes
         )
-        self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
-        self.fetch_limits = fetch.FetchLimits(**config.fetch)
+        self.sandbox = Sandbox(config.workspace, config.section("shell", SandboxLimits))
+        self.fetch_limits = config.section("fetch", fetch.FetchLimits)
         self.ledger = Ledger()
         self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append(

@@ -269,8 +269,8 @@ def run(
 ) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
-    write_bytes = SandboxLimits(**config.shell).write_bytes  # the shell's quota, for rw servers too
-    manager = _Mcp(servers or {}, config.workspace, log, write_bytes)
+    shell = config.section("shell", SandboxLimits)  # its write quota holds for rw servers too
+    manager = _Mcp(servers or {}, config.workspace, log, shell.write_bytes)
     table = Table(BUILTIN, manager.families)
     state = state_path(config.socket)
     try:

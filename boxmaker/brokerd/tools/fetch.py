@@ -25,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urljoin, urlsplit
 
+from boxmaker._config.kinds import integer
+from boxmaker._config.walker import check_fields
 from boxmaker.brokerd import netcheck
-from boxmaker.brokerd.config import FETCH_BOUNDS
 from boxmaker.brokerd.targets import (
     BadTarget,
     HostPort,
@@ -56,17 +57,18 @@ HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is
 Granted = netcheck.Address | tuple[netcheck.Address, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchLimits:
-    max_bytes: int = 2 << 20  # of body read; the rest is not read
-    timeout_ms: int = 15_000  # the whole fetch, redirects included
-    max_redirects: int = 5
+    """fetch's limits, and its config section `[broker.fetch]` (its row says so)."""
+
+    # of the body read; the rest is not read
+    max_bytes: Annotated[int, integer(1 << 10, 1 << 30, "bytes")] = 2 << 20
+    # the whole fetch, redirects included
+    timeout_ms: Annotated[int, integer(100, 600_000, "milliseconds")] = 15_000
+    max_redirects: Annotated[int, integer(0, 20, "redirects")] = 5
 
     def __post_init__(self) -> None:
-        for name, (low, high) in FETCH_BOUNDS.items():
-            value = getattr(self, name)
-            if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"fetch limit {name} = {value!r}: give an integer {low}..{high}")
+        check_fields(self, "fetch limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,4 +370,5 @@ FETCH = Tool(
     untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
     always=_always,
     classes=True,
+    section=FetchLimits,
 )

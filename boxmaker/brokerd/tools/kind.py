@@ -94,6 +94,8 @@ class Tool:
             as JSON: the request's log line carries it, so `brokerd verify` decides again.
         unavailable: why it cannot run here at all (shell with no sandbox), else None: a call
             that would be asked is refused at once, and the owner is never asked in vain.
+        section: its own config keys, `[broker.<name>]`: a frozen dataclass whose fields are
+            walker keys (boxmaker/_config), each with its kind, bounds and default; None: none.
     """
 
     schema: ToolSchema
@@ -116,6 +118,7 @@ class Tool:
     strings: frozenset[str] | None = None
     facts: Mapping[str, Any] | None = None
     unavailable: Callable[[Context], str | None] | None = None
+    section: type | None = None
 
     @property
     def needs_grant(self) -> bool:

@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from boxmaker.brokerd.sandbox import Sandbox, ShellResult
+from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits, ShellResult
 from boxmaker.brokerd.tools.kind import Args, GrantKind, Tool, no_always
 from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
 
@@ -113,4 +113,5 @@ SHELL = Tool(
     check=_check,
     classes=True,
     unavailable=lambda ctx: ctx.sandbox.probe(),
+    section=SandboxLimits,
 )

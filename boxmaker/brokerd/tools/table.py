@@ -119,6 +119,10 @@ class Table:
         """The tools of the table itself, no family's (what a failing family leaves)."""
         return list(self._tools.values())
 
+    def sections(self) -> dict[str, type]:
+        """Each own tool's config section by name: what `[broker.<name>]` may hold."""
+        return {n: t.section for n, t in self._tools.items() if t.section is not None}
+
     def tools(self) -> list[Tool]:
         return [t for n in self.names() if (t := self.get(n)) is not None]
 
