@@ -159,7 +159,10 @@ RULES: dict[str, frozenset[str]] = {
         | {f"{BROKERD}.netcheck", f"{BROKERD}.targets", f"{BROKERD}.tools.spec"}
         | {f"{BROKERD}.tools.kind"}
     ),
-    f"{BROKERD}.tools.kind": frozenset({PROTO, f"{BROKERD}.targets"}),  # [core]: a row
+    # [core]: a row; config and paths for its types only (a section's reader, the workspace)
+    f"{BROKERD}.tools.kind": frozenset(
+        {PROTO, f"{BROKERD}.targets", f"{BROKERD}.config", f"{BROKERD}.paths"}
+    ),
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
     # never the daemons
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT, PID}),

@@ -41,7 +41,7 @@ from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.policy import LogError
-from boxmaker.brokerd.sandbox import SandboxLimits
+from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.state import FAILED, READY, STOPPED, state_path, write_state
 from boxmaker.brokerd.tools.table import BUILTIN, Family, Table
 from boxmaker.proto import ToolResponse
@@ -310,7 +310,7 @@ def run(
                                (owner_uid, server.serve_owner, "owner.sock")]  # fmt: skip
         served += [ChatDesk(broker.approvals, chat, log).route()] if chat is not None else []
         routes = {listener.sock: how for listener, how in zip(listeners, served, strict=True)}
-        no = broker.sandbox.probe()
+        no = broker.state("shell", Sandbox).probe()
         log.listening(
             config.socket,
             f"owner socket {config.owner_socket}",

@@ -200,9 +200,7 @@ LIMITS: dict[str, tuple[int, int, int]] = {
 }
 
 
-def parse_mcp(
-    table: object, base_dir: str, source: str = SOURCE
-) -> dict[str, McpServerConfig]:
+def parse_mcp(table: object, base_dir: str, source: str = SOURCE) -> dict[str, McpServerConfig]:
     """The servers of an `[mcp]` table (`config.mcp` of brokerd's config), by name.
 
     Raises:
