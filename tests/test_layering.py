@@ -123,7 +123,7 @@ RULES: dict[str, frozenset[str]] = {
     | frozenset({f"{BROKERD}.{m}" for m in ("ledger", "amend", "targets")})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools", f"{BROKERD}.tools.spec"})
     | frozenset({f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table", f"{BROKERD}.mcp"}),
-    f"{BROKERD}.config": frozenset(),  # [core]
+    f"{BROKERD}.config": frozenset({CONF}),  # [core] on the typed walker
     # openat2 beneath the workspace, atomic writes; the grants read as session.files reads
     f"{BROKERD}.paths": frozenset({SESSION}),
     f"{BROKERD}.targets": frozenset({f"{BROKERD}.netcheck"}),  # [core]: what grants name
@@ -140,13 +140,13 @@ RULES: dict[str, frozenset[str]] = {
         {SESSION, TOML, f"{BROKERD}.grants", f"{BROKERD}.tools.kind"}
     ),
     # bwrap's command line and one run: the limits' bounds, and the workspace walks of paths
-    f"{BROKERD}.sandbox": frozenset({f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.quota"})
+    f"{BROKERD}.sandbox": frozenset({CONF, f"{BROKERD}.paths", f"{BROKERD}.quota"})
     | frozenset({f"{BROKERD}.tree"}),
     f"{BROKERD}.quota": frozenset({f"{BROKERD}.tree"}),  # the write quota: a workspace walk
     f"{BROKERD}.tree": frozenset({f"{BROKERD}.paths"}),  # the walk: bytes added, set-id bits
     # MCP servers (issue 31): config, hosts and catalog are cores; the rest runs the servers in
     # the sandbox; rows makes their tools rows of the table
-    f"{BROKERD}.mcp": frozenset({PROTO, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
+    f"{BROKERD}.mcp": frozenset({PROTO, CONF, f"{BROKERD}.config", f"{BROKERD}.netcheck"})
     | frozenset({f"{BROKERD}.sandbox", f"{BROKERD}.tools.kind", f"{BROKERD}.tools.table"})
     | frozenset({f"{BROKERD}.quota"})  # an rw server's write quota
     | frozenset({f"{BROKERD}.targets", f"{BROKERD}.paths", f"{BROKERD}.tools"}),  # arg grants
@@ -155,11 +155,14 @@ RULES: dict[str, frozenset[str]] = {
     # files.py, note.py, shell.py, fetch.py, clock.py: each a tool and its row (shells);
     # htmltext.py is a core; table.py gathers the rows
     f"{BROKERD}.tools": frozenset(
-        {PROTO, SESSION, f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.sandbox"}
+        {PROTO, SESSION, CONF, f"{BROKERD}.config", f"{BROKERD}.paths", f"{BROKERD}.sandbox"}
         | {f"{BROKERD}.netcheck", f"{BROKERD}.targets", f"{BROKERD}.tools.spec"}
         | {f"{BROKERD}.tools.kind"}
     ),
-    f"{BROKERD}.tools.kind": frozenset({PROTO, f"{BROKERD}.targets"}),  # [core]: a row
+    # [core]: a row; config and paths for its types only (a section's reader, the workspace)
+    f"{BROKERD}.tools.kind": frozenset(
+        {PROTO, f"{BROKERD}.targets", f"{BROKERD}.config", f"{BROKERD}.paths"}
+    ),
     f"{BROKERD}.tools.spec": frozenset({PROTO, f"{BROKERD}.tools.kind"}),  # [core]
     # never the daemons
     "boxmaker.bxctl": frozenset({PROTO, CLI, DEFAULTS, SESSION, FRAMED, CLIENT, PID}),

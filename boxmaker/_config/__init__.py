@@ -1,1 +1,1 @@
-"""The typed config floor loopd and gatewayd share: value kinds, schema walk, bounded read."""
+"""The typed config floor loopd, gatewayd and brokerd share: kinds, schema walk, bounded read."""

@@ -1,4 +1,4 @@
-"""The value kinds of a config (loopd's, gatewayd's): what a key's value must be, and its check.
+"""The value kinds of a config (loopd's, gatewayd's, brokerd's): what a key's value must be.
 
 A `Kind` is `expected` (the words an error message uses) and `convert` (checks one TOML value and
 returns the typed one, or raises `Bad`). A config module declares every key with one of these;
@@ -28,6 +28,7 @@ MAX_TOKENS = 1 << 24  # 16,777,216: above the largest context windows; llama-ser
 MAX_SLOTS = 1024  # slot ids and total_slots: far above any server's -np
 MAX_JSON_DEPTH = 64  # a table sent to the server; orjson writes at most 254 levels in all
 MAX_PATH_BYTES = 4095  # Linux's PATH_MAX (4096) less the NUL
+MAX_UID = 2**32 - 2  # (uid_t)-1 means "no uid"
 _JSON_INTEGERS = range(-(2**63), 2**64)  # what orjson writes
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\u2028\u2029]")
@@ -80,6 +81,7 @@ class Kind:
     convert: Callable[[object, Ctx], object]
     # Applied to a default that was not in the file (paths resolve against the config's folder).
     finish_default: Callable[[object, Ctx], object] = lambda value, _ctx: value
+    bounds: tuple[int, int] | None = None  # an integer kind's (minimum, maximum)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +129,8 @@ def kind(
 def integer(minimum: int, maximum: int, unit: str = "") -> Kind:
     """An integer in minimum..maximum; every integer key has a maximum."""
     words = f"an integer from {minimum} to {maximum}" + (f" ({unit})" if unit else "")
-    return kind(words, (int,), lambda v: minimum <= v <= maximum)
+    plain = kind(words, (int,), lambda v: minimum <= v <= maximum)
+    return Kind(words, plain.convert, bounds=(minimum, maximum))
 
 
 def number(lo: float, hi: float, *, lo_open: bool = False, hi_open: bool = False) -> Kind:
@@ -246,4 +249,4 @@ DELAYS_MS = list_of(
     f"a list of integers from 0 to {MAX_MS} (milliseconds, at most one day)",
     nonempty=False,
 )
-UIDS = list_of(integer(1, 2**32 - 2), "a list of unique uids, not 0", unique=True, nonempty=False)
+UIDS = list_of(integer(1, MAX_UID), "a list of unique uids, not 0", unique=True, nonempty=False)

@@ -1,11 +1,12 @@
-"""The config walker (loopd's, gatewayd's): a TOML table read against the section dataclasses.
+"""The config walker (loopd's, gatewayd's, brokerd's): a TOML table read against its sections.
 
 A key is `name: Annotated[type, Kind, "what it is" (optional), Env(...) (optional)] = default`;
 without a default it is required. A field whose type is a dataclass is a sub-table. `build` reads
 every section the same way, so a new key is one line in its config module and gets every rule:
 unknown keys are errors at any level (with a hint), a key with no default is required, defaults pass
 through their kind's `finish_default`, and a section's `_relations()` checks its keys against each
-other. Every error is one `ConfigError` naming the file and the dotted key.
+other. Every error is one `ConfigError` naming the file and the dotted key. A field whose metadata
+is NOT_A_KEY is no key of the file (the caller fills it in after the walk).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from typing import Any
 
 from boxmaker._config.kinds import Bad, ConfigError, Ctx, Env, Kind, clip, show, type_name
 
+NOT_A_KEY = {"config_key": False}  # field(metadata=NOT_A_KEY): not read from the file
+
 
 @dataclass(frozen=True, slots=True)
 class _Key:  # one field of a section, read off its annotation
@@ -37,6 +40,8 @@ def _schema(cls: type) -> dict[str, _Key]:
     hints = typing.get_type_hints(cls, include_extras=True)
     keys = {}
     for f in dataclasses.fields(cls):
+        if f.metadata.get("config_key", True) is False:
+            continue
         hint = hints[f.name]
         extras = getattr(hint, "__metadata__", ())  # set on Annotated[...] only
         kind = next((x for x in extras if isinstance(x, Kind)), None)
@@ -68,7 +73,9 @@ def _unknown(name: str, value: object, where: str, cls: type, root: type, ctx: C
     places = [p for p in _places(name, root) if p != where]
     close = difflib.get_close_matches(name, known, n=1) if len(name) <= 80 else []
     if places:
-        hint = f"; {name} is a key of " + ", ".join(f"[{p}]" for p in places)
+        hint = f"; {name} is a key of " + ", ".join(
+            f"[{p}]" if p else "the top level" for p in places
+        )
     elif close:
         hint = f"; did you mean {_dotted(where, close[0])}?"
     else:
@@ -161,3 +168,35 @@ def parse_toml(text: str, source: str) -> dict[str, Any]:
         # Raised with the stack unwound, so a message can be built; the bound depends on how
         # deep the caller already is (about 300 levels from a fresh stack).
         raise ConfigError(source, None, "not valid TOML: nested too deeply to parse") from None
+
+
+def check_fields(obj: object, what: str) -> None:
+    """Checks a section made in code (not read from a file) against its keys' kinds: the bounds
+    are the config's, written once.
+
+    Raises:
+        ValueError: `{what} {key} = {value}: give {expected}` for the first key out of bounds.
+    """
+    ctx = Ctx(what, Path("."), {})
+    cls: type = type(obj)
+    for name, k in _schema(cls).items():
+        value = getattr(obj, name)
+        if k.kind is None or value is None:
+            continue
+        try:
+            k.kind.convert(value, ctx)
+        except Bad:
+            raise ValueError(f"{what} {name} = {value!r}: give {k.kind.expected}") from None
+
+
+def bounds(cls: type, name: str) -> tuple[int, int]:
+    """The (minimum, maximum) of the integer key `name` of the section `cls`."""
+    kind = _schema(cls)[name].kind
+    assert kind is not None, f"{cls.__name__}.{name} is a section"
+    assert kind.bounds is not None, f"{cls.__name__}.{name} has no bounds"
+    return kind.bounds
+
+
+def context(source: str, base_dir: str | Path) -> Ctx:
+    """The walk's context for a file named `source` in the folder `base_dir`, no environment."""
+    return Ctx(source, Path(base_dir), {})

@@ -19,6 +19,7 @@ import os
 import secrets
 import threading
 from collections.abc import Callable
+from typing import TypeVar
 
 import orjson
 
@@ -39,10 +40,8 @@ from boxmaker.brokerd.policy import (
     request_record,
     verdict,
 )
-from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
-from boxmaker.brokerd.tools import fetch
-from boxmaker.brokerd.tools.files import FileTools, error, response
-from boxmaker.brokerd.tools.kind import Args, Target, Tool, brief_of, visible
+from boxmaker.brokerd.tools.files import error, response
+from boxmaker.brokerd.tools.kind import Args, Setup, Target, Tool, brief_of, visible
 from boxmaker.brokerd.tools.table import TABLE, Table, deciding
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 from boxmaker.proto import decision as record  # the decision log's lines
@@ -52,6 +51,7 @@ from boxmaker.proto.frame import MAX_FRAME_BYTES
 # The owner's prompt goes in one owner.sock frame; a call it cannot show whole is not asked.
 MAX_PROMPT_BYTES = MAX_FRAME_BYTES - 4096
 
+T = TypeVar("T")
 Notify = Callable[[Held, str], None]  # the held call, and the brief line loopd may see
 Cancelled = Callable[[], bool]  # true once loopd gave up on the call
 
@@ -67,22 +67,42 @@ def undecided(name: str, arguments: str, exc: Exception) -> Decided:
     return Decided(Decision(Mode.DENY, why), None, None, None, unparsed)
 
 
+def _state_of(tool: Tool, config: BrokerConfig, ws: Workspace) -> object:
+    """The tool's state: its row's factory's, else its section as read, else None."""
+    section = config.section(tool.name, tool.section) if tool.section is not None else None
+    return tool.state(Setup(config, ws, section)) if tool.state is not None else section
+
+
 class CallContext:
-    """What one call's `run` and `summary` get (tools/kind.Context): the shells, the grants in
-    force, and `reached`, the host the call reached (set by the tool)."""
+    """What one call's `run`, `summary` and `unavailable` get (tools/kind.Context): the
+    workspace, the grants in force, the tool's state and the call's parsed arguments, and
+    `reached`, the host the call reached (set by the tool)."""
 
     def __init__(
-        self, broker: Broker, cancelled: Cancelled = _never, epoch: int = 0, session: str = ""
+        self,
+        broker: Broker,
+        tool: Tool,
+        value: object = None,
+        cancelled: Cancelled = _never,
+        epoch: int = 0,
+        session: str = "",
     ) -> None:
-        self._broker = broker
+        self._broker, self._tool, self._value = broker, tool, value
         self.cancelled = cancelled
         self.epoch = epoch
         self.session = session
         self.config = broker.config
         self.rules = broker.rules
-        self.ws, self.files, self.sandbox = broker.ws, broker.files, broker.sandbox
-        self.fetch_limits = broker.fetch_limits
+        self.ws = broker.ws
         self.reached: str | None = None
+
+    def arguments(self, cls: type[T]) -> T:
+        value = self._value
+        assert isinstance(value, cls), f"{self._tool.name}'s arguments are not a {cls.__name__}"
+        return value
+
+    def state(self, cls: type[T]) -> T:
+        return self._broker.state(self._tool.name, cls)
 
     def verdict(self, name: str, target: Target) -> Decision:
         tool = self._broker.table.get(name)
@@ -115,11 +135,8 @@ class Broker:
         if use_openat2 is None and os.environ.get("BOXMAKER_BROKERD_NO_OPENAT2"):
             use_openat2 = False  # the tests run the escape table on the fallback walk too
         self.ws = Workspace(config.workspace, use_openat2=use_openat2)
-        self.files = FileTools(
-            self.ws, config.result_cap_bytes, config.max_file_bytes, config.max_write_bytes
-        )
-        self.sandbox = Sandbox(config.workspace, SandboxLimits(**config.shell))
-        self.fetch_limits = fetch.FetchLimits(**config.fetch)
+        # Each own tool's state, made once by its row (a family's rows keep none).
+        self._states = {t.name: _state_of(t, config, self.ws) for t in table.own()}
         self.ledger = Ledger()
         self.log = DecisionLog(config.log, self.ledger, config.log_rotate_bytes)
         self.log.append(
@@ -132,6 +149,12 @@ class Broker:
     def close(self) -> None:
         self.log.close()
         self.ws.close()
+
+    def state(self, name: str, cls: type[T]) -> T:
+        """The state of the tool `name`, as its row's factory made it."""
+        state = self._states.get(name)
+        assert isinstance(state, cls), f"{name}'s state is not a {cls.__name__}"
+        return state
 
     def tools(self) -> list[ToolSchema]:
         """The tools granted something other than deny somewhere, and those that need no grant
@@ -193,7 +216,8 @@ class Broker:
         assert tool is not None  # a decision other than deny has all three
         assert args is not None
         assert target is not None
-        if d.mode is Mode.ASK and tool.unavailable and (off := tool.unavailable(CallContext(self))):
+        ask = d.mode is Mode.ASK
+        if ask and tool.unavailable and (off := tool.unavailable(CallContext(self, tool))):
             self.log.append(
                 record.Approval,
                 id=call_id,
@@ -209,9 +233,8 @@ class Broker:
                 return error(f"denied: the owner did not approve ({answer}){why}")
         if cancelled():
             return error("cancelled: loopd gave up on the call before it ran; nothing was done")
-        return self._run(
-            call_id, tool, args, target, ResultClass(d.class_), cancelled, epoch, session
-        )
+        ctx = CallContext(self, tool, decided.value, cancelled, epoch, session)
+        return self._run(call_id, ctx, tool, args, target, ResultClass(d.class_))
 
     def _ask(self, call_id: str, decided: Decided, notify: Notify) -> str:
         tool, args, target = decided.tool, decided.args, decided.target
@@ -219,7 +242,7 @@ class Broker:
         assert args is not None
         assert target is not None
         try:
-            summary = tool.summary(CallContext(self), target, args)
+            summary = tool.summary(CallContext(self, tool, decided.value), target, args)
         except (PathRefused, OSError) as exc:
             summary = f"{tool.name} (cannot say what it would do: {exc})"
         summary = visible(summary)  # no byte of a file, a command or a URL can move the cursor
@@ -274,15 +297,12 @@ class Broker:
     def _run(
         self,
         call_id: str,
+        ctx: CallContext,
         tool: Tool,
         args: Args,
         target: Target,
         class_: ResultClass,
-        cancelled: Cancelled = _never,
-        epoch: int = 0,
-        session: str = "",
     ) -> ToolResponse:
-        ctx = CallContext(self, cancelled, epoch, session)
         try:
             resp = tool.run(ctx, target, args, class_)
         except PathRefused as exc:

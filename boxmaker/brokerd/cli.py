@@ -64,40 +64,49 @@ def main(argv: Sequence[str] | None = None, env: Environment | None = None) -> E
     config: BrokerConfig | None = None
     try:
         data = read_regular(Path(args.config), CONFIG_MAX_BYTES, follow=True)  # no FIFO hang
+        source = str(args.config)
         if data is None:
-            raise ConfigError("no such file")
-        config = parse_config(data, os.path.dirname(os.path.abspath(args.config)))
+            raise ConfigError(source, None, "no such file (conf/brokerd.toml.example shows one)")
+        folder = os.path.dirname(os.path.abspath(args.config))
+        config = parse_config(data, folder, TABLE.sections(), source)
         write_state(state_path(config.socket), STARTING)
-        refuse_paths_in_workspace(config)
-        servers = parse_mcp(config.mcp, os.path.dirname(os.path.abspath(args.config)))
+        refuse_paths_in_workspace(config, source)
+        servers = parse_mcp(config.mcp, folder, source)
         if servers and importlib.util.find_spec("mcp") is None:
+            name = next(iter(servers))
             raise ConfigError(
-                f"[mcp.{next(iter(servers))}]: the MCP client is not installed; install the "
-                "extra (pip install 'boxmaker[mcp]'; make install does), or remove [mcp.*]"
+                source,
+                f"mcp.{name}",
+                f"[mcp.{name}]: the MCP client is not installed; install the "
+                "extra (pip install 'boxmaker[mcp]'; make install does), or remove [mcp.*]",
             )
     except (OSError, ConfigError, SessionError) as exc:
-        log.warn(f"serve: {args.config}: {exc}")
+        # A ConfigError's message starts with the file's name already.
+        said = str(exc) if isinstance(exc, ConfigError) else f"{args.config}: {exc}"
+        log.warn(f"serve: {said}")
         if config is not None:  # else where its state goes is not known
-            write_state(state_path(config.socket), FAILED, error=f"{args.config}: {exc}")
+            write_state(state_path(config.socket), FAILED, error=said)
         return ExitStatus.USAGE
     from boxmaker.brokerd.serve import run
 
     return run(config, log, servers)
 
 
-def refuse_paths_in_workspace(config: BrokerConfig) -> None:
+def refuse_paths_in_workspace(config: BrokerConfig, source: str = "brokerd's config") -> None:
     """ConfigError when one of brokerd's own files is inside the workspace, after resolving
     links: there the sandbox and the file tools could write it (an owner.sock in the workspace
     let a command answer an approval)."""
     workspace = os.path.realpath(config.workspace)
     paths = [(key, getattr(config, key)) for key in OWN_FILES]
     if config.chat is not None:
-        paths.append(("chat_approvals socket", config.chat.socket))
+        paths.append(("chat_approvals.socket", config.chat.socket))
     for key, path in paths:
         resolved = os.path.realpath(path)
         if resolved == workspace or resolved.startswith(workspace.rstrip("/") + "/"):
             shown = path if resolved == path else f"{path} (that is {resolved})"
             raise ConfigError(
-                f"[broker] {key}: {shown} is inside the workspace {workspace}, where the agent "
-                "writes; put brokerd's own files outside it"
+                source,
+                f"broker.{key}",
+                f"broker.{key}: {shown} is inside the workspace {workspace}, where the agent "
+                "writes; put brokerd's own files outside it",
             )

@@ -63,6 +63,7 @@ class Decided:
     target: Target | None
     hash: str
     tainted: str | None = None  # why the taint made this call ask (shown to the owner)
+    value: object = None  # the arguments as the row's `parse` made them (tools/kind.Tool)
 
 
 def canonical_args(args: Args) -> str:
@@ -189,15 +190,16 @@ def decide(
     """The decision on one request as it arrived (the tool's name, the arguments' JSON text),
     in a session whose taint is `taint`: a call the taint stops asks, whatever its grant."""
     tool = table.get(name)
-    args = parse_arguments(tool, name, arguments, table.names())
-    if tool is None or isinstance(args, str):
-        why = args if isinstance(args, str) else f"no tool {name!r}"
+    parsed = parse_arguments(tool, name, arguments, table.names())
+    if tool is None or isinstance(parsed, str):
+        why = parsed if isinstance(parsed, str) else f"no tool {name!r}"
         unparsed = call_hash(name, {"unparsed": arguments})
         return Decided(Decision(Mode.DENY, f"bad request: {why}"), tool, None, None, unparsed)
+    args, value = parsed
     hashed = call_hash(name, args)
     if tool.target is None:
         why = f"{name} reads nothing: no grant needed"
-        return Decided(Decision(Mode.ALLOW, why), tool, args, "", hashed)
+        return Decided(Decision(Mode.ALLOW, why), tool, args, "", hashed, value=value)
     try:
         target = tool.target(args, workspace)
     except BadTarget as exc:
@@ -210,7 +212,7 @@ def decide(
         tainted = must_ask(taint, name, tool.writes, host)
     if tainted is not None:
         d = Decision(Mode.ASK, tainted, d.class_)
-    return Decided(d, tool, args, target, hashed, tainted)
+    return Decided(d, tool, args, target, hashed, tainted, value)
 
 
 def listed(rules: Sequence[Rule], tool: Tool) -> bool:

@@ -40,8 +40,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Annotated
 
-from boxmaker.brokerd.config import SHELL_BOUNDS
+from boxmaker._config.kinds import integer
+from boxmaker._config.walker import check_fields
 from boxmaker.brokerd.paths import closed_folder
 from boxmaker.brokerd.quota import WriteQuota
 from boxmaker.brokerd.tree import clear_set_id
@@ -84,26 +86,25 @@ def clear_ambient_capabilities() -> None:
         raise OSError(err, f"prctl(PR_CAP_AMBIENT_CLEAR_ALL): {os.strerror(err)}")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class SandboxLimits:
-    """The per-call limits. Each has a floor and a ceiling; a value outside them is refused."""
+    """The per-call limits, and shell's section `[broker.shell]`: each key's bounds, once."""
 
-    timeout_ms: int = 30_000  # the wall clock, and the most a call's own timeout_ms may ask
-    cpu_seconds: int = 30
-    memory_bytes: int = 1 << 30  # RLIMIT_AS: address space per process
-    processes: int = 64  # RLIMIT_NPROC: tasks of the sandbox's uid
-    file_bytes: int = 64 << 20  # RLIMIT_FSIZE: the largest file a command may write
-    open_files: int = 256
-    output_bytes: int = 64 << 10  # stdout and stderr together; then the command is killed
-    tmp_bytes: int = 64 << 20  # the size of /tmp (tmpfs lives in memory)
-    shm_bytes: int = 16 << 20  # the size of /dev/shm; the rest of /dev is read-only
-    write_bytes: int = 256 << 20  # what one call may add to the workspace (allocated bytes)
+    # RLIMIT_AS, _NPROC, _FSIZE: memory_bytes, processes, file_bytes; past output_bytes or
+    # write_bytes (added to the workspace) the command is killed; tmp_, shm_bytes: the tmpfs.
+    timeout_ms: Annotated[int, integer(100, 3_600_000, "milliseconds")] = 30_000
+    cpu_seconds: Annotated[int, integer(1, 3600, "seconds")] = 30
+    memory_bytes: Annotated[int, integer(64 << 20, 64 << 30, "bytes")] = 1 << 30
+    processes: Annotated[int, integer(8, 65536, "tasks")] = 64
+    file_bytes: Annotated[int, integer(1 << 10, 1 << 40, "bytes")] = 64 << 20
+    open_files: Annotated[int, integer(16, 65536, "descriptors")] = 256
+    output_bytes: Annotated[int, integer(1 << 10, 64 << 20, "bytes")] = 64 << 10
+    tmp_bytes: Annotated[int, integer(1 << 20, 16 << 30, "bytes")] = 64 << 20
+    shm_bytes: Annotated[int, integer(1 << 20, 16 << 30, "bytes")] = 16 << 20
+    write_bytes: Annotated[int, integer(1 << 20, 1 << 40, "bytes")] = 256 << 20
 
-    def __post_init__(self) -> None:
-        for name, (low, high) in SHELL_BOUNDS.items():
-            value = getattr(self, name)
-            if not (isinstance(value, int) and low <= value <= high):
-                raise ValueError(f"sandbox limit {name} = {value!r}: give an integer {low}..{high}")
+    def __post_init__(self) -> None:  # a limit made in code is held to the same bounds
+        check_fields(self, "sandbox limit")
 
 
 @dataclass(frozen=True, slots=True)

@@ -41,7 +41,7 @@ from boxmaker.brokerd.conn import Conn
 from boxmaker.brokerd.grants import GrantsError
 from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.policy import LogError
-from boxmaker.brokerd.sandbox import SandboxLimits
+from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits
 from boxmaker.brokerd.state import FAILED, READY, STOPPED, state_path, write_state
 from boxmaker.brokerd.tools.table import BUILTIN, Family, Table
 from boxmaker.proto import ToolResponse
@@ -269,8 +269,8 @@ def run(
 ) -> ExitStatus:
     loopd_uid = os.geteuid() if config.loopd_uid is None else config.loopd_uid
     owner_uid = os.geteuid() if config.owner_uid is None else config.owner_uid
-    write_bytes = SandboxLimits(**config.shell).write_bytes  # the shell's quota, for rw servers too
-    manager = _Mcp(servers or {}, config.workspace, log, write_bytes)
+    shell = config.section("shell", SandboxLimits)  # its write quota holds for rw servers too
+    manager = _Mcp(servers or {}, config.workspace, log, shell.write_bytes)
     table = Table(BUILTIN, manager.families)
     state = state_path(config.socket)
     try:
@@ -310,7 +310,7 @@ def run(
                                (owner_uid, server.serve_owner, "owner.sock")]  # fmt: skip
         served += [ChatDesk(broker.approvals, chat, log).route()] if chat is not None else []
         routes = {listener.sock: how for listener, how in zip(listeners, served, strict=True)}
-        no = broker.sandbox.probe()
+        no = broker.state("shell", Sandbox).probe()
         log.listening(
             config.socket,
             f"owner socket {config.owner_socket}",

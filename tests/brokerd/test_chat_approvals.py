@@ -257,16 +257,36 @@ def test_the_switch_in_brokerds_config() -> None:
 @pytest.mark.parametrize(
     ("chat", "broker", "message"),
     [
-        ({**ON, "tools": ["write_file", "shell"]}, {}, "'shell' stays box-only"),
-        ({**ON, "tools": ["note"]}, {}, "'note' stays box-only (it writes the memory file"),
-        ({**ON, "tools": []}, {}, "tools: expected a non-empty list"),
-        ({**ON, "tools": "write_file"}, {}, "tools: expected a non-empty list"),
+        (
+            {**ON, "tools": ["write_file", "shell"]},
+            {},
+            "tools must not name shell: it stays box-only",
+        ),
+        (
+            {**ON, "tools": ["note"]},
+            {},
+            "must not name note: it stays box-only (it writes the memory file",
+        ),
+        ({**ON, "tools": []}, {}, "chat_approvals.tools must be a non-empty list of tool names"),
+        (
+            {**ON, "tools": "write_file"},
+            {},
+            "chat_approvals.tools must be a non-empty list of tool names",
+        ),
         ({**ON, "gatewayd_uid": 996}, {"loopd_uid": 996}, "996 is loopd's uid"),
-        ({**ON, "gatewayd_uid": -1}, {}, "gatewayd_uid: expected a whole number"),
-        ({**ON, "enabled": "yes"}, {}, "enabled: expected true or false"),
-        ({"enabled": True, "tools": ["write_file"]}, {}, "socket, gatewayd_uid must be set"),
+        (
+            {**ON, "gatewayd_uid": -1},
+            {},
+            "broker.chat_approvals.gatewayd_uid must be an integer from 0 to",
+        ),
+        ({**ON, "enabled": "yes"}, {}, "broker.chat_approvals.enabled must be true or false"),
+        (
+            {"enabled": True, "tools": ["write_file"]},
+            {},
+            "enabled is true, so socket, gatewayd_uid must be set too",
+        ),
         ({**ON, "socket": "owner_socket"}, {}, "socket must be a path of its own"),
-        ({**ON, "always": True}, {}, "unknown key(s) always"),
+        ({**ON, "always": True}, {}, "unknown key broker.chat_approvals.always"),
     ],
 )
 def test_a_bad_switch_is_one_line_naming_the_key(

@@ -8,6 +8,7 @@ import pytest
 
 from boxmaker.brokerd.cli import main
 from boxmaker.brokerd.config import ConfigError, parse_config
+from boxmaker.brokerd.tools.table import TABLE
 from tests.support.cli import run_cli
 
 GOOD = b"""[broker]
@@ -30,12 +31,12 @@ def test_paths_are_taken_from_the_configs_folder() -> None:
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (b"approval_timeout_ms = 0\n", "approval_timeout_ms: expected a whole number 1 to"),
+        (b"approval_timeout_ms = 0\n", "broker.approval_timeout_ms must be an integer from 1 to"),
         (b"approval_timeout_ms = true\n", "approval_timeout_ms"),
         (b"result_cap_bytes = 10\n", "result_cap_bytes"),
         (b"loopd_uid = -1\n", "loopd_uid"),
-        (b"timeout = 3\n", "unknown key(s) timeout"),
-        (b"[loop]\n", "unknown table(s) loop"),
+        (b"timeout = 3\n", "unknown key broker.timeout; known here: socket"),
+        (b"[loop]\n", "unknown section [loop]; known here: broker, mcp"),
         (b'owner_socket = "run/broker.sock"\n', "two different paths"),
     ],
 )
@@ -48,7 +49,7 @@ def test_bad_values_are_refused_with_the_key(extra: bytes, message: str) -> None
 
 
 def test_a_missing_key_and_a_long_socket_path() -> None:
-    with pytest.raises(ConfigError, match="missing key"):
+    with pytest.raises(ConfigError, match=r"missing required keys: broker\.owner_socket"):
         parse_config(b'[broker]\nsocket = "a"\n', "/x")
     with pytest.raises(ConfigError, match="at most 107"):
         parse_config(GOOD, "/" + "d" * 120)
@@ -58,7 +59,7 @@ def test_serve_with_a_bad_config_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "b.toml").write_bytes(GOOD + b"bogus = 1\n")
     out = run_cli(main, ["serve", "--config", tmp_path / "b.toml"])
     assert out.status == 2
-    assert "unknown key(s) bogus" in out.stderr
+    assert "unknown key broker.bogus" in out.stderr
 
 
 def test_the_examples_parse() -> None:
@@ -66,7 +67,7 @@ def test_the_examples_parse() -> None:
     from tests.support.brokerd.core import decision, parse_grants
 
     conf = Path(__file__).resolve().parents[2] / "conf"
-    config = parse_config((conf / "brokerd.toml.example").read_bytes(), str(conf))
+    config = parse_config((conf / "brokerd.toml.example").read_bytes(), str(conf), TABLE.sections())
     assert config.approval_timeout_ms == 120_000
     rules = parse_grants((conf / "grants.toml.example").read_bytes())
     assert decision(rules, "read_file", ("secrets", "k")).mode is Mode.DENY

@@ -5,8 +5,10 @@ shell, and a tainted session's writes asking with the reason, in the live decisi
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
 import re
+import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,7 +16,7 @@ from pathlib import Path
 import orjson
 import pytest
 
-from boxmaker.brokerd.config import FETCH_BOUNDS, SHELL_BOUNDS, ConfigError, parse_config
+from boxmaker.brokerd.config import ConfigError, parse_config
 from boxmaker.brokerd.grants import GrantsError, Mode, Rule
 from boxmaker.brokerd.policy import LogError
 from boxmaker.brokerd.sandbox import SandboxLimits
@@ -22,6 +24,7 @@ from boxmaker.brokerd.taint import Record, taint_of
 from boxmaker.brokerd.targets import HostPort
 from boxmaker.brokerd.tools import fetch as fetch_tool
 from boxmaker.brokerd.tools.fetch import FetchLimits
+from boxmaker.brokerd.tools.table import TABLE
 from boxmaker.proto.hash import sha256_hex
 from boxmaker.session.chain import GENESIS_PREV, encode_line
 from tests.support.brokerd.core import always_rule, decide, decision, listed, parse_grants, replay
@@ -145,20 +148,21 @@ BASE = b'[broker]\nsocket="s"\nowner_socket="o"\nworkspace="w"\ngrants="g"\nhome
 
 def test_the_shell_and_fetch_limits_are_config_keys_with_bounds() -> None:
     c = parse_config(BASE + b"[broker.shell]\ntimeout_ms=500\nprocesses=16\n"
-                     b"[broker.fetch]\nmax_bytes=4096\n", "/x")  # fmt: skip
-    assert SandboxLimits(**c.shell) == SandboxLimits(timeout_ms=500, processes=16)
-    assert FetchLimits(**c.fetch) == FetchLimits(max_bytes=4096)
+                     b"[broker.fetch]\nmax_bytes=4096\n", "/x", TABLE.sections())  # fmt: skip
+    assert c.section("shell", SandboxLimits) == SandboxLimits(timeout_ms=500, processes=16)
+    assert c.section("fetch", FetchLimits) == FetchLimits(max_bytes=4096)
     for bad, message in [
         (
             b"[broker.shell]\ntimeout_ms=5\n",
-            "[broker.shell] timeout_ms: expected a whole number 100",
+            "broker.shell.timeout_ms must be an integer from 100 to 3600000",
         ),
-        (b"[broker.shell]\nnetwork=true\n", "[broker.shell]: unknown key(s) network"),
-        (b"[broker.fetch]\nmax_redirects=21\n", "[broker.fetch] max_redirects"),
-        (b"[broker.fetch]\nmax_bytes='1M'\n", "[broker.fetch] max_bytes"),
+        (b"[broker.shell]\nnetwork=true\n", "unknown key broker.shell.network; known here"),
+        (b"[broker.fetch]\nmax_redirects=21\n", "broker.fetch.max_redirects must be an integer"),
+        (b"[broker.fetch]\nmax_bytes='1M'\n", "broker.fetch.max_bytes must be an integer"),
+        (b"[broker.shel]\n", "unknown section [broker.shel]; did you mean [broker.shell]?"),
     ]:
         with pytest.raises(ConfigError) as info:
-            parse_config(BASE + bad, "/x")
+            parse_config(BASE + bad, "/x", TABLE.sections())
         assert message in str(info.value)
 
 
@@ -234,11 +238,12 @@ def test_the_examples_and_the_local_profile_say_what_the_code_does() -> None:
     # every commented limit in the example, uncommented, is the default it claims to be
     text = (conf / "brokerd.toml.example").read_text()
     shown = re.sub(r"^#(\w+ = \d+)$", r"\1", text, flags=re.M)
-    config = parse_config(shown.encode(), str(conf))
-    assert SandboxLimits(**config.shell) == SandboxLimits()
-    assert FetchLimits(**config.fetch) == FetchLimits()
-    assert len(config.shell) == len(SHELL_BOUNDS)
-    assert len(config.fetch) == len(FETCH_BOUNDS)
+    config = parse_config(shown.encode(), str(conf), TABLE.sections())
+    assert config.section("shell", SandboxLimits) == SandboxLimits()
+    assert config.section("fetch", FetchLimits) == FetchLimits()
+    written = tomllib.loads(shown)["broker"]
+    for name, section in TABLE.sections().items():  # every key of every section is shown
+        assert written[name].keys() == {f.name for f in dataclasses.fields(section)}
     example = parse_grants((conf / "grants.toml.example").read_bytes())
     assert decision(example, "fetch", "docs.python.org").mode is Mode.ALLOW
     assert decision(example, "shell", "").mode is Mode.ASK

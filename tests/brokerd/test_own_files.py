@@ -86,7 +86,7 @@ def test_a_file_of_brokerds_inside_the_workspace_is_refused(
         Path(path).write_text(ALL_ALLOW)
     got = serve(write_config(rig, {key: path}))
     assert got.returncode == 2, got
-    assert f"[broker] {key}:" in got.stderr
+    assert f"brokerd.toml: broker.{key}: " in got.stderr
     assert "inside the workspace" in got.stderr
     assert not Path(rig.socket).exists()
     assert not rig.log.exists()
@@ -99,7 +99,7 @@ def test_the_workspace_itself_a_link_is_resolved_too(rig: Rig) -> None:
     link.symlink_to(real)
     got = serve(write_config(rig, {"workspace": str(link), "log": str(real / "state" / "d.jsonl")}))
     assert got.returncode == 2, got
-    assert "[broker] log:" in got.stderr
+    assert "brokerd.toml: broker.log: " in got.stderr
 
 
 def grants_link(rig: Rig) -> None:

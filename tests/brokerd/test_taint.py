@@ -27,7 +27,7 @@ def must_ask(taint: Taint | None, name: str, host: str | None = None) -> str | N
 
 
 def test_the_table_says_which_tools_only_read() -> None:
-    assert set(READ_ONLY) == {"clock", "read_file", "list_dir"}
+    assert set(READ_ONLY) == {"clock", "read_file", "list_dir", "find_files"}
 
 
 def test_a_clean_history_is_not_tainted_and_asks_nothing() -> None:

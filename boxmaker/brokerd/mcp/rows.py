@@ -33,7 +33,15 @@ from boxmaker.brokerd.mcp.config import McpServerConfig
 from boxmaker.brokerd.paths import PathRefused, describe
 from boxmaker.brokerd.targets import Fields, string_fields
 from boxmaker.brokerd.tools.files import error
-from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, no_always
+from boxmaker.brokerd.tools.kind import (
+    Args,
+    BadArguments,
+    Context,
+    GrantKind,
+    Target,
+    Tool,
+    no_always,
+)
 from boxmaker.brokerd.tools.table import DECIDING, Family, Table
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
@@ -100,9 +108,11 @@ def row(
             return error(why)
         return ctx.capped(manager.call(schema.name, args, epoch_of(ctx)))
 
-    def check(args: Args) -> str | None:
-        why = argument_problem(schema, args)
-        return why.removeprefix(f"{schema.name}: ") if why is not None else None
+    def parse(args: Args) -> Args:
+        """The arguments checked against the server's schema; its value is the dict itself."""
+        if (why := argument_problem(schema, args)) is not None:
+            raise BadArguments(why.removeprefix(f"{schema.name}: "))
+        return args
 
     return Tool(
         schema,
@@ -114,7 +124,7 @@ def row(
         writes=True,
         untrusted=not config.trusted,
         always=NO_ALWAYS,
-        check=check,
+        parse=parse,
         asks_by_default=True,
         strings=strings,
         facts=row_facts(types, schema, cwd, config.trusted, config.workspace),

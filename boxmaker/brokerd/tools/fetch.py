@@ -25,11 +25,12 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 from urllib.parse import urljoin, urlsplit
 
+from boxmaker._config.kinds import integer
+from boxmaker._config.walker import check_fields
 from boxmaker.brokerd import netcheck
-from boxmaker.brokerd.config import FETCH_BOUNDS
 from boxmaker.brokerd.targets import (
     BadTarget,
     HostPort,
@@ -41,7 +42,7 @@ from boxmaker.brokerd.targets import (
     url_host_port,
 )
 from boxmaker.brokerd.tools.htmltext import html_to_text
-from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
+from boxmaker.brokerd.tools.kind import Args, BadArguments, Context, GrantKind, Target, Tool
 from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
 
 REDIRECTS = frozenset({301, 302, 303, 307, 308})
@@ -56,17 +57,18 @@ HopCheck = Callable[[str], str | None]  # a redirect's URL -> None, or why it is
 Granted = netcheck.Address | tuple[netcheck.Address, int]
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(frozen=True, slots=True, kw_only=True)
 class FetchLimits:
-    max_bytes: int = 2 << 20  # of body read; the rest is not read
-    timeout_ms: int = 15_000  # the whole fetch, redirects included
-    max_redirects: int = 5
+    """fetch's limits, and its config section `[broker.fetch]` (its row says so)."""
+
+    # of the body read; the rest is not read
+    max_bytes: Annotated[int, integer(1 << 10, 1 << 30, "bytes")] = 2 << 20
+    # the whole fetch, redirects included
+    timeout_ms: Annotated[int, integer(100, 600_000, "milliseconds")] = 15_000
+    max_redirects: Annotated[int, integer(0, 20, "redirects")] = 5
 
     def __post_init__(self) -> None:
-        for name, (low, high) in FETCH_BOUNDS.items():
-            value = getattr(self, name)
-            if type(value) is not int or not low <= value <= high:
-                raise ValueError(f"fetch limit {name} = {value!r}: give an integer {low}..{high}")
+        check_fields(self, "fetch limit")
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,20 +105,31 @@ def host_of(url: str) -> str | None:
         return None
 
 
-def summary(args: Any) -> str:
+@dataclass(frozen=True, slots=True)
+class FetchArgs:
+    """A `fetch` call's arguments, parsed once (the row's `parse`)."""
+
+    url: str
+
+
+def describe(call: FetchArgs) -> str:
     """What an approval prompt shows for a `fetch` call: the host apart, then the whole URL (a
     query string is where data would leave)."""
+    return f"GET from {host_of(call.url) or '(no host)'}: {call.url}"
+
+
+def summary(args: Any) -> str:
+    """`describe` of raw arguments (or what is wrong with them): for a caller without a row."""
     try:
-        url = parse_arguments(args)
-    except Refused as err:
+        return describe(parse_arguments(args))
+    except BadArguments as err:
         return str(err)
-    return f"GET from {host_of(url) or '(no host)'}: {url}"
 
 
-def parse_arguments(args: Any) -> str:
+def parse_arguments(args: Any) -> FetchArgs:
     if not isinstance(args, dict) or set(args) != {"url"} or not isinstance(args["url"], str):
-        raise Refused("the arguments must be {url: string}")
-    return args["url"]
+        raise BadArguments("the arguments must be {url: string}")
+    return FetchArgs(args["url"])
 
 
 def _resolve(host: str, port: int) -> list[netcheck.Address]:
@@ -339,9 +352,9 @@ def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolR
             return None
         return f"a redirect to {url}: no grant allows {to}; fetch that URL to be asked about it"
 
-    limits = ctx.fetch_limits
+    limits, url = ctx.state(FetchLimits), ctx.arguments(FetchArgs).url
     allow, denied = _addresses(ctx, False), _addresses(ctx, True)
-    result = fetch(parse_arguments(args), limits, allow, hop_ok=hop_ok, denied=denied)
+    result = fetch(url, limits, allow, hop_ok=hop_ok, denied=denied)
     ctx.reached = result.hosts[0] if result.hosts else None
     resp: ToolResponse = ctx.capped(result.to_response(class_))
     return resp
@@ -361,11 +374,13 @@ FETCH = Tool(
     ),
     {"url": str},
     _run,
-    lambda _ctx, _target, args: summary(args),
+    lambda ctx, _target, _args: describe(ctx.arguments(FetchArgs)),
     GrantKind.HOSTS,
     lambda args, _ws: url_host_port(args["url"]),
     writes=True,  # a URL carries data out
     untrusted=False,  # its refusals are brokerd's; what a server sent is marked untrusted
     always=_always,
     classes=True,
+    parse=parse_arguments,
+    section=FetchLimits,  # and its state: the limits as read
 )

@@ -24,7 +24,7 @@ from boxmaker.brokerd.paths import (
     write_atomic,
 )
 from boxmaker.brokerd.targets import split_path
-from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool, exact_path
+from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Setup, Target, Tool, exact_path
 from boxmaker.brokerd.tools.spec import PATH
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
@@ -188,7 +188,7 @@ def _around(ctx: Context, parts: tuple[str, ...]) -> str:
     folder = parts[:-1]
     while True:
         try:
-            names = list_entries(ctx.files.ws, folder)
+            names = list_entries(ctx.ws, folder)
             break
         except (PathRefused, OSError):
             if not folder:
@@ -214,6 +214,12 @@ def _readable(text: str) -> str:
     return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
 
 
+def file_tools(setup: Setup) -> FileTools:
+    """A file tool's state: the workspace and [broker]'s caps."""
+    c = setup.config
+    return FileTools(setup.ws, c.result_cap_bytes, c.max_file_bytes, c.max_write_bytes)
+
+
 def _path_target(args: Args, workspace: str) -> Target:
     return split_path(args["path"], workspace)
 
@@ -237,7 +243,7 @@ def _file_tool(
 
     def run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
         try:
-            resp: ToolResponse = getattr(ctx.files, name)(_parts(target), args)
+            resp: ToolResponse = getattr(ctx.state(FileTools), name)(_parts(target), args)
         except PathRefused as exc:
             # A missing file names what is there, so the model's next call can be right.
             if not str(exc).endswith(_MISSING):
@@ -249,11 +255,11 @@ def _file_tool(
         def hidden(child: tuple[str, ...]) -> bool:
             return str(ctx.verdict(name, child).mode) == "deny"
 
-        resp: ToolResponse = ctx.files.list_dir(_parts(target), args, hidden)
+        resp: ToolResponse = ctx.state(FileTools).list_dir(_parts(target), args, hidden)
         return resp
 
     def summary(ctx: Context, target: Target, args: Args) -> str:
-        own = getattr(ctx.files, f"{name}_summary", None)
+        own = getattr(ctx.state(FileTools), f"{name}_summary", None)
         if own is None:
             return f"{name} {'/'.join(_parts(target)) or '.'}"
         text: str = own(_parts(target), args)
@@ -271,6 +277,7 @@ def _file_tool(
         writes=writes,
         untrusted=untrusted,
         always=exact_path,
+        state=file_tools,
     )
 
 

@@ -2,24 +2,36 @@
 
 `grants`, `taint`, `policy` and `broker` read these fields and never branch on a tool's name
 (issue 27; Codex's tools registry is the model: a handler per tool with `is_mutating()`). A new
-tool is one file that builds a `Tool`, and one row in `table.py`.
+tool is one file that builds a `Tool`, and one row in `table.py`: the row brings its arguments'
+parser (once per call, into the tool's own frozen dataclass that `summary` and `run` read with
+`ctx.arguments(cls)`), its config section `[broker.<name>]` and the factory of its state (made
+once when brokerd starts, read with `ctx.state(cls)`).
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeVar
 
 from boxmaker.brokerd.targets import Fields, HostPort
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
+
+if TYPE_CHECKING:  # the types only: this core runs none of them
+    from boxmaker.brokerd.config import BrokerConfig
+    from boxmaker.brokerd.paths import Workspace
 
 # What a rule is matched against: a path's components, a name (note's file), a host and port
 # (fetch's), "" (a tool whose rules name the tool only), or an MCP call's string arguments, each
 # normalised (Fields).
 Target = tuple[str, ...] | str | HostPort | Fields
-Args = dict[str, Any]
+Args = dict[str, Any]  # the arguments as JSON gave them, their types checked (spec.py)
+T = TypeVar("T")
+
+
+class BadArguments(ValueError):
+    """A row's `parse` refuses the arguments; the message says what to send instead."""
 
 
 class GrantKind(enum.StrEnum):
@@ -32,24 +44,78 @@ class GrantKind(enum.StrEnum):
     ARGS = "args"  # an MCP tool: every call, or `args` constraints on named string arguments
 
 
+class ArgView(Protocol):
+    """An argument constraint of a rule, as a tool reads it (grants.ArgRule)."""
+
+    @property
+    def field(self) -> str: ...
+    @property
+    def paths(self) -> tuple[tuple[str, ...], ...]: ...
+
+
+class GrantView(Protocol):
+    """A rule in force, as a tool reads it (grants.Rule)."""
+
+    @property
+    def tool(self) -> str: ...
+    @property
+    def mode(self) -> str: ...
+    @property
+    def hosts(self) -> tuple[str, ...]: ...
+    @property
+    def args(self) -> Sequence[ArgView]: ...
+
+
+class VerdictView(Protocol):
+    """What the grants decide on a target, as a tool reads it (policy.Decision)."""
+
+    @property
+    def mode(self) -> str: ...
+
+
 class Context(Protocol):
-    """What a tool's `run` and `summary` get from brokerd, one per call (broker.CallContext).
-    The shells are typed Any here so that this core imports none of them."""
+    """What a tool's `run`, `summary` and `unavailable` get from brokerd, one per call
+    (broker.CallContext)."""
 
-    config: Any  # the BrokerConfig
-    rules: tuple[Any, ...]  # the grants in force (fetch judges redirects and addresses by them)
-    ws: Any  # paths.Workspace
-    files: Any  # files.FileTools
-    sandbox: Any  # sandbox.Sandbox
-    fetch_limits: Any  # fetch.FetchLimits
     reached: str | None  # the host the call reached, set by the tool (taint records it)
-    cancelled: Callable[[], bool]  # true once loopd gave up on the call (serve.py watches)
-    epoch: int  # the epoch the call claims: an MCP tool list is frozen per session and epoch
-    session: str  # the session the call is of (loopd names it)
 
-    def verdict(self, name: str, target: Target) -> Any: ...  # policy.Decision of the grants
+    @property
+    def config(self) -> BrokerConfig: ...
+    @property
+    def rules(self) -> Sequence[GrantView]: ...  # the grants in force (fetch's redirects)
+    @property
+    def ws(self) -> Workspace: ...  # the workspace, opened beneath (paths.py)
+    @property
+    def cancelled(self) -> Callable[[], bool]: ...  # true once loopd gave up on the call
+    @property
+    def epoch(self) -> int: ...  # the epoch the call claims (an MCP list is frozen per epoch)
+    @property
+    def session(self) -> str: ...  # the session the call is of (loopd names it)
+
+    def verdict(self, name: str, target: Target) -> VerdictView: ...
 
     def capped(self, resp: ToolResponse) -> ToolResponse: ...  # [broker] result_cap_bytes
+
+    def arguments(self, cls: type[T]) -> T:
+        """The call's arguments as its row's `parse` made them, once (a `cls`)."""
+        ...
+
+    def state(self, cls: type[T]) -> T:
+        """The tool's state as its row's `state` factory made it when brokerd started."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class Setup:
+    """What a row's `state` factory is given, once, when brokerd starts."""
+
+    config: BrokerConfig
+    ws: Workspace
+    section: object  # the row's `[broker.<name>]` section as read (its defaults when absent)
+
+    def own(self, cls: type[T]) -> T:
+        assert isinstance(self.section, cls), f"the section is a {type(self.section).__name__}"
+        return self.section
 
 
 Run = Callable[[Context, Target, Args, ResultClass], ToolResponse]
@@ -84,7 +150,9 @@ class Tool:
         always: the rule an "always" adds for this target: (grant key, value) or the reason
             there is none.
         run: runs the call.
-        check: a further check of the arguments (None when fine, else the message).
+        parse: the arguments made into the tool's own value, once per call (raises
+            BadArguments: the message says what to send); `summary` and `run` read it with
+            `ctx.arguments(cls)`. None: the value is the arguments' dict.
         classes: its rules may say `class`.
         ask_always: targets never better than ask, whatever the grants, with the reason.
         asks_by_default: no rule names it: it asks (else it is denied).
@@ -94,6 +162,10 @@ class Tool:
             as JSON: the request's log line carries it, so `brokerd verify` decides again.
         unavailable: why it cannot run here at all (shell with no sandbox), else None: a call
             that would be asked is refused at once, and the owner is never asked in vain.
+        section: its own config keys, `[broker.<name>]`: a frozen dataclass whose fields are
+            walker keys (boxmaker/_config), each with its kind, bounds and default; None: none.
+        state: makes the tool's state once when brokerd starts (a memory folder, a sandbox),
+            from the config and its section. None: its state is its section (or None).
     """
 
     schema: ToolSchema
@@ -109,13 +181,15 @@ class Tool:
     writes: bool = True  # a new tool counts as a writer until its row says it only reads
     untrusted: bool = True  # and its answers as untrusted until its row says otherwise
     always: Callable[[Target, Args], tuple[str, str] | str] | None = None
-    check: Callable[[Args], str | None] | None = None
+    parse: Callable[[Args], object] | None = None
     classes: bool = False
     ask_always: Mapping[str, str] = field(default_factory=dict)
     asks_by_default: bool = False  # with no rule naming it: ask, not deny (an MCP tool)
     strings: frozenset[str] | None = None
     facts: Mapping[str, Any] | None = None
     unavailable: Callable[[Context], str | None] | None = None
+    section: type | None = None
+    state: Callable[[Setup], object] | None = None
 
     @property
     def needs_grant(self) -> bool:

@@ -8,60 +8,85 @@ from __future__ import annotations
 
 import os
 import stat
-from typing import Any
+from dataclasses import dataclass
 
 from boxmaker.brokerd.paths import PathRefused, check_regular
-from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
+from boxmaker.brokerd.tools.kind import Args, BadArguments, Context, GrantKind, Setup, Target, Tool
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
 
 FILES = {"notes": "notes.md", "core": "core.md"}
 
 
-def note_path(home: str, file: str) -> str:
-    return os.path.join(home, "memory", FILES[file])
+@dataclass(frozen=True, slots=True)
+class NoteArgs:
+    """A `note` call's arguments, parsed once (the row's `parse`)."""
+
+    text: str
+    file: str = "notes"  # a key of FILES
+
+    @property
+    def shown(self) -> str:
+        return f"memory/{FILES[self.file]}"
+
+    @property
+    def size(self) -> int:
+        return len(self.text.encode("utf-8", "surrogatepass"))
 
 
-def append_note(home: str, args: dict[str, Any]) -> ToolResponse:
+@dataclass(frozen=True, slots=True)
+class Memory:
+    """note's state: the memory folder under [broker] home, and the most one note may add."""
+
+    home: str
+    max_write_bytes: int
+
+    def path(self, file: str) -> str:
+        return os.path.join(self.home, "memory", FILES[file])
+
+    def append(self, note: NoteArgs) -> ToolResponse:
+        if note.size > self.max_write_bytes:
+            raise PathRefused(f"the note is {note.size} bytes, over [broker] max_write_bytes")
+        folder = os.path.join(self.home, "memory")
+        os.makedirs(folder, mode=0o700, exist_ok=True)
+        st = os.lstat(folder)
+        if not stat.S_ISDIR(st.st_mode):
+            raise PathRefused(f"{folder} is not a folder; refused")
+        text = note.text.rstrip("\n") + "\n"
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK
+        try:
+            fd = os.open(self.path(note.file), flags | os.O_CLOEXEC, 0o600)
+        except OSError as exc:
+            raise PathRefused(f"{note.shown}: {exc.strerror}") from None
+        try:
+            check_regular(os.fstat(fd), note.shown)
+            os.write(fd, text.encode("utf-8", "surrogatepass"))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        return ToolResponse(
+            f"noted in {note.shown}", ResultClass.PUBLIC, untrusted=False, truncated=False
+        )
+
+
+def _parse(args: Args) -> NoteArgs:
     file = args.get("file", "notes")
-    folder = os.path.join(home, "memory")
-    os.makedirs(folder, mode=0o700, exist_ok=True)
-    st = os.lstat(folder)
-    if not stat.S_ISDIR(st.st_mode):
-        raise PathRefused(f"{folder} is not a folder; refused")
-    text = args["text"].rstrip("\n") + "\n"
-    path = note_path(home, file)
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        fd = os.open(path, flags, 0o600)
-    except OSError as exc:
-        raise PathRefused(f"memory/{FILES[file]}: {exc.strerror}") from None
-    try:
-        check_regular(os.fstat(fd), f"memory/{FILES[file]}")
-        os.write(fd, text.encode("utf-8", "surrogatepass"))
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    return ToolResponse(
-        f"noted in memory/{FILES[file]}", ResultClass.PUBLIC, untrusted=False, truncated=False
-    )
+    if file not in FILES:
+        raise BadArguments('file must be "notes" or "core"')
+    return NoteArgs(args["text"], file)
 
 
-def note_summary(ctx: Context, target: Target, args: Args) -> str:
+def _summary(ctx: Context, _target: Target, _args: Args) -> str:
     """The whole note, never cut: the owner approves what they read."""
-    file = FILES[args.get("file", "notes")]
-    text = args["text"]
-    return f"append {len(text.encode('utf-8', 'surrogatepass'))} bytes to memory/{file}:\n{text}"
+    note = ctx.arguments(NoteArgs)
+    return f"append {note.size} bytes to {note.shown}:\n{note.text}"
 
 
-def _run(ctx: Context, target: Target, args: Args, class_: ResultClass) -> ToolResponse:
-    size = len(args["text"].encode("utf-8", "surrogatepass"))
-    if size > ctx.config.max_write_bytes:
-        raise PathRefused(f"the note is {size} bytes, over [broker] max_write_bytes")
-    return append_note(ctx.config.home, args)
+def _run(ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
+    return ctx.state(Memory).append(ctx.arguments(NoteArgs))
 
 
-def _check(args: Args) -> str | None:
-    return None if args.get("file", "notes") in FILES else 'file must be "notes" or "core"'
+def _memory(setup: Setup) -> Memory:
+    return Memory(setup.config.home, setup.config.max_write_bytes)
 
 
 def _always(target: Target, _args: Args) -> tuple[str, str] | str:
@@ -86,13 +111,14 @@ NOTE = Tool(
     ),
     {"text": str, "file": str},
     _run,
-    note_summary,
+    _summary,
     GrantKind.NAMES,
     lambda args, _ws: str(args.get("file", "notes")),
     names=tuple(FILES),
     writes=True,
     untrusted=False,  # it answers where it noted, nothing it read
     always=_always,
-    check=_check,
+    parse=_parse,
     ask_always={"core": "memory/core.md goes into every baseline: the owner approves"},
+    state=_memory,  # the memory folder under [broker] home (never the workspace)
 )

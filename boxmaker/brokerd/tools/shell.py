@@ -5,47 +5,64 @@ adds nothing: it would allow every command."""
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
-from boxmaker.brokerd.sandbox import Sandbox, ShellResult
-from boxmaker.brokerd.tools.kind import Args, GrantKind, Tool, no_always
+from boxmaker.brokerd.sandbox import Sandbox, SandboxLimits, ShellResult
+from boxmaker.brokerd.tools.kind import (
+    Args,
+    BadArguments,
+    Context,
+    GrantKind,
+    Setup,
+    Target,
+    Tool,
+    no_always,
+)
 from boxmaker.proto.tool import ResultClass, ToolResponse, ToolSchema
 
 MAX_COMMAND_BYTES = 64 << 10
 
 
-class ArgumentError(ValueError):
-    """The arguments are not what the schema says; the message says what to send instead."""
+@dataclass(frozen=True, slots=True)
+class ShellArgs:
+    """A `shell` call's arguments, parsed once (the row's `parse`)."""
+
+    command: str
+    timeout_ms: int | None = None
 
 
-def parse_arguments(args: Any) -> tuple[str, int | None]:
-    """`(command, timeout_ms)` from the parsed JSON arguments, or ArgumentError."""
+def parse_arguments(args: Any) -> ShellArgs:
+    """The parsed JSON arguments as ShellArgs, or BadArguments saying what to send instead."""
     if not isinstance(args, dict):
-        raise ArgumentError("shell: the arguments must be an object {command, timeout_ms?}")
+        raise BadArguments("shell: the arguments must be an object {command, timeout_ms?}")
     extra = sorted(set(args) - {"command", "timeout_ms"})
     if extra:
-        raise ArgumentError(f"shell: unknown argument {extra[0]!r}; send command and timeout_ms")
+        raise BadArguments(f"shell: unknown argument {extra[0]!r}; send command and timeout_ms")
     command = args.get("command")
     if not isinstance(command, str) or not command.strip():
-        raise ArgumentError("shell: command must be a non-empty string")
+        raise BadArguments("shell: command must be a non-empty string")
     if "\0" in command or len(command.encode("utf-8", "surrogatepass")) > MAX_COMMAND_BYTES:
-        raise ArgumentError(f"shell: command must have no NUL and be at most {MAX_COMMAND_BYTES} B")
+        raise BadArguments(f"shell: command must have no NUL and be at most {MAX_COMMAND_BYTES} B")
     timeout = args.get("timeout_ms")
     if timeout is not None and (type(timeout) is not int or timeout < 1):
-        raise ArgumentError("shell: timeout_ms must be a positive integer (milliseconds)")
-    return command, timeout
+        raise BadArguments("shell: timeout_ms must be a positive integer (milliseconds)")
+    return ShellArgs(command, timeout)
+
+
+def describe(call: ShellArgs) -> str:
+    """What an approval prompt shows for a `shell` call: the whole command, never cut, where it
+    runs and for how long at most."""
+    wait = f", at most {call.timeout_ms} ms" if call.timeout_ms is not None else ""
+    return f"run in the sandbox (workspace read-write, no network{wait}): {call.command}"
 
 
 def summary(args: Any) -> str:
-    """What an approval prompt shows for a `shell` call: the whole command, never cut, where it
-    runs and for how long at most."""
+    """`describe` of raw arguments (or what is wrong with them): for a caller without a row."""
     try:
-        command, timeout_ms = parse_arguments(args)
-    except ArgumentError as err:
+        return describe(parse_arguments(args))
+    except BadArguments as err:
         return str(err)
-    shown = command
-    wait = f", at most {timeout_ms} ms" if timeout_ms is not None else ""
-    return f"run in the sandbox (workspace read-write, no network{wait}): {shown}"
 
 
 def to_response(result: ShellResult, class_: ResultClass = ResultClass.PUBLIC) -> ToolResponse:
@@ -65,21 +82,30 @@ def call(
     class_: ResultClass = ResultClass.PUBLIC,
     cancelled: Callable[[], bool] | None = None,
 ) -> ToolResponse:
-    """One `shell` call: bad arguments and a refused sandbox are results, never exceptions.
-    `cancelled` true kills the command (loopd gave up on the call)."""
+    """One `shell` call from raw arguments: bad arguments and a refused sandbox are results,
+    never exceptions. `cancelled` true kills the command (loopd gave up on the call)."""
     try:
-        command, timeout_ms = parse_arguments(args)
-    except ArgumentError as err:
+        parsed = args if isinstance(args, ShellArgs) else parse_arguments(args)
+    except BadArguments as err:
         return ToolResponse(str(err), ResultClass.PUBLIC, untrusted=False, truncated=False)
-    return to_response(sandbox.run(command, timeout_ms, cancelled), class_)
+    return to_response(sandbox.run(parsed.command, parsed.timeout_ms, cancelled), class_)
 
 
-def _check(args: Args) -> str | None:
+def _parse(args: Args) -> ShellArgs:
     try:
-        parse_arguments(args)
-    except ArgumentError as err:
-        return str(err).removeprefix("shell: ")
-    return None
+        return parse_arguments(args)
+    except BadArguments as err:
+        raise BadArguments(str(err).removeprefix("shell: ")) from None
+
+
+def _run(ctx: Context, _target: Target, _args: Args, class_: ResultClass) -> ToolResponse:
+    sandbox, parsed = ctx.state(Sandbox), ctx.arguments(ShellArgs)
+    return ctx.capped(call(sandbox, parsed, class_, ctx.cancelled))
+
+
+def _sandbox(setup: Setup) -> Sandbox:
+    """shell's state: the sandbox, over the workspace, with [broker.shell]'s limits."""
+    return Sandbox(setup.config.workspace, setup.own(SandboxLimits))
 
 
 SHELL = Tool(
@@ -98,8 +124,8 @@ SHELL = Tool(
         },
     ),
     {"command": str, "timeout_ms": int},
-    lambda ctx, _target, args, class_: ctx.capped(call(ctx.sandbox, args, class_, ctx.cancelled)),
-    lambda _ctx, _target, args: summary(args),
+    _run,
+    lambda ctx, _target, _args: describe(ctx.arguments(ShellArgs)),
     GrantKind.NONE,
     lambda _args, _ws: "",
     writes=True,
@@ -110,7 +136,9 @@ SHELL = Tool(
     always=no_always(
         'nothing: this command is asked about every time (an "always" would allow every command)'
     ),
-    check=_check,
+    parse=_parse,
     classes=True,
-    unavailable=lambda ctx: ctx.sandbox.probe(),
+    unavailable=lambda ctx: ctx.state(Sandbox).probe(),
+    section=SandboxLimits,
+    state=_sandbox,
 )

@@ -1,6 +1,7 @@
 """The check of a call's arguments against its tool's row. [core]
 
-The types, the required arguments, then the row's own check.
+The types, the required arguments, then the row's own `parse`, once: its value is what the
+tool's `summary` and `run` read.
 brokerd checks arguments itself: loopd checks them too, but brokerd trusts nothing loopd sends.
 """
 
@@ -11,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from boxmaker.brokerd.tools.kind import Tool
+from boxmaker.brokerd.tools.kind import BadArguments, Tool
 
 MAX_OFFSET = 1 << 62  # offsets and limits: far past any file, inside pread's off_t
 PATH = {"type": "string", "description": "A path inside the workspace."}
@@ -19,8 +20,9 @@ PATH = {"type": "string", "description": "A path inside the workspace."}
 
 def parse_arguments(
     tool: Tool | None, name: str, text: str, names: Sequence[str]
-) -> dict[str, Any] | str:
-    """The arguments as a dict, or a message that says what is wrong with them."""
+) -> tuple[dict[str, Any], object] | str:
+    """The arguments as a dict and as the row's `parse` made them (the dict when it has none),
+    or a message that says what is wrong with them."""
     if tool is None:
         return f"brokerd has no tool named {name!r} (it has {', '.join(names)})"
     try:
@@ -41,6 +43,9 @@ def parse_arguments(
             return f"{name}: {arg} must be a {'string' if want is str else 'whole number'}"
         if isinstance(value, int) and not 0 <= value <= MAX_OFFSET:
             return f"{name}: {arg} must be 0 to {MAX_OFFSET}"
-    if tool.check is not None and (why := tool.check(args)) is not None:
-        return f"{name}: {why}"
-    return args
+    if tool.parse is None:
+        return args, args
+    try:
+        return args, tool.parse(args)
+    except BadArguments as exc:
+        return f"{name}: {exc}"

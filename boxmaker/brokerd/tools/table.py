@@ -1,8 +1,9 @@
 """The table of tools: every tool brokerd has, one row each (tools/kind.py says what a row holds).
 
 To add a tool: write its file (schema, argument types, target, grant kind, what it reads and
-writes, whether its answers are untrusted, its summary, its "always" rule, its run) and add its
-row to `BUILTIN`. Tools named at run time (an MCP server's `<server>.<tool>`) come from a
+writes, whether its answers are untrusted, its summary, its "always" rule, its run, and when it
+has them its arguments' parser, its config section and its state's factory) and add its row to
+`BUILTIN`. Tools named at run time (an MCP server's `<server>.<tool>`) come from a
 `Family`: a prefix and a function that gives the row for a name under it, or None.
 """
 
@@ -17,11 +18,15 @@ from dataclasses import dataclass
 from boxmaker.brokerd.tools.clock import CLOCK
 from boxmaker.brokerd.tools.fetch import FETCH
 from boxmaker.brokerd.tools.files import EDIT_FILE, LIST_DIR, READ_FILE, WRITE_FILE
+from boxmaker.brokerd.tools.find_files import FIND_FILES
 from boxmaker.brokerd.tools.kind import Tool
 from boxmaker.brokerd.tools.note import NOTE
 from boxmaker.brokerd.tools.shell import SHELL
 
-BUILTIN: tuple[Tool, ...] = (CLOCK, READ_FILE, LIST_DIR, WRITE_FILE, EDIT_FILE, NOTE, SHELL, FETCH)
+BUILTIN: tuple[Tool, ...] = (
+    *(CLOCK, READ_FILE, LIST_DIR, WRITE_FILE, EDIT_FILE, NOTE, SHELL, FETCH),
+    FIND_FILES,  # added last: the order loopd lists the others in stays
+)
 
 # True while a decision reads the table (under the decision log's lock): a family then gives
 # only the rows it has and starts nothing (an MCP server's start can take its whole timeout).
@@ -118,6 +123,10 @@ class Table:
     def own(self) -> list[Tool]:
         """The tools of the table itself, no family's (what a failing family leaves)."""
         return list(self._tools.values())
+
+    def sections(self) -> dict[str, type]:
+        """Each own tool's config section by name: what `[broker.<name>]` may hold."""
+        return {n: t.section for n, t in self._tools.items() if t.section is not None}
 
     def tools(self) -> list[Tool]:
         return [t for n in self.names() if (t := self.get(n)) is not None]
