@@ -20,6 +20,8 @@ on, a turn whose completion has no tool call is judged here before it ends:
 And before a call runs, **read first** (read_first()): a write_file or edit_file whose owner's
 message names another file before the one written ("copy todo.txt to todo-backup.txt"), which
 no call of this turn has read or written, is not run: its result says to read that file first.
+So is one of a file the owner named and asked to change ("change the port in server.conf",
+"add milk to shopping.md": MODIFY_ASKED) before this turn has read it.
 A small model otherwise writes invented text ("Copy of todo.txt") and says it is done. It asks
 the owner nothing (the call never reaches brokerd) and spends the call's round.
 
@@ -65,6 +67,14 @@ _CLAIM = re.compile(
     r"\b(?:written|wrote|created|saved|updated|edited|added|copied|changed|noted|replaced|"
     r"stored|appended|recorded|fixed|corrected)\b"
     r"|\b(?:written|saved|created|copied|added|appended|noted) (?:to|in|into|as)\b",
+    re.I,
+)
+# The owner's message asks to change a file that is there (not to make one): its text must be read
+# first, or a small model writes the whole file anew from a guess ("port = 9090" for a file of
+# three lines) and the rest is lost.
+MODIFY_ASKED: Final = re.compile(
+    r"\b(?:change|edit|update|fix|correct|add|append|insert|replace|remove|delete|rename|"
+    r"modify|swap|set)\b",
     re.I,
 )
 # The owner's message asks for something to be written, changed or remembered.
@@ -160,6 +170,12 @@ def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str |
         return (
             f"not run: you have not read {source} in this turn. Call read_file on {source} "
             f"first, then {tool} {path} from what it holds."
+        )
+    if MODIFY_ASKED.search(owner) and target not in touched:
+        return (
+            f"not run: you have not read {path} in this turn. You were asked to change it: call "
+            f"read_file on {path} first, then {tool} it from what it holds, keeping the rest of "
+            "its text."
         )
     return None
 

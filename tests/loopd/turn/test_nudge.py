@@ -256,7 +256,37 @@ def test_a_read_asked_beside_the_write_does_not_count() -> None:
         ("write hi to a.txt and b.txt", (), ("write_file", "a.txt"), None),
         ("write hi to a.txt and b.txt", (("write_file", "a.txt"),), ("write_file", "b.txt"), None),
         ("write hi to notes.txt", (), ("write_file", "notes.txt"), None),
-        ("update card.txt from contacts.txt", (), ("write_file", "card.txt"), None),
+        ("update card.txt from contacts.txt", (), ("write_file", "card.txt"), "card.txt"),
+        (
+            "update card.txt from contacts.txt",
+            (("read_file", "card.txt"),),
+            ("write_file", "card.txt"),
+            None,
+        ),
+        # asked to change a file that is there: its own text first
+        (
+            "change the port in server.conf to 9090",
+            (),
+            ("write_file", "server.conf"),
+            "server.conf",
+        ),
+        ("change the port in server.conf to 9090", (), ("edit_file", "server.conf"), "server.conf"),
+        (
+            "change the port in server.conf to 9090",
+            (("read_file", "server.conf"),),
+            ("write_file", "server.conf"),
+            None,
+        ),
+        ("add 'milk' to shopping.md", (), ("write_file", "shopping.md"), "shopping.md"),
+        ("there's a typo in draft.txt - fix it", (), ("edit_file", "draft.txt"), "draft.txt"),
+        # asked to make one: nothing to read
+        (
+            "create a file called hello.txt that says hi there",
+            (),
+            ("write_file", "hello.txt"),
+            None,
+        ),
+        ("save the list apples, pears into fruit.txt", (), ("write_file", "fruit.txt"), None),
         ("copy a.txt to b.txt", (), ("write_file", "other.txt"), None),
         ("copy a.txt to b.txt", (), ("read_file", "b.txt"), None),
     ],
