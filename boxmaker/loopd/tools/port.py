@@ -245,7 +245,7 @@ def broker_registry(tools: Sequence[ToolSchema], core: Sequence[str] = ("clock",
     # recall is loopd's (the session's own record): a brokerd tool of that name is not reachable.
     own = (CLOCK_SCHEMA.name, RECALL_SCHEMA.name)
     rest = [RegisteredTool(t, core=t.name in core) for t in tools if t.name not in own]
-    recall = RegisteredTool(RECALL_SCHEMA, core=RECALL_SCHEMA.name in core)
+    recall = RegisteredTool(RECALL_SCHEMA, core=False)
     clock = RegisteredTool(CLOCK_SCHEMA, core=CLOCK_SCHEMA.name in core)
     return Registry([clock, *rest, recall])
 
@@ -259,11 +259,11 @@ def tools_line(config: ToolsConfig) -> str:
 
 
 def baseline_tools(config: ToolsConfig) -> tuple[ToolSchema, ...]:
-    """A new session's tools array: the `[tools] core` tools (clock and recall are loopd's; any
-    other's schema is brokerd's, asked once here, and left out when brokerd does not grant it or
-    cannot be reached), then find_tool and call_tool, unless every tool is core."""
-    known = [CLOCK_SCHEMA, RECALL_SCHEMA]
-    complete = config.broker_socket is None
+    """A new session's tools array: the `[tools] core` tools (clock is loopd's; any other's
+    schema is brokerd's, asked once here, and left out when brokerd does not grant it or cannot
+    be reached), then find_tool and call_tool, unless every tool brokerd grants is core."""
+    known = [CLOCK_SCHEMA]
+    complete = False  # without brokerd's list, the brief's three (M2b section 5)
     if config.broker_socket is not None and set(config.core) - {CLOCK_SCHEMA.name}:
         port = BrokerPort(str(config.broker_socket), config.broker_timeout_ms / 1000, _no_approval)
         granted = port.tools()
@@ -294,7 +294,7 @@ def tool_port(
     when [tools] broker_socket is set, else LoopdClock and clock alone. `epoch` gives the
     session's current epoch at each call."""
     if config.broker_socket is None:
-        return {"port": LoopdClock(), "registry": local_registry(config.core)}
+        return {"port": LoopdClock(), "registry": local_registry()}
     path = str(config.broker_socket)
     timeout = None if call_timeout_ms is None else call_timeout_ms / 1000
     port = BrokerPort(path, config.broker_timeout_ms / 1000, on_approval, session, epoch, timeout)

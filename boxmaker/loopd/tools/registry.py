@@ -13,10 +13,11 @@ call_tool; docs/decisions/core-tools.md):
 
 The registry lists the tools the port can run, each with its `core` flag; without brokerd it is
 `clock` alone (`local_registry`, answered by loopd). Every registry also lists `recall` (issue
-21), reached through `call_tool` like any other unless `[tools] core` names it; loopd answers it
-itself beside the port (`turn.recall`), since it reads only the session's own log. When every
-tool is core, find_tool and call_tool are not offered at all (`core_schemas`). `find_tool`
-searches only the tools that are not core: the core ones are in the tools array already, and
+21), reached through `call_tool` like any other, or called directly; loopd answers it itself
+beside the port (`turn.recall`), since it reads only the session's own log. When every tool
+brokerd grants is core, find_tool and call_tool are not offered at all (`core_schemas`), and
+recall joins the tools array from the first fold on (`folded_tools`). `find_tool` searches only
+the tools that are not core: the core ones are in the tools array already, and
 call_tool refuses them, so offering them there would mislead the model.
 
 `resolve` decides what happens to one call, with no I/O: an `Answer` that loopd gives itself
@@ -97,16 +98,25 @@ def core_schemas(
     in that order, that `known` has (a name it lacks is left out), then find_tool and
     call_tool. `core = ["clock"]` gives CORE_SCHEMAS.
 
-    find_tool and call_tool are left out when `known` is every tool the registry has
-    (`complete`) and each one is in `core` (recall included): there is nothing for them to find,
-    and a small model offered them calls find_tool instead of the tool it needs (issue 40: in the
-    qwen-coder profile they reached only recall, and 2 of 26 owner tasks failed in them)."""
-    by_name = {s.name: s for s in known}
+    find_tool and call_tool are left out when `known` is every tool there is besides recall
+    (`complete`) and each one is in `core`: a new session has nothing to recall, so there is
+    nothing for them to find, and a small model offered them called find_tool instead of the tool
+    it needed (issue 40: in the qwen-coder profile they reached only recall; 2 of 26 owner tasks
+    failed in them). `folded_tools` offers recall once a fold has left something to recall."""
+    by_name = {s.name: s for s in known if s.name != RECALL}
     own = {FIND_TOOL, CALL_TOOL}
     offered = tuple(by_name[n] for n in core if n in by_name and n not in own)
     if complete and {s.name for s in offered} >= set(by_name):
         return offered
     return (*offered, FIND_TOOL_SCHEMA, CALL_TOOL_SCHEMA)
+
+
+def folded_tools(tools: tuple[ToolSchema, ...]) -> tuple[ToolSchema, ...]:
+    """The tools array of the epoch after a fold: recall added where neither find_tool nor recall
+    is there to reach it (the earlier section names records only recall returns)."""
+    if any(t.name in (FIND_TOOL, RECALL) for t in tools):
+        return tools
+    return (*tools, RECALL_SCHEMA)
 
 
 @dataclass(frozen=True, slots=True)
@@ -155,12 +165,10 @@ class Registry:
         )
 
 
-def local_registry(core: Iterable[str] = ("clock",)) -> Registry:
+def local_registry() -> Registry:
     """The registry without brokerd: `clock` (core, answered by loopd: `port.LoopdClock`) and
-    `recall` (loopd's own, answered beside the port: `turn.recall`; called directly when `core`
-    names it). Nothing else is reachable."""
-    recall = RegisteredTool(RECALL_SCHEMA, core=RECALL in core)
-    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), recall])
+    `recall` (loopd's own, answered beside the port: `turn.recall`). Nothing else is reachable."""
+    return Registry([RegisteredTool(CLOCK_SCHEMA, core=True), RegisteredTool(RECALL_SCHEMA, False)])
 
 
 def find_tool_answer(registry: Registry, query: str) -> str:
@@ -214,7 +222,7 @@ def resolve(call: ToolCall, registry: Registry) -> Resolution:
     tool = registry.get(call.name)
     if tool is None:
         core = [t.schema.name for t in registry.tools if t.core]
-        if not registry.search(""):  # every tool is core: find_tool is not offered
+        if not [t for t in registry.search("") if t.name != RECALL]:  # find_tool not offered
             return _error(
                 call.name,
                 f"there is no tool named {_quoted(call.name)}. The tools are {', '.join(core)}.",
@@ -225,7 +233,7 @@ def resolve(call: ToolCall, registry: Registry) -> Resolution:
             f"there is no tool named {_quoted(call.name)}. The tools are {names}; "
             f"{FIND_TOOL} finds more, and {CALL_TOOL} calls them.",
         )
-    if not tool.core:
+    if not tool.core and call.name != RECALL:  # recall: also direct, where no call_tool is
         return _error(
             call.name,
             f"{call.name} is not called directly: call it with {CALL_TOOL}, "

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 
 from boxmaker.loopd.llama.errors import InferError
 from boxmaker.loopd.llama.types import ChatRequest, Completion
+from boxmaker.loopd.tools.registry import folded_tools
 from boxmaker.proto import (
     Assistant,
     AssistantMessage,
@@ -151,7 +152,7 @@ def cut_share(old: Baseline, records: Sequence[LogRecord], new: Baseline, keep_f
 
 def _bare(system_now: str, baseline: Baseline) -> Baseline:
     """The next baseline with an empty summary and no owner text: the least a fold can leave."""
-    return Baseline(system_now, baseline.tools)
+    return Baseline(system_now, folded_tools(baseline.tools))
 
 
 def would_ask(baseline: Baseline, records: Sequence[LogRecord], settings: Settings) -> bool:
@@ -253,7 +254,8 @@ def summarise(
     summary = bounded_summary((got.content or "").strip(), settings.summary_tokens)
     if not summary:
         return Failed("the model's summary was empty")
-    new = next_baseline(system_now, baseline, summary, records, keep_from, settings.owner_chars)
+    tools = Baseline(baseline.system, folded_tools(baseline.tools))
+    new = next_baseline(system_now, tools, summary, records, keep_from, settings.owner_chars)
     if (size := len(new.to_bytes())) > BASELINE_MAX_BYTES:  # it could not be read back
         return Failed(
             f"the next baseline would be {size:,} bytes, over its bound of "

@@ -26,6 +26,7 @@ from boxmaker.loopd.tools.registry import (
     RECALL_SCHEMA,
     Dispatch,
     core_schemas,
+    folded_tools,
     resolve,
 )
 from boxmaker.proto import ToolCall, ToolRequest, ToolSchema, is_time
@@ -73,7 +74,8 @@ def test_the_default_core_is_the_briefs_three() -> None:
     ],
 )
 def test_core_schemas_follow_the_config(core: list[str], names: list[str]) -> None:
-    got = [s.name for s in core_schemas(core, [CLOCK_SCHEMA, READ, LIST, RECALL_SCHEMA])]
+    shell = ToolSchema("shell", "Runs a command.", {"type": "object"})  # granted, never core here
+    got = [s.name for s in core_schemas(core, [CLOCK_SCHEMA, READ, LIST, shell])]
     assert got == [*names, FIND_TOOL, CALL_TOOL]
 
 
@@ -97,34 +99,32 @@ def test_brokerd_down_leaves_only_clock_in_a_new_baseline(tmp_path: Path) -> Non
 def test_find_tool_and_call_tool_are_left_out_when_every_tool_is_core() -> None:
     """Issue 40: in the qwen-coder profile find_tool reached only recall, and the model called it
     instead of the tool it needed."""
-    known = [CLOCK_SCHEMA, READ, LIST, RECALL_SCHEMA]
-    every = ["read_file", "list_dir", "clock", "recall"]
+    known = [CLOCK_SCHEMA, READ, LIST]
+    every = ["read_file", "list_dir", "clock"]
     assert [s.name for s in core_schemas(every, known)] == every
-    # One tool behind it (recall, or a tool brokerd grants beyond the list): both are offered.
-    got = [s.name for s in core_schemas(["read_file", "list_dir", "clock"], known)]
-    assert got == ["read_file", "list_dir", "clock", FIND_TOOL, CALL_TOOL]
+    assert [s.name for s in core_schemas(every, [*known, RECALL_SCHEMA])] == every
+    # One tool behind them (a tool brokerd grants beyond the list): both are offered.
+    got = [s.name for s in core_schemas(["read_file", "clock"], known)]
+    assert got == ["read_file", "clock", FIND_TOOL, CALL_TOOL]
     # What brokerd grants is not known (it is down): both are offered.
     got = [s.name for s in core_schemas(every, known, complete=False)]
     assert got == [*every, FIND_TOOL, CALL_TOOL]
 
 
-def test_with_every_tool_core_recall_is_called_directly_and_errors_name_only_the_tools() -> None:
-    registry = broker_registry([READ, LIST], core=("clock", "read_file", "list_dir", "recall"))
-    assert registry.search("") == ()
+def test_recall_joins_the_tools_array_after_a_fold_only_where_nothing_reaches_it() -> None:
+    bare = (CLOCK_SCHEMA, READ)
+    assert folded_tools(bare) == (CLOCK_SCHEMA, READ, RECALL_SCHEMA)
+    assert folded_tools(folded_tools(bare)) == (CLOCK_SCHEMA, READ, RECALL_SCHEMA)
+    assert folded_tools(CORE_SCHEMAS) == CORE_SCHEMAS  # find_tool finds it
+
+
+def test_recall_is_called_directly_and_errors_name_only_the_tools_where_every_tool_is_core() -> None:
+    registry = broker_registry([READ, LIST], core=("clock", "read_file", "list_dir"))
+    assert [s.name for s in registry.search("")] == ["recall"]
     recall = resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry)
     assert isinstance(recall, Dispatch)
     miss = resolve(ToolCall("m", "cat", "{}"), registry)
     assert not isinstance(miss, Dispatch)
     assert miss.content == (
-        'error: there is no tool named "cat". The tools are clock, read_file, list_dir, recall.'
-    )
-    assert FIND_TOOL not in miss.content
-
-
-def test_without_brokerd_a_core_recall_leaves_only_clock_and_recall() -> None:
-    config = ToolsConfig(core=("clock", "recall"))
-    assert [s.name for s in baseline_tools(config)] == ["clock", "recall"]
-    registry = tool_port(config, lambda *_: None)["registry"]
-    assert isinstance(
-        resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry), Dispatch
+        'error: there is no tool named "cat". The tools are clock, read_file, list_dir.'
     )

@@ -52,9 +52,10 @@ def test_recall_is_found_never_a_core_schema() -> None:
     body, footer = find_tool_answer(REG, "folded").rsplit("\n", 1)
     assert orjson.loads(body) == [RECALL_SCHEMA.to_json()]
     assert footer == "Call it with call_tool."
+    # Called directly it runs too: where every brokerd tool is core, no call_tool is offered
+    # and a folded epoch's tools array holds recall itself (registry.folded_tools).
     got = resolve(ToolCall("c1", "recall", '{"epoch": 0, "seq": 3}'), REG)
-    assert isinstance(got, Answer)  # called directly: refused, with how to call it
-    assert "recall is not called directly: call it with call_tool" in got.content
+    assert got == Dispatch("recall", '{"epoch": 0, "seq": 3}')
     args = '{"name": "recall", "arguments": {"epoch": 0, "seq": "3"}}'
     bad = resolve(ToolCall("c2", "call_tool", args), REG)
     assert bad == Answer(
