@@ -67,6 +67,13 @@ def test_a_post_both_live_and_caught_up_is_answered_once_across_a_kill(
     dm = fake.direct_channel(OWNER)
     rig.crash_at("before_turn", 2)
     crashing = rig.start()
+    # the start's own catch-up read the DM empty: else it may find the lost post and answer it
+    # first, and the live one's turn is the one killed (waited 150 s for its reply)
+    wait_for(
+        lambda: any(f"catch-up of {dm}: 0 post(s)" in ln for ln in crashing.err_lines),
+        "the start's catch-up",
+        BOUND_S,
+    )
     env.model.load([say("answer to the live one")])
     fake.lose_next(1)
     lost = fake.post_as(OWNER, dm, "the lost one")
