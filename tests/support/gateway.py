@@ -18,7 +18,7 @@ from typing import Any
 from boxmaker._toml import toml_dumps
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv, serve_env
+from tests.support.serve import BOUND_S, QUICK_POLL, REPLY_BOUND_S, ServeEnv, serve_env
 from tests.support.turn import say
 
 START_LINE = "gatewayd: socket connected"
@@ -128,7 +128,7 @@ def gateway_stack(**fake_options: Any) -> Iterator[GatewayStack]:
         serve_env() as env,
         FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER, **fake_options) as fake,
     ):
-        env.start()
+        env.start(inference=QUICK_POLL)  # a held turn's first frame within 0.5 s, not 5
         rig = GatewayRig(env, fake)
         try:
             yield env, fake, rig
