@@ -10,8 +10,9 @@ what these tests try: the file modes brokerd meets (a folder it cannot open, a g
 mid-edit, a file it may not say exists), the sandbox's uid (brokerd's own here, so a server
 reads and writes as brokerd's uid: the mounts alone keep brokerd's files out, and its planted
 set-id files are brokerd's), reading /proc for a server's memory, killing what a server
-started. The peers of the two sockets with really different uids are tests/brokerd/sandbox/test_uids.py
-and tests/brokerd/test_documented_start.py (root makes the second uid there).
+started. The peers of the two sockets with really different uids are
+tests/brokerd/sandbox/test_uids.py and tests/brokerd/test_documented_start.py (root makes the
+second uid there).
 
 The child runs on the system's python3 with this checkout and the venv's packages on its path:
 the venv's interpreter may sit under a folder only root can enter (/root/.pyenv here), and
@@ -57,9 +58,15 @@ NEEDS_ROOT = pytest.mark.skipif(
 MEMORY = "tests/brokerd/mcp/test_memory_whole.py::"
 STOPPED = "test_processes_that_pass_memory_bytes_together_stop_the_server"
 HOSTILE = "tests/brokerd/mcp/test_hostile.py::"
-EDIT = "tests/brokerd/approvals/test_always_edit.py::test_always_never_merges_into_a_file_caught_mid_edit"
+EDIT = (
+    "tests/brokerd/approvals/test_always_edit.py::"
+    "test_always_never_merges_into_a_file_caught_mid_edit"
+)
 QUOTA = "tests/brokerd/mcp/test_rw_quota.py::test_an_rw_server_writing_past_the_quota_is_stopped"
-REFUSAL = "tests/brokerd/security/test_attack_live.py::test_a_refusal_is_the_same_whether_or_not_the_file_is_there"
+REFUSAL = (
+    "tests/brokerd/security/test_attack_live.py::"
+    "test_a_refusal_is_the_same_whether_or_not_the_file_is_there"
+)
 FETCH = (
     "tests/brokerd/tools/test_fetch_ports.py::test_always_on_a_loopback_url_grants_that_port_only"
 )
