@@ -31,7 +31,6 @@ from typing import Any
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import (
     Assistant,
     CacheLoss,
@@ -54,7 +53,7 @@ from boxmaker.session.paths import session_dir
 from . import decisions
 from .decisions import Asked, Matcher
 from .escape import continued, one_line, visible
-from .stack import home_for
+from .stack import add_home_argument, home_for
 
 HELP = (
     "print a session's conversation from its log: turns, tool calls and results, approvals, epochs"
@@ -64,11 +63,7 @@ PROG = "bxctl history"
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="the session's id")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
-    )
+    add_home_argument(parser)
     parser.add_argument(
         "--broker-log",
         type=Path,

@@ -27,7 +27,6 @@ import time
 from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.errors import RepairRefused, SessionBusy, SessionError
 from boxmaker.session.paths import LOG_NAME, session_dir
@@ -41,7 +40,7 @@ from boxmaker.session.repair import (
 )
 from boxmaker.session.verify import verify_session
 
-from .verify import home_from
+from .stack import add_home_argument, home_for
 
 HELP = "cut a faulty last line (never acknowledged) off a session's log, keeping a copy"
 WAIT_S = 330.0  # [channel] worker_idle_ms's default (300 s), and some slack
@@ -50,11 +49,7 @@ RETRY_S = 0.2
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="the session id")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
-    )
+    add_home_argument(parser)
     parser.add_argument(
         "--wait",
         type=float,
@@ -108,7 +103,7 @@ def busy_message(session: str, who: str) -> str:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home, env.environ)
+    home = home_for(args.home, env.environ)
     session = args.session
     deadline = None if args.wait is None else time.monotonic() + args.wait
     said = False

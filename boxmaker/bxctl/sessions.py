@@ -23,7 +23,6 @@ from pathlib import Path
 import orjson
 
 from boxmaker._cli import Environment, ExitStatus
-from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import is_session_id
 from boxmaker.proto.rfc3339 import format_time, is_time
 from boxmaker.session.errors import SessionError
@@ -31,17 +30,13 @@ from boxmaker.session.files import errno_name, read_regular
 from boxmaker.session.paths import LOG_MAX_BYTES, LOG_NAME, SESSIONS_DIR
 from boxmaker.session.verify import verify_session
 
-from .verify import home_from
+from .stack import add_home_argument, home_for
 
 HELP = "list the sessions on disk: records, last activity, and whether each log verifies"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--home",
-        type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
-    )
+    add_home_argument(parser)
     parser.add_argument("--json", action="store_true", help="print one JSON line per session")
 
 
@@ -153,7 +148,7 @@ def _table(listed: list[Listed]) -> str:
 
 
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home, env.environ)
+    home = home_for(args.home, env.environ)
     try:
         listed = list_sessions(home)
     except Unreadable as e:

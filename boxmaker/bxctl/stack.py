@@ -17,6 +17,7 @@ chat with another `--socket` never answers approvals on an unrelated brokerd.
 
 from __future__ import annotations
 
+import argparse
 import os
 import shlex
 from collections.abc import Mapping
@@ -154,8 +155,19 @@ def _same(a: Path, b: Path) -> bool:
         return a == b
 
 
+def add_home_argument(parser: argparse.ArgumentParser) -> None:
+    """`--home`, as each command that reads the sessions takes it (`home_for` resolves it)."""
+    parser.add_argument(
+        "--home",
+        type=Path,
+        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
+    )
+
+
 def home_for(arg: Path | None, environ: Mapping[str, str]) -> Path:
-    """`--home`, else $BOXMAKER_HOME, else make run's home (run.env), else the default."""
+    """`--home`, else $BOXMAKER_HOME when set and not empty, else make run's home (its run.env:
+    the new-user trial's `bxctl sessions` after `make run` looked in /var/lib/boxmaker), else
+    the default."""
     if arg is not None:
         return arg
     if environ.get(HOME_ENV):

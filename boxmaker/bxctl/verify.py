@@ -8,39 +8,24 @@ run's (run.env), else /var/lib/boxmaker.
 from __future__ import annotations
 
 import argparse
-import os
-from collections.abc import Mapping
-from pathlib import Path
 
 from boxmaker._cli import Environment, ExitStatus, print_json_line
-from boxmaker._defaults import DEFAULT_HOME, HOME_ENV
 from boxmaker.proto import SessionIdError
 from boxmaker.session.verify import verify_session
 
-from .stack import home_for
+from .stack import add_home_argument, home_for
 
 HELP = "check a session's log and baseline file from disk, and print what was found"
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session", help="the session id")
-    parser.add_argument(
-        "--home",
-        type=Path,
-        help=f"Boxmaker's home (default: ${HOME_ENV}, else make run's, else {DEFAULT_HOME})",
-    )
+    add_home_argument(parser)
     parser.add_argument("--json", action="store_true", help="print the finding as one JSON line")
 
 
-def home_from(arg: Path | None, environ: Mapping[str, str] | None = None) -> Path:
-    """`--home`, else $BOXMAKER_HOME when set and not empty, else make run's home (its run.env:
-    the new-user trial's `bxctl sessions` after `make run` looked in /var/lib/boxmaker), else
-    /var/lib/boxmaker."""
-    return home_for(arg, os.environ if environ is None else environ)
-
-
 def run(args: argparse.Namespace, env: Environment) -> ExitStatus:
-    home = home_from(args.home, env.environ)
+    home = home_for(args.home, env.environ)
     try:
         found = verify_session(home, args.session)
     except SessionIdError as e:

@@ -62,13 +62,19 @@ class CallBody(_Body):
 
 
 @dataclass(frozen=True, slots=True)
-class ApprovalNeeded(_Body):
-    """broker.sock `approval_needed`: what loopd may know while the owner is asked. `summary`
-    is the brief line (the channel's ApprovalNeededEvent carries it on)."""
+class _HeldView(_Body):
+    """A held call as one of brokerd's peers is shown it (the first keys of each such body):
+    its id, brokerd's name for the tool, and what that peer may read of the call."""
 
     id: str = field(metadata=wire(STR))
     tool: str = field(metadata=wire(STR))
     summary: str = field(metadata=wire(STR))
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalNeeded(_HeldView):
+    """broker.sock `approval_needed`: what loopd may know while the owner is asked. `summary`
+    is the brief line (the channel's ApprovalNeededEvent carries it on)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,12 +85,9 @@ class Claim(_Body):
 
 
 @dataclass(frozen=True, slots=True)
-class HeldCall(_Body):
+class HeldCall(_HeldView):
     """owner.sock `call` (and each of `pending`'s calls): the owner's prompt, whole."""
 
-    id: str = field(metadata=wire(STR))
-    tool: str = field(metadata=wire(STR))
-    summary: str = field(metadata=wire(STR))
     reason: str = field(metadata=wire(STR))
     always: str = field(metadata=wire(STR))
     no_always: str = field(metadata=wire(STR))
@@ -109,14 +112,11 @@ class Answered(_Body):
 
 
 @dataclass(frozen=True, slots=True)
-class ChatCall(_Body):
+class ChatCall(_HeldView):
     """chat.sock `pending`'s calls: a held call as the chat may show it. `code` (derived from the
     call's id and hash) is what an answer quotes; "" when the call is box-only, and then
     `box_only` says why and `summary` is "" (gatewayd shows loopd's brief line)."""
 
-    id: str = field(metadata=wire(STR))
-    tool: str = field(metadata=wire(STR))
-    summary: str = field(metadata=wire(STR))
     code: str = field(metadata=wire(STR))
     box_only: str = field(metadata=wire(STR))
     wait_ms: int | None = field(default=None, metadata=wire(UINT_OR_ABSENT))

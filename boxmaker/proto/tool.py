@@ -88,11 +88,27 @@ def call_tool_target(name: str, arguments: str) -> str | None:
     or arguments that are not a JSON object with a name."""
     if name != "call_tool":
         return None
+    args = _json_object(arguments)
+    return str(args["name"]) if "name" in args else None
+
+
+def tool_and_arguments(name: str, arguments: str) -> tuple[str, dict[str, Any]]:
+    """The tool a call runs and the arguments it runs with: a `call_tool` call's target and its
+    inner `arguments`, any other call as it is. {} for arguments that are not a JSON object."""
+    args = _json_object(arguments)
+    if name != "call_tool":
+        return name, args
+    inner = args.get("arguments")
+    return str(args.get("name", name)), inner if isinstance(inner, dict) else {}
+
+
+def _json_object(arguments: str) -> dict[str, Any]:
+    """The call's arguments as a JSON object, or {} where they are not one."""
     try:
         args = orjson.loads(arguments)
     except orjson.JSONDecodeError:
-        return None
-    return str(args["name"]) if isinstance(args, dict) and "name" in args else None
+        return {}
+    return args if isinstance(args, dict) else {}
 
 
 @dataclass(frozen=True, slots=True)

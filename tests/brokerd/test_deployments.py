@@ -10,8 +10,9 @@ what these tests try: the file modes brokerd meets (a folder it cannot open, a g
 mid-edit, a file it may not say exists), the sandbox's uid (brokerd's own here, so a server
 reads and writes as brokerd's uid: the mounts alone keep brokerd's files out, and its planted
 set-id files are brokerd's), reading /proc for a server's memory, killing what a server
-started. The peers of the two sockets with really different uids are tests/brokerd/test_uids.py
-and test_documented_start.py (root makes the second uid there).
+started. The peers of the two sockets with really different uids are
+tests/brokerd/sandbox/test_uids.py and tests/brokerd/test_documented_start.py (root makes the
+second uid there).
 
 The child runs on the system's python3 with this checkout and the venv's packages on its path:
 the venv's interpreter may sit under a folder only root can enter (/root/.pyenv here), and
@@ -47,7 +48,7 @@ def _same_python() -> bool:
     return got.stdout.strip() == str(sys.version_info[:2])  # the venv's compiled modules load
 
 
-pytestmark = pytest.mark.skipif(
+NEEDS_ROOT = pytest.mark.skipif(
     os.geteuid() != 0 or not shutil.which("setpriv") or not shutil.which("bwrap"),
     reason="running brokerd's tests as a second uid needs root, setpriv and bwrap",
 )
@@ -57,17 +58,23 @@ pytestmark = pytest.mark.skipif(
 MEMORY = "tests/brokerd/mcp/test_memory_whole.py::"
 STOPPED = "test_processes_that_pass_memory_bytes_together_stop_the_server"
 HOSTILE = "tests/brokerd/mcp/test_hostile.py::"
-EDIT = "tests/brokerd/test_always_edit.py::test_always_never_merges_into_a_file_caught_mid_edit"
+EDIT = (
+    "tests/brokerd/approvals/test_always_edit.py::"
+    "test_always_never_merges_into_a_file_caught_mid_edit"
+)
 QUOTA = "tests/brokerd/mcp/test_rw_quota.py::test_an_rw_server_writing_past_the_quota_is_stopped"
 REFUSAL = (
-    "tests/brokerd/test_attack_live.py::test_a_refusal_is_the_same_whether_or_not_the_file_is_there"
+    "tests/brokerd/security/test_attack_live.py::"
+    "test_a_refusal_is_the_same_whether_or_not_the_file_is_there"
 )
-FETCH = "tests/brokerd/test_fetch_ports.py::test_always_on_a_loopback_url_grants_that_port_only"
+FETCH = (
+    "tests/brokerd/tools/test_fetch_ports.py::test_always_on_a_loopback_url_grants_that_port_only"
+)
 # What a plain uid meets and root never does, and what the sandbox does as brokerd's own uid.
 ONE_USER = [
     # item 7: a folder brokerd cannot open, set-id files, the write quota, as the files' owner
-    "tests/brokerd/test_tree_walk.py",
-    "tests/brokerd/test_setid.py::test_no_set_id_bit_survives_a_call",
+    "tests/brokerd/sandbox/test_tree_walk.py",
+    "tests/brokerd/sandbox/test_setid.py::test_no_set_id_bit_survives_a_call",
     f"{QUOTA}[/workspace/h/big:64:0300]",
     f"{QUOTA}[/workspace/h/big:64:0000]",
     # the sandbox as brokerd's uid: the mounts alone keep brokerd's files out
@@ -94,8 +101,8 @@ ONE_USER = [
 # With CAP_CHOWN ambient: each path that starts a sandbox (bwrap refuses a capability) or
 # writes the owner's files.
 TWO_USERS = [
-    "tests/brokerd/test_setid.py::test_no_set_id_bit_survives_a_call",
-    "tests/brokerd/test_tree_walk.py::test_a_set_id_file_in_a_folder_brokerd_cannot_read_loses_its_bit",
+    "tests/brokerd/sandbox/test_setid.py::test_no_set_id_bit_survives_a_call",
+    "tests/brokerd/sandbox/test_tree_walk.py::test_a_set_id_file_in_a_folder_brokerd_cannot_read_loses_its_bit",
     f"{QUOTA}[/workspace/h/big:64:0300]",
     f"{HOSTILE}test_it_reads_no_host_file_it_was_not_given",
     f"{HOSTILE}test_a_setuid_file_planted_in_an_rw_workspace_keeps_no_setuid_bit",
@@ -112,6 +119,20 @@ DEPLOYMENTS = {
 }
 
 
+@pytest.mark.parametrize("chosen", [*ONE_USER, *TWO_USERS])
+def test_each_chosen_test_is_where_it_is_named(chosen: str) -> None:
+    """A chosen test moved or renamed fails here, on every machine, not only where root runs
+    the deployments (pytest would say "not found" there, after the minutes of the others)."""
+    file, _, name = chosen.partition("::")
+    path = ROOT / file
+    assert path.is_file(), f"{file} is gone: update this module's lists to where it moved"
+    function = name.partition("[")[0]
+    assert not function or f"def {function}(" in path.read_text("utf-8"), (
+        f"{file} has no {function}: update this module's lists"
+    )
+
+
+@NEEDS_ROOT
 @pytest.mark.skipif(not _same_python(), reason=f"{SYSTEM_PYTHON} is not the venv's Python")
 @pytest.mark.parametrize("deployment", DEPLOYMENTS)
 def test_the_security_tests_hold_under(deployment: str) -> None:

@@ -20,7 +20,18 @@ from boxmaker.bxctl.cli import main
 from tests.support.cli import run_cli
 from tests.support.fakeserver import Outcome
 from tests.support.procs import wait_for
-from tests.support.pty import PROMPT_READY, TURN_S, Pty, open_chat, session_of, users, wait_users
+from tests.support.pty import (
+    PROMPT_READY,
+    TURN_S,
+    Pty,
+    bxctl_environ,
+    bxctl_path,
+    chat_at_prompt,
+    open_chat,
+    session_of,
+    users,
+    wait_users,
+)
 from tests.support.recorded import Recorded
 from tests.support.replies import Reply, json_reply
 from tests.support.serve import BOUND_S, ServeEnv, serve_env
@@ -56,10 +67,7 @@ def stack() -> Iterator[ServeEnv]:
 
 
 def test_arrow_keys_edit_and_history_recalls_across_runs(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send("helo wrld")
         term.send(b"\x1b[D" * 3 + b"o")  # Left x3: between w and r
         term.send(b"\x1b[H" + b"\x1b[C" * 3 + b"l")  # Home, Right x3: helo -> hello
@@ -70,57 +78,39 @@ def test_arrow_keys_edit_and_history_recalls_across_runs(stack: ServeEnv) -> Non
         term.wait_output(PROMPT_READY, since=done.end())
         term.send(b"\x04")  # Ctrl-D at an empty prompt: the end
         assert term.wait_exit() == 0
-    finally:
-        term.close()
     history = stack.folder / "history"
     assert history.stat().st_mode & 0o777 == 0o600
-    again = open_chat(stack, "--session", sid)
-    try:
+    with open_chat(stack, "--session", sid) as again:
         again.wait_output(rf"resumed {sid}: 1 turn, last at ")
         again.wait_output(r"you: hello world")  # the last exchange, shown on resume
         again.wait_output(PROMPT_READY)
         again.send(b"\x1b[A\r")  # Up: the message of the run before
         assert wait_users(stack, sid, 2) == ["hello world", "hello world"]
-    finally:
-        again.close()
 
 
 @pytest.mark.parametrize("size", [4_096, 20_000])
 def test_a_bracketed_paste_reaches_the_log_whole(stack: ServeEnv, size: int) -> None:
     line = "0123456789abcdefghijklmnopqrstuvwxyz " * 3 + "\n"
     text = (line * (size // len(line) + 1))[:size].rstrip("\n") + "END"
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send(PASTE_START + text.encode() + PASTE_END)
         term.send(b"\r")
         [got] = wait_users(stack, sid, 1)
         assert len(got) == len(text)
         assert got == text
-    finally:
-        term.close()
 
 
 def test_triple_quotes_make_one_message_of_several_lines(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send('"""\rfirst line\rsecond line\r"""\r')
         assert wait_users(stack, sid, 1) == ["first line\nsecond line"]
-    finally:
-        term.close()
 
 
 def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> None:
     """Each step waits for the condition the next needs (issue 30 item 4: it once failed under
     load): the answer streaming before the Ctrl-C, the editor's prompt before typing, and the
     turn's own bound (TURN_S) wherever loopd may wait that long."""
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send(LONG + "\r")
         mark = len(term.output)
         # the turn has started streaming (a worker started first: the turn's bound, not BOUND_S)
@@ -165,15 +155,10 @@ def test_ctrl_c_stops_the_answer_and_the_session_goes_on(stack: ServeEnv) -> Non
         term.send(b"\x03")  # Ctrl-C at an empty prompt: quit, naming the session
         term.wait_output(rf"session {sid}: to go on with it, run `bxctl chat --session {sid}`")
         assert term.wait_exit() == 0
-    finally:
-        term.close()
 
 
 def test_ctrl_c_twice_during_an_answer_quits(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send(LONG + "\r")
         term.wait_output(r"word2 ", timeout=TURN_S)
         term.send(b"\x03")
@@ -181,21 +166,14 @@ def test_ctrl_c_twice_during_an_answer_quits(stack: ServeEnv) -> None:
         term.send(b"\x03")
         term.wait_output(rf"session {sid}: to go on with it")
         assert term.wait_exit() == 0
-    finally:
-        term.close()
 
 
 def test_help_is_answered_here_and_never_sent(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send("/help\r")
         term.wait_output(r"/compact +fold the conversation")
         term.send("real\r")
         assert wait_users(stack, sid, 1) == ["real"]
-    finally:
-        term.close()
 
 
 def test_json_lines_are_unchanged_on_a_pipe(stack: ServeEnv) -> None:
@@ -218,10 +196,7 @@ def test_json_lines_are_unchanged_on_a_pipe(stack: ServeEnv) -> None:
 
 
 def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send("never sent")
         term.wait_output(r"never sent")
         mark = len(term.output)
@@ -236,8 +211,6 @@ def test_ctrl_c_with_text_typed_clears_it_and_a_second_quits(stack: ServeEnv) ->
         term.wait_output(rf"session {sid}: to go on with it")
         assert term.wait_exit() == 0
         assert users(stack, sid) == ["sent"]
-    finally:
-        term.close()
 
 
 def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
@@ -251,23 +224,17 @@ def test_a_chat_that_cannot_start_says_only_why(tmp_path: Path) -> None:
         "BOXMAKER_SOCKET": str(tmp_path / "loop.sock"),
         "BOXMAKER_RUN": str(tmp_path / "no-run"),
     }
-    term = Pty([bxctl, "chat"], environ)
-    try:
+    with Pty([bxctl, "chat"], environ) as term:
         found = term.wait_output(r"bxctl chat: loopd is not running \(no socket file at ")
         assert term.wait_exit() == 1
         shown = term.output[: found.start()]
         assert "new session" not in shown
         assert "Enter sends" not in shown
-    finally:
-        term.close()
 
 
 def test_ctrl_r_then_enter_takes_the_match_and_enter_sends_it(stack: ServeEnv) -> None:
     """Issue 39 item 1: the chat's Enter took the search's, leaving an empty search prompt."""
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send("hello world\r")
         done = term.wait_output(r"ok\r\n", timeout=TURN_S)
         term.wait_output(PROMPT_READY, since=done.end())
@@ -289,8 +256,6 @@ def test_ctrl_r_then_enter_takes_the_match_and_enter_sends_it(stack: ServeEnv) -
         term.send(b"\x03")
         term.send("third\r")
         assert wait_users(stack, sid, 3)[-1] == "third"
-    finally:
-        term.close()
 
 
 @pytest.mark.parametrize("between", ["def", "x", "new text", "d\x7fe", "\x1b[Dq"])
@@ -299,10 +264,7 @@ def test_a_second_ctrl_c_after_new_text_clears_it_and_never_quits(
 ) -> None:
     """Issue 39 item 1: Ctrl-C cleared "abc", new text was typed, and a second Ctrl-C quit the
     chat with it; now it clears that text too: only an empty prompt's Ctrl-C quits."""
-    term = open_chat(stack)
-    try:
-        sid = session_of(term)
-        term.wait_output(PROMPT_READY)
+    with chat_at_prompt(stack) as (term, sid):
         term.send("abc")
         term.wait_output(r"abc")
         term.send(b"\x03")  # clears abc
@@ -316,8 +278,6 @@ def test_a_second_ctrl_c_after_new_text_clears_it_and_never_quits(
         term.send(b"\x03")  # at an empty prompt: quit
         term.wait_output(rf"session {sid}: to go on with it")
         assert term.wait_exit() == 0
-    finally:
-        term.close()
 
 
 def test_a_full_disk_under_the_history_is_one_line_and_the_chat_goes_on(stack: ServeEnv) -> None:
@@ -326,19 +286,10 @@ def test_a_full_disk_under_the_history_is_one_line_and_the_chat_goes_on(stack: S
     (RLIMIT_FSIZE: EFBIG, as ENOSPC, from the write)."""
     history = stack.folder / "history"
     history.write_bytes(b"\n# old\n+earlier message\n" * 40)  # over the 512-byte limit below
-    bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
-    environ = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
-        "HOME": str(stack.folder),
-        "TERM": "xterm-256color",
-        "BOXMAKER_SOCKET": str(stack.socket),
-        "BOXMAKER_HOME": str(stack.home),
-        "BOXMAKER_RUN": str(stack.folder / "no-run"),
-        "BOXMAKER_CHAT_HISTORY": str(history),
-        "PYTHONDONTWRITEBYTECODE": "1",  # no .pyc cut at the limit for later runs to load
-    }
-    limited = Pty(["/bin/sh", "-c", 'ulimit -f 1 && exec "$0" chat', bxctl], environ)
-    try:
+    # no .pyc cut at the limit for later runs to load
+    environ = bxctl_environ(stack, PYTHONDONTWRITEBYTECODE="1")
+    argv = ["/bin/sh", "-c", 'ulimit -f 1 && exec "$0" chat', bxctl_path()]
+    with Pty(argv, environ) as limited:
         sid = session_of(limited)
         limited.wait_output(PROMPT_READY)
         limited.send("first\r")
@@ -354,23 +305,18 @@ def test_a_full_disk_under_the_history_is_one_line_and_the_chat_goes_on(stack: S
         assert "Press ENTER" not in shown
         assert "Traceback" not in shown
         assert shown.count("[history: cannot write") == 1
-    finally:
-        limited.close()
 
 
 def test_a_fifo_as_the_history_file_never_hangs_the_chat(stack: ServeEnv) -> None:
     """Issue 38 item 2: a FIFO as the history hung every terminal chat before its prompt."""
     history = stack.folder / "history"
     os.mkfifo(history)
-    term = open_chat(stack)
-    try:
+    with open_chat(stack) as term:
         sid = session_of(term)
         term.wait_output(r"bxctl chat: no history this time: .*history: is a FIFO")
         term.wait_output(PROMPT_READY)
         term.send("hi\r")
         assert wait_users(stack, sid, 1) == ["hi"]
-    finally:
-        term.close()
 
 
 def test_a_chat_into_a_file_greets_and_prompts_on_the_terminal(stack: ServeEnv) -> None:
@@ -386,8 +332,7 @@ def test_a_chat_into_a_file_greets_and_prompts_on_the_terminal(stack: ServeEnv) 
         "BOXMAKER_HOME": str(stack.home),
         "BOXMAKER_RUN": str(stack.folder / "no-run"),
     }
-    term = Pty(["/bin/sh", "-c", 'exec "$0" chat > "$1"', bxctl, str(into)], environ)
-    try:
+    with Pty(["/bin/sh", "-c", 'exec "$0" chat > "$1"', bxctl, str(into)], environ) as term:
         sid = session_of(term)  # the greeting, on the terminal
         term.wait_output(r"Enter sends")
         term.wait_output(r"> $")  # the prompt, on the terminal
@@ -398,5 +343,3 @@ def test_a_chat_into_a_file_greets_and_prompts_on_the_terminal(stack: ServeEnv) 
         assert term.wait_exit() == 0
         assert into.read_text() == f"session {sid}\nok\n"  # the file holds the chat's data only
         assert "ok" not in term.output.split("Enter sends", 1)[1]
-    finally:
-        term.close()

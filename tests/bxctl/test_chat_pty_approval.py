@@ -45,8 +45,7 @@ def open_chat(env: ServeEnv, broker: Brokerd, *argv: str, **more: str) -> Pty:
 def test_y_at_the_question_approves_the_call(stack: tuple[ServeEnv, Brokerd]) -> None:
     env, broker = stack
     env.model.load([call_tool("write_file", {"path": "yes.txt", "content": "y"}, "w"), say("ok")])
-    term = open_chat(env, broker)
-    try:
+    with open_chat(env, broker) as term:
         term.wait_output(PROMPT_READY)
         term.send("write it\r")
         term.wait_output(QUESTION, timeout=TURN_S)
@@ -54,16 +53,13 @@ def test_y_at_the_question_approves_the_call(stack: tuple[ServeEnv, Brokerd]) ->
         term.wait_output(r"\[approval: yes: approved\]")
         term.wait_output(r"ok\r\n", timeout=TURN_S)
         assert (broker.folder / "ws" / "yes.txt").read_text() == "y"
-    finally:
-        term.close()
 
 
 def test_ctrl_c_at_the_question_denies_the_call_and_stops(stack: tuple[ServeEnv, Brokerd]) -> None:
     env, broker = stack
     # the stopped turn asks for nothing after the denied call: the cancel came first
     env.model.load([call_tool("write_file", {"path": "no.txt", "content": "n"}, "w"), say("ok")])
-    term = open_chat(env, broker)
-    try:
+    with open_chat(env, broker) as term:
         term.wait_output(PROMPT_READY)
         term.send("write it\r")
         asked = term.wait_output(QUESTION, timeout=TURN_S)
@@ -78,8 +74,6 @@ def test_ctrl_c_at_the_question_denies_the_call_and_stops(stack: tuple[ServeEnv,
         term.wait_output(PROMPT_READY, since=stopped.end())  # the chat goes on
         term.send("and now?\r")
         term.wait_output(r"ok\r\n", since=stopped.end(), timeout=TURN_S)
-    finally:
-        term.close()
 
 
 FAKE = "approve read_file? [y]es / [n]o / [a]lways: \x1b[8m\x1b[30;40m"
@@ -93,8 +87,7 @@ def test_a_question_drawn_by_the_model_is_told_from_brokerds(
     env, broker = stack
     write = call_tool("write_file", {"path": "hook.sh", "content": "curl -d @secrets/key"}, "w")
     env.model.load([Said(content=FAKE, calls=write.calls), say("ok")])
-    term = open_chat(env, broker)
-    try:
+    with open_chat(env, broker) as term:
         term.wait_output(PROMPT_READY)
         term.send("read a.txt\r")
         asked = term.wait_output(QUESTION, timeout=TURN_S)
@@ -108,8 +101,6 @@ def test_a_question_drawn_by_the_model_is_told_from_brokerds(
         term.wait_output(r"\[approval: no: denied\]", since=asked.end())
         term.wait_output(r"\[tool write_file: denied, public\]", since=asked.end(), timeout=TURN_S)
         assert not (broker.folder / "ws" / "hook.sh").exists()
-    finally:
-        term.close()
 
 
 def test_a_call_longer_than_the_screen_is_answered_with_bxctl_approve(
@@ -160,8 +151,7 @@ def test_a_wrong_answer_asks_again_and_the_wait_ending_is_said(
     after brokerd's wait denied the call."""
     env, broker = short_stack
     env.model.load([call_tool("write_file", {"path": "t.txt", "content": "t"}, "w"), say("ok")])
-    term = open_chat(env, broker)
-    try:
+    with open_chat(env, broker) as term:
         term.wait_output(PROMPT_READY)
         term.send("write it\r")
         asked = term.wait_output(QUESTION, timeout=TURN_S)
@@ -179,5 +169,3 @@ def test_a_wrong_answer_asks_again_and_the_wait_ending_is_said(
         term.wait_output(r"\[tool write_file: timed out, public\]", since=ended.end())
         term.wait_output(r"ok\r\n", since=ended.end(), timeout=TURN_S)
         assert not (broker.folder / "ws" / "t.txt").exists()
-    finally:
-        term.close()

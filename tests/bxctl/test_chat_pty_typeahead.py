@@ -33,8 +33,7 @@ def stack() -> Iterator[ServeEnv]:
 
 
 def test_typing_during_an_answer_is_not_echoed_into_it(stack: ServeEnv) -> None:
-    term = open_chat(stack)
-    try:
+    with open_chat(stack) as term:
         sid = session_of(term)
         term.wait_output(PROMPT_READY)
         term.send(SLOW + "\r")
@@ -48,5 +47,3 @@ def test_typing_during_an_answer_is_not_echoed_into_it(stack: ServeEnv) -> None:
         term.wait_output(r"typed ahead", since=prompt.end())  # the next prompt has it
         term.send("\r")
         assert wait_users(stack, sid, 2) == [SLOW, "typed ahead"]
-    finally:
-        term.close()

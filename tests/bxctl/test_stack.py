@@ -131,12 +131,11 @@ def test_sessions_verify_and_repair_find_make_runs_home(
     """The new-user trial: `bxctl sessions` after `make run` said "no sessions under
     /var/lib/boxmaker"; history and chat found run/home, the other commands did not."""
     from boxmaker.bxctl.cli import main
-    from boxmaker.bxctl.verify import home_from
     from tests.support.cli import run_cli
 
     run = make_run(tmp_path)
-    assert home_from(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
-    assert home_from(None, {"BOXMAKER_RUN": str(run), "BOXMAKER_HOME": "/h"}) == Path("/h")
+    assert home_for(None, {"BOXMAKER_RUN": str(run)}) == run / "home"
+    assert home_for(None, {"BOXMAKER_RUN": str(run), "BOXMAKER_HOME": "/h"}) == Path("/h")
     (run / "home" / "sessions").mkdir(parents=True)
     monkeypatch.setenv("BOXMAKER_RUN", str(run))
     monkeypatch.delenv("BOXMAKER_HOME", raising=False)

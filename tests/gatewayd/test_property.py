@@ -17,10 +17,10 @@ from hypothesis import HealthCheck, Phase, given, settings
 from hypothesis import strategies as st
 
 from boxmaker.gatewayd.crashpoint import POINTS
-from tests.support.gateway import BOT, OWNER, GatewayRig
+from tests.support.gateway import OWNER, GatewayRig, gateway_stack
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import wait_for
-from tests.support.serve import BOUND_S, REPLY_BOUND_S, serve_env
+from tests.support.serve import BOUND_S, REPLY_BOUND_S
 
 EXAMPLES = int(os.environ.get("BOXMAKER_GATEWAY_EXAMPLES", "3"))
 
@@ -44,16 +44,8 @@ ACTIONS = st.one_of(
 def test_every_allowed_post_is_answered_exactly_once_whatever_the_faults(
     actions: list[tuple[str, Any]],
 ) -> None:
-    with (
-        serve_env() as env,
-        FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER, max_post_size=700) as fake,
-    ):
-        env.start()
-        rig = GatewayRig(env, fake)
-        try:
-            run(rig, fake, actions)
-        finally:
-            rig.stop()
+    with gateway_stack(max_post_size=700) as (_, fake, rig):
+        run(rig, fake, actions)
 
 
 def run(rig: GatewayRig, fake: FakeMattermost, actions: list[tuple[str, Any]]) -> None:

@@ -22,7 +22,7 @@ from boxmaker.proto import (
     WireError,
     chat_message_from_json,
 )
-from boxmaker.proto.tool import call_tool_target
+from boxmaker.proto.tool import call_tool_target, tool_and_arguments
 
 CALL = ToolCall("call_1", "clock", '{"tz": "UTC"}')
 
@@ -276,3 +276,25 @@ def test_call_tool_target_is_the_tool_a_call_tool_call_names(
     name: str, arguments: str, target: str | None
 ) -> None:
     assert call_tool_target(name, arguments) == target
+
+
+@pytest.mark.parametrize(
+    ("name", "arguments", "runs"),
+    [
+        (
+            "call_tool",
+            '{"name": "write_file", "arguments": {"path": "a"}}',
+            ("write_file", {"path": "a"}),
+        ),
+        ("call_tool", '{"name": 3, "arguments": []}', ("3", {})),  # inner arguments not an object
+        ("call_tool", '{"arguments": {"path": "a"}}', ("call_tool", {"path": "a"})),  # no name
+        ("call_tool", '["write_file"]', ("call_tool", {})),
+        ("read_file", '{"path": "a"}', ("read_file", {"path": "a"})),  # any other call as it is
+        ("read_file", '{"path": "a"', ("read_file", {})),  # not JSON
+        ("read_file", '"a"', ("read_file", {})),
+    ],
+)
+def test_tool_and_arguments_is_what_a_call_runs_with(
+    name: str, arguments: str, runs: tuple[str, dict[str, Any]]
+) -> None:
+    assert tool_and_arguments(name, arguments) == runs

@@ -3,19 +3,22 @@ a real `loopd serve` on the scripted fake llama-server (tests/support/serve.py).
 
 `GatewayRig` writes the bot's token file (0600) and a gateway.toml, starts `gatewayd serve` and
 restarts it; `crash_at(point)` arms gatewayd's test-only crash hook (gatewayd/crashpoint.py)
-through a plan file, so one start dies at that point and the restart runs on.
+through a plan file, so one start dies at that point and the restart runs on. `gateway_stack`
+is the three together, as each end-to-end test of gatewayd starts them.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from boxmaker._toml import toml_dumps
 from tests.support.mattermost.fake import FakeMattermost
 from tests.support.procs import Daemon, python_module, wait_for
-from tests.support.serve import BOUND_S, REPLY_BOUND_S, ServeEnv
+from tests.support.serve import BOUND_S, QUICK_POLL, REPLY_BOUND_S, ServeEnv, serve_env
 from tests.support.turn import say
 
 START_LINE = "gatewayd: socket connected"
@@ -111,6 +114,26 @@ class GatewayRig:
 
 OWNER = "own0000000000000000000000a"  # the fake's owner and bot user ids (26 characters)
 BOT = "bot0000000000000000000000b"
+
+
+GatewayStack = tuple[ServeEnv, FakeMattermost, GatewayRig]
+
+
+@contextmanager
+def gateway_stack(**fake_options: Any) -> Iterator[GatewayStack]:
+    """A started `loopd serve` on the scripted model, the fake Mattermost (the owner and the bot,
+    `fake_options` as FakeMattermost takes them) and a GatewayRig between them, not yet started:
+    every gatewayd it started is stopped on the way out."""
+    with (
+        serve_env() as env,
+        FakeMattermost(bot_user_id=BOT, owner_user_id=OWNER, **fake_options) as fake,
+    ):
+        env.start(inference=QUICK_POLL)  # a held turn's first frame within 0.5 s, not 5
+        rig = GatewayRig(env, fake)
+        try:
+            yield env, fake, rig
+        finally:
+            rig.stop()
 
 
 def user_refs(env: ServeEnv, session: str, ref: str) -> int:

@@ -11,7 +11,8 @@ import struct
 import termios
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 
 from boxmaker.proto.ids import SESSION_ID_RE
@@ -93,6 +94,12 @@ class Pty:
             time.sleep(0.02)
         raise AssertionError(f"bxctl chat did not exit; the terminal shows:\n{self.output!r}")
 
+    def __enter__(self) -> Pty:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
     def close(self) -> None:
         if self.status is None:
             try:
@@ -103,12 +110,17 @@ class Pty:
         os.close(self.fd)
 
 
-def open_bxctl(env: ServeEnv, argv: Sequence[str], **more: str) -> Pty:
-    """`bxctl <argv>` on a pty, with `env`'s sockets and home and these more variables."""
+def bxctl_path() -> str:
+    """The venv's bxctl (the worktree's own when no venv is active)."""
     bxctl = str(Path(os.environ.get("VIRTUAL_ENV", ".venv")) / "bin" / "bxctl")
     if not os.path.exists(bxctl):
         bxctl = str(Path(__file__).resolve().parents[2] / ".venv" / "bin" / "bxctl")
-    environ = {
+    return bxctl
+
+
+def bxctl_environ(env: ServeEnv, **more: str) -> dict[str, str]:
+    """bxctl's whole environment on `env`'s sockets and home, and these more variables."""
+    return {
         **more,
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(env.folder),
@@ -118,11 +130,24 @@ def open_bxctl(env: ServeEnv, argv: Sequence[str], **more: str) -> Pty:
         "BOXMAKER_RUN": str(env.folder / "no-run"),  # never the checkout's make run
         "BOXMAKER_CHAT_HISTORY": str(env.folder / "history"),
     }
-    return Pty([bxctl, *argv], environ)
+
+
+def open_bxctl(env: ServeEnv, argv: Sequence[str], **more: str) -> Pty:
+    """`bxctl <argv>` on a pty, with `env`'s sockets and home and these more variables."""
+    return Pty([bxctl_path(), *argv], bxctl_environ(env, **more))
 
 
 def open_chat(env: ServeEnv, *args: str) -> Pty:
     return open_bxctl(env, ["chat", *args])
+
+
+@contextmanager
+def chat_at_prompt(env: ServeEnv) -> Iterator[tuple[Pty, str]]:
+    """A new `bxctl chat` at its first prompt, and its session's id; killed on the way out."""
+    with open_chat(env) as term:
+        sid = session_of(term)
+        term.wait_output(PROMPT_READY)
+        yield term, sid
 
 
 def users(env: ServeEnv, session: str) -> list[str]:

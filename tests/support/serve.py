@@ -74,6 +74,9 @@ def reply_bound_s(
 
 
 REPLY_BOUND_S = reply_bound_s()  # config_text's own limits
+# [inference] poll_ms for a test that waits on a held request's first frame or its cancel: loopd
+# tells a waiting turn's progress, and sees its cancel, once a poll (5 s by default)
+QUICK_POLL = {"poll_ms": 500}
 
 
 class ServeModel(ScriptedModel):
@@ -218,17 +221,26 @@ class ServeEnv:
 
         self.fake.on("POST", CHAT_PATH, chat)
 
-    def write_config(self, compact: dict[str, Any] | None = None, **channel: Any) -> Path:
+    def write_config(
+        self,
+        compact: dict[str, Any] | None = None,
+        inference: dict[str, Any] | None = None,
+        **channel: Any,
+    ) -> Path:
         path = self.folder / "loopd.toml"
-        path.write_text(config_text(self.folder, compact=compact, **channel))
+        path.write_text(config_text(self.folder, compact=compact, inference=inference, **channel))
         return path
 
     def start(
-        self, wait: bool = True, compact: dict[str, Any] | None = None, **channel: Any
+        self,
+        wait: bool = True,
+        compact: dict[str, Any] | None = None,
+        inference: dict[str, Any] | None = None,
+        **channel: Any,
     ) -> Daemon:
-        """`loopd serve` with these [channel] keys (and [compact], off by default); waits for its
-        start line unless told not to."""
-        config = self.write_config(compact, **channel)
+        """`loopd serve` with these [channel] keys (and [compact], off by default, and
+        [inference] keys over config_text's); waits for its start line unless told not to."""
+        config = self.write_config(compact, inference, **channel)
         daemon = Daemon(python_module("boxmaker.loopd", "serve", "--config", str(config)))
         self.daemons.append(daemon)
         if wait:

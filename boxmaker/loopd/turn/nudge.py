@@ -37,11 +37,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-import orjson
-
 from boxmaker.proto import Assistant, ToolResult, User
 from boxmaker.proto.log import LogRecord
-from boxmaker.proto.tool import call_tool_target
+from boxmaker.proto.tool import call_tool_target, tool_and_arguments
 
 NUDGE_PREFIX: Final = "[loopd] "
 NUDGE_ADVICE: Final = (
@@ -153,7 +151,7 @@ _TOUCHERS: Final = frozenset({"read_file", "list_dir", "write_file", "edit_file"
 def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
     """The `not run:` result for a write that comes before the file the owner named as its
     source was read this turn; None: the call runs."""
-    tool, args = _target_args(name, arguments)
+    tool, args = tool_and_arguments(name, arguments)
     path = args.get("path") if tool in WRITERS else None
     if not isinstance(path, str) or not path:
         return None
@@ -192,25 +190,11 @@ def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
     for r in records:
         if isinstance(r, Assistant):
             for call in r.tool_calls:
-                tool, args = _target_args(call.name, call.arguments)
+                tool, args = tool_and_arguments(call.name, call.arguments)
                 path = args.get("path")
                 if call.id in answered and tool in _TOUCHERS and isinstance(path, str):
                     out.append(path)
     return out
-
-
-def _target_args(name: str, arguments: str) -> tuple[str, dict[str, object]]:
-    """The tool a call runs and its arguments (call_tool's target and its arguments)."""
-    try:
-        args = orjson.loads(arguments)
-    except orjson.JSONDecodeError:
-        return name, {}
-    if not isinstance(args, dict):
-        return name, {}
-    if name == "call_tool":
-        inner = args.get("arguments")
-        return str(args.get("name", name)), inner if isinstance(inner, dict) else {}
-    return name, args
 
 
 def _claims(answer: str) -> bool:

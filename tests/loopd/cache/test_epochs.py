@@ -4,8 +4,6 @@ Against the scripted llama-server of test_keeper (real Unix socket, real files).
 
 from __future__ import annotations
 
-import os
-import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,10 +19,9 @@ from boxmaker.loopd.cache.policy import (
 )
 from boxmaker.loopd.llama.gate import SlotGate
 from boxmaker.loopd.llama.info import SlotIO
-from boxmaker.loopd.workers.gate import GateServer, PipeGate
-from boxmaker.loopd.workers.pipes import FrameWriter, read_frames
 from boxmaker.proto import sha256_hex
 from tests.support.loopd.fake_slots import TEMPLATE, keeper
+from tests.support.loopd.pipe_side import PipeSide
 from tests.support.procs import wait_for
 
 ID = identity("m", "00" * 32, 2048)
@@ -152,31 +149,13 @@ class EpochCache:
 
 def test_the_gate_gives_the_keeper_the_epoch_of_the_ask_it_holds() -> None:
     """Over real pipes: the worker's ask names its epoch; the keeper hears it on both sides."""
-    up_r, up_w = os.pipe()
-    down_r, down_w = os.pipe()
-    up, down = FrameWriter(up_w), FrameWriter(down_w)
     cache = EpochCache()
-    pipe_gate = PipeGate(up.send)
-    epoch = [0]
-    pipe_gate.epoch = lambda: epoch[0]
-    server = GateServer(SlotGate(4), down.send, cache, lambda: "s1")
-    threads = [
-        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
-        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    try:
+    with PipeSide(SlotGate(4), cache, lambda: "s1") as side:
+        epoch = [0]
+        side.pipe_gate.epoch = lambda: epoch[0]
         for epoch[0] in (0, 3):
-            with pipe_gate.hold(1, lambda _e: None):
+            with side.pipe_gate.hold(1, lambda _e: None):
                 pass
         wait_for(lambda: len(cache.calls) == 4, "both releases reach the keeper")
         assert cache.calls == [("before", 1, "s1", 0), ("after", 1, "s1", 0),
                                ("before", 1, "s1", 3), ("after", 1, "s1", 3)]  # fmt: skip
-    finally:
-        up.close()
-        down.close()
-        for t in threads:
-            t.join(5.0)
-        for fd in (up_r, down_r):
-            os.close(fd)

@@ -20,6 +20,7 @@ from tests.support.recorded import Recorded
 from tests.support.replies import Reply
 from tests.support.serve import (
     BOUND_S,
+    QUICK_POLL,
     REPLY_BOUND_S,
     ServeEnv,
     TurnClient,
@@ -43,7 +44,7 @@ def slow(_request: Recorded) -> Reply:
 def env() -> Iterator[ServeEnv]:
     with serve_env() as e:
         e.answer_message(SLOW, slow)
-        e.start()
+        e.start(inference=QUICK_POLL)  # a cancel before the first byte seen within 0.5 s, not 5
         yield e
 
 

@@ -15,55 +15,20 @@ from contextlib import contextmanager
 import pytest
 
 from boxmaker.loopd.llama.gate import SlotGate
-from boxmaker.loopd.workers.gate import GateServer, PipeGate
-from boxmaker.loopd.workers.pipes import FrameWriter, read_frames
+from boxmaker.loopd.workers.gate import PipeGate
 from boxmaker.proto import QueuedEvent
 from tests.support.loopd.check_gate import CHECKS, GateMaker, GateSide
+from tests.support.loopd.pipe_side import PipeSide
 from tests.support.procs import wait_for
-
-
-class Side:
-    """One worker's PipeGate and the main process's GateServer for it, over two pipes."""
-
-    def __init__(self, gate: SlotGate) -> None:
-        up_r, up_w = os.pipe()  # worker -> main
-        down_r, down_w = os.pipe()  # main -> worker
-        self.up = FrameWriter(up_w)
-        self.down = FrameWriter(down_w)
-        self.pipe_gate = PipeGate(self.up.send)
-        self.server = GateServer(gate, self.down.send)
-        self.fds = [up_r, down_r]
-        self.threads = [
-            threading.Thread(target=self._main_reads, args=(up_r,), daemon=True),
-            threading.Thread(target=self._worker_reads, args=(down_r,), daemon=True),
-        ]
-        for t in self.threads:
-            t.start()
-
-    def _main_reads(self, fd: int) -> None:
-        read_frames(fd, self.server.handle)
-        self.server.close()
-
-    def _worker_reads(self, fd: int) -> None:
-        read_frames(fd, self.pipe_gate.deliver)
-        self.pipe_gate.parent_gone()
-
-    def close(self) -> None:
-        self.up.close()
-        self.down.close()
-        for t in self.threads:
-            t.join(5.0)
-        for fd in self.fds:
-            os.close(fd)
 
 
 @contextmanager
 def pipe_gates(queue_length: int) -> Iterator[GateSide]:
     gate = SlotGate(queue_length)
-    sides: list[Side] = []
+    sides: list[PipeSide] = []
 
     def side() -> PipeGate:
-        sides.append(Side(gate))
+        sides.append(PipeSide(gate))
         return sides[-1].pipe_gate
 
     try:
@@ -80,7 +45,7 @@ def test_pipe_gate_passes_the_gate_kit(check: Callable[[GateMaker], None]) -> No
 
 def test_a_worker_gone_while_holding_frees_the_slot() -> None:
     gate = SlotGate(8)
-    holder, waiter = Side(gate), Side(gate)
+    holder, waiter = PipeSide(gate), PipeSide(gate)
     entered = threading.Event()
     release = threading.Event()
 
@@ -112,7 +77,7 @@ def test_a_worker_gone_while_holding_frees_the_slot() -> None:
 
 
 def test_after_the_parent_is_gone_a_hold_goes_through_at_once() -> None:
-    side = Side(SlotGate(0))
+    side = PipeSide(SlotGate(0))
     side.down.close()  # the main process is gone: the worker's reader sees EOF
     wait_for(lambda: side.pipe_gate._gone, "the PipeGate to hear that the parent is gone")
     with side.pipe_gate.hold(0, lambda e: None), side.pipe_gate.hold(0, lambda e: None):
@@ -142,33 +107,15 @@ class RecordingCache:
 
 def test_the_grant_carries_the_cache_notes_and_the_release_reaches_the_cache() -> None:
     """Issue 14: the keeper acts with the slot held, before the grant and after the release."""
-    up_r, up_w = os.pipe()
-    down_r, down_w = os.pipe()
-    up, down = FrameWriter(up_w), FrameWriter(down_w)
     cache = RecordingCache()
-    pipe_gate = PipeGate(up.send)
-    got: list[list[object]] = []
-    pipe_gate.on_cache = got.append
-    server = GateServer(SlotGate(4), down.send, cache, lambda: "s1")
-    threads = [
-        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
-        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
-    ]
-    for t in threads:
-        t.start()
-    try:
-        with pipe_gate.hold(1, lambda _e: None):
+    with PipeSide(SlotGate(4), cache, lambda: "s1") as side:
+        got: list[list[object]] = []
+        side.pipe_gate.on_cache = got.append
+        with side.pipe_gate.hold(1, lambda _e: None):
             assert got == [[{"kind": "restored", "slot": 1, "tokens": 7, "size": 70,
                              "elapsed_us": 9}]]  # fmt: skip
             assert cache.calls == [("before", 1, "s1")]
         assert cache.calls == [("before", 1, "s1"), ("after", 1, "s1")]
-    finally:
-        up.close()
-        down.close()
-        for t in threads:
-            t.join(5.0)
-        for fd in (up_r, down_r):
-            os.close(fd)
 
 
 class FailingCache:
@@ -191,45 +138,26 @@ class FailingCache:
 
 def test_a_failing_cache_keeper_neither_withholds_the_grant_nor_the_release() -> None:
     """Nothing on the gate's thread may die without answering: a hold after a failure goes on."""
-    up_r, up_w = os.pipe()
-    down_r, down_w = os.pipe()
-    up, down = FrameWriter(up_w), FrameWriter(down_w)
-    pipe_gate = PipeGate(up.send)
     warned: list[str] = []
-    server = GateServer(SlotGate(4), down.send, FailingCache(), lambda: "s1", warned.append)
-    threads = [
-        threading.Thread(target=read_frames, args=(up_r, server.handle), daemon=True),
-        threading.Thread(target=read_frames, args=(down_r, pipe_gate.deliver), daemon=True),
-    ]
-    for t in threads:
-        t.start()
+    with PipeSide(SlotGate(4), FailingCache(), lambda: "s1", warned.append) as side:
 
-    def two_holds() -> None:
-        for _ in range(2):  # the second finds the slot free: the first was let go
-            with pipe_gate.hold(1, lambda _e: None):
-                pass
+        def two_holds() -> None:
+            for _ in range(2):  # the second finds the slot free: the first was let go
+                with side.pipe_gate.hold(1, lambda _e: None):
+                    pass
 
-    try:
         holder = threading.Thread(target=two_holds, daemon=True)
         holder.start()
         holder.join(10.0)
         assert not holder.is_alive(), "a hold never got its grant or its gate_left"
         assert len(warned) == 4, warned
         assert "TypeError" in warned[0], warned
-    finally:
-        up.close()
-        down.close()
-        for t in threads:
-            t.join(5.0)
-        for fd in (up_r, down_r):
-            os.close(fd)
 
 
 def test_each_ask_carries_the_sessions_epoch_to_the_main_process() -> None:
     """Issue 21: the cache keeper's save files are per epoch, so the main process's side of the
     gate knows the epoch of the ask it holds (the worker reads it from its log at each ask)."""
-    side = Side(SlotGate(4))
-    try:
+    with PipeSide(SlotGate(4)) as side:
         epochs = iter([0, 2])
         side.pipe_gate.epoch = lambda: next(epochs)
         for expected in (0, 2):
@@ -238,5 +166,3 @@ def test_each_ask_carries_the_sessions_epoch_to_the_main_process() -> None:
         side.pipe_gate.epoch = None  # a worker that names none: epoch 0
         with side.pipe_gate.hold(0, lambda _e: None):
             assert side.server.epoch == 0
-    finally:
-        side.close()

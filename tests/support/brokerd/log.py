@@ -42,7 +42,7 @@ def rechain(lines: list[dict[str, object]]) -> bytes:
 
 def forged(log: bytes, edit: Callable[[list[dict[str, Any]]], None]) -> bytes:
     """The log edited, every hash of its chain recomputed: an edit the chain alone cannot see
-    (as tests/brokerd/test_log.py forges brokerd's own lines)."""
+    (as tests/brokerd/log/test_log.py forges brokerd's own lines)."""
     records, _ = verify_chain(log)
     edit(records)
     return rechain(records)

@@ -12,6 +12,8 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -70,28 +72,74 @@ def start(env: ServeEnv, rig: Rig, switch: bool = True) -> None:
     os.chmod(env.socket.parent, 0o755)
 
 
-def gateway(env: ServeEnv, rig: Rig, fake: FakeMattermost, chat: bool = True) -> GatewayRig:
-    brokerd = {"chat_socket": chat_sock(rig)} if chat else None
+@dataclass
+class Chat:
+    """brokerd and loopd started, gatewayd (its own uid) between them and the fake, the DM."""
+
+    env: ServeEnv
+    rig: Rig
+    fake: FakeMattermost
+    gw: GatewayRig
+    dm: str
+
+    def ask_to_write(self, *then: str) -> dict[str, Any]:
+        """The owner's post whose turn calls write_file (held); the model then says `then`."""
+        self.env.model.load([calls(("call_tool", WRITE)), *(say(t) for t in then)])
+        return self.fake.post_as(OWNER, self.dm, "write hello to a.txt")
+
+    def notice(self) -> str:
+        """The approval notice the bot posted in the DM."""
+        try:
+            post = wait_for(
+                lambda: next((p for p in self.fake.bot_posts(self.dm)
+                              if "approval needed" in str(p["message"])), None),
+                "the approval notice",
+                REPLY_BOUND_S,
+            )  # fmt: skip
+        except AssertionError as e:
+            said = self.gw.daemons[-1].err_lines[-20:]
+            said += [str(r)[:300] for s in self.env.home.glob("sessions/*")
+                     for r in self.env.log_lines(s.name)]  # fmt: skip
+            posts = self.fake.bot_posts(self.dm)
+            raise AssertionError(f"{e}; gatewayd said {said}; posts {posts}") from None
+        return str(post["message"])
+
+    def reply(self, post: dict[str, Any]) -> str:
+        return str(self.gw.wait_replies(self.dm, post["id"])[0]["message"])
+
+    def no_on_the_box(self) -> None:
+        """The owner answers the held call `no` on owner.sock."""
+        held = wait_for(lambda: pending(self.rig), "the held call", BOUND_S)
+        assert owner_says(self.rig, held, "no").kind == "answered"
+
+    def assert_brokerd_took_no_chat_answer(self) -> None:
+        assert self.rig.daemon is not None
+        assert not any("chat answer" in ln for ln in self.rig.daemon.lines)
+
+
+@contextmanager
+def chat(
+    stack: tuple[ServeEnv, Rig, FakeMattermost], switch: bool = True, socket: bool = True
+) -> Iterator[Chat]:
+    """`start` (brokerd's switch on or off), then gatewayd, [brokerd] chat_socket set or not."""
+    env, rig, fake = stack
+    start(env, rig, switch)
+    brokerd = {"chat_socket": chat_sock(rig)} if socket else None
     gw = GatewayRig(env, fake, uid=GATEWAYD_UID, brokerd=brokerd)
-    gw.start()
-    return gw
-
-
-def notice(gw: GatewayRig, dm: str) -> dict[str, Any]:
-    """The approval notice the bot posted in the DM."""
     try:
-        return wait_for(
-            lambda: next((p for p in gw.fake.bot_posts(dm)
-                          if "approval needed" in str(p["message"])), None),
-            "the approval notice",
-            REPLY_BOUND_S,
-        )  # fmt: skip
-    except AssertionError as e:
-        said = gw.daemons[-1].err_lines[-20:]
-        said += [
-            str(r)[:300] for s in gw.env.home.glob("sessions/*") for r in gw.env.log_lines(s.name)
-        ]
-        raise AssertionError(f"{e}; gatewayd said {said}; posts {gw.fake.bot_posts(dm)}") from None
+        gw.start()
+        yield Chat(env, rig, fake, gw, fake.direct_channel(OWNER))
+    finally:
+        gw.stop()
+
+
+def pending(rig: Rig) -> str | None:
+    conn = rig.owner()
+    with conn.sock:
+        conn.send("pending", {}, True)
+        got = conn.recv()
+    assert got is not None
+    return str(got.body["calls"][0]["id"]) if got.body["calls"] else None
 
 
 def approval_lines(rig: Rig) -> list[dict[str, Any]]:
@@ -102,14 +150,10 @@ def approval_lines(rig: Rig) -> list[dict[str, Any]]:
 def test_the_owners_yes_in_the_dm_runs_the_call_and_the_answer_is_posted_once(
     stack: tuple[ServeEnv, Rig, FakeMattermost],
 ) -> None:
-    env, rig, fake = stack
-    start(env, rig)
-    gw = gateway(env, rig, fake)
-    try:
-        dm = fake.direct_channel(OWNER)
-        env.model.load([calls(("call_tool", WRITE)), say("written")])
-        post = fake.post_as(OWNER, dm, "write hello to a.txt")
-        question = str(notice(gw, dm)["message"])
+    with chat(stack) as c:
+        env, rig, fake, gw, dm = c.env, c.rig, c.fake, c.gw, c.dm
+        post = c.ask_to_write("written")
+        question = c.notice()
         assert "write a.txt: 5 bytes (a new file)\nhello" in question  # brokerd's whole view
         code = CODE.search(question)
         assert code is not None, question
@@ -129,30 +173,24 @@ def test_the_owners_yes_in_the_dm_runs_the_call_and_the_answer_is_posted_once(
         assert len(gw.replies(dm, yes["id"])) == 1
         assert not any(r.get("client_ref") == f"mm:{yes['id']}"  # the answer was not a turn
                        for r in env.log_lines(f"mm.{dm}"))  # fmt: skip
-    finally:
-        gw.stop()
 
 
 def test_only_the_owners_own_right_answer_is_taken(
     stack: tuple[ServeEnv, Rig, FakeMattermost],
 ) -> None:
-    env, rig, fake = stack
-    start(env, rig)
-    gw = gateway(env, rig, fake)
-    try:
-        dm = fake.direct_channel(OWNER)
-        env.model.load([calls(("call_tool", WRITE)), say("not written")])
-        post = fake.post_as(OWNER, dm, "write hello to a.txt")
-        code = CODE.search(str(notice(gw, dm)["message"]))
+    with chat(stack) as c:
+        rig, fake, gw, dm = c.rig, c.fake, c.gw, c.dm
+        post = c.ask_to_write("not written")
+        code = CODE.search(c.notice())
         assert code is not None
-        c = code.group(1)
+        k = code.group(1)
         mallory = fake.add_user("mallory")
-        hook = fake.post_as(OWNER, dm, f"yes {c}", props={"from_webhook": "true"})
-        other = fake.post_as(mallory, fake.direct_channel(mallory), f"yes {c}")
-        wrong = "".join("a" if ch != "a" else "b" for ch in c)
-        for text, why in [(f"always {c}", '"always" is answered on the box only'),
+        hook = fake.post_as(OWNER, dm, f"yes {k}", props={"from_webhook": "true"})
+        other = fake.post_as(mallory, fake.direct_channel(mallory), f"yes {k}")
+        wrong = "".join("a" if ch != "a" else "b" for ch in k)
+        for text, why in [(f"always {k}", '"always" is answered on the box only'),
                           (f"yes {wrong}", "no held call has the code"),
-                          (f"y {c}", "answer yes or no")]:  # fmt: skip
+                          (f"y {k}", "answer yes or no")]:  # fmt: skip
             sent = fake.post_as(OWNER, dm, text)
             [reply] = gw.wait_replies(dm, sent["id"])
             assert "**not taken**" in str(reply["message"])
@@ -162,92 +200,58 @@ def test_only_the_owners_own_right_answer_is_taken(
         assert rig.daemon is not None
         assert not any(hook["id"] in ln or other["id"] in ln for ln in rig.daemon.lines)
         assert not (rig.workspace / "a.txt").exists()
-        no = fake.post_as(OWNER, dm, f"no {c}")
-        assert "**no** taken" in str(gw.wait_replies(dm, no["id"])[0]["message"])
+        no = fake.post_as(OWNER, dm, f"no {k}")
+        assert "**no** taken" in c.reply(no)
         [answer] = gw.wait_replies(dm, post["id"])
         assert answer["message"] == "not written"
-        stale = fake.post_as(OWNER, dm, f"yes {c}")  # the call has ended
+        stale = fake.post_as(OWNER, dm, f"yes {k}")  # the call has ended
         [reply] = gw.wait_replies(dm, stale["id"])
         assert "it was answered already (no)" in str(reply["message"])
         assert not (rig.workspace / "a.txt").exists()
         assert [a["answer"] for a in approval_lines(rig)] == ["no"]
-    finally:
-        gw.stop()
 
 
 def test_a_tool_not_on_the_list_is_answered_on_the_box(
     stack: tuple[ServeEnv, Rig, FakeMattermost],
 ) -> None:
-    env, rig, fake = stack
-    start(env, rig)
-    rig.workspace.mkdir(exist_ok=True)
-    (rig.workspace / "f.txt").write_text("alpha\n")
-    gw = gateway(env, rig, fake)
-    try:
-        dm = fake.direct_channel(OWNER)
+    with chat(stack) as c:
+        c.rig.workspace.mkdir(exist_ok=True)
+        (c.rig.workspace / "f.txt").write_text("alpha\n")
         edit = {"name": "edit_file", "arguments": {"path": "f.txt", "old": "alpha", "new": "b"}}
-        env.model.load([calls(("call_tool", edit)), say("edited")])
-        post = fake.post_as(OWNER, dm, "edit f.txt")
-        text = str(notice(gw, dm)["message"])
+        c.env.model.load([calls(("call_tool", edit)), say("edited")])
+        post = c.fake.post_as(OWNER, c.dm, "edit f.txt")
+        text = c.notice()
         assert "bxctl approve" in text
         assert "edit_file is not in [broker.chat_approvals] tools" in text
         assert CODE.search(text) is None  # no code to quote
-        held = wait_for(lambda: rig_pending(rig), "the held call", BOUND_S)
-        assert owner_says(rig, held, "no").kind == "answered"
-        assert gw.wait_replies(dm, post["id"])[0]["message"] == "edited"
-    finally:
-        gw.stop()
-
-
-def rig_pending(rig: Rig) -> str | None:
-    conn = rig.owner()
-    with conn.sock:
-        conn.send("pending", {}, True)
-        got = conn.recv()
-    assert got is not None
-    return str(got.body["calls"][0]["id"]) if got.body["calls"] else None
+        c.no_on_the_box()
+        assert c.reply(post) == "edited"
 
 
 def test_with_brokerds_switch_off_the_notice_says_the_box_and_an_answer_is_a_turn(
     stack: tuple[ServeEnv, Rig, FakeMattermost],
 ) -> None:
-    env, rig, fake = stack
-    start(env, rig, switch=False)
-    assert not Path(chat_sock(rig)).exists()
-    gw = gateway(env, rig, fake)  # gatewayd names the socket; brokerd did not turn it on
-    try:
-        dm = fake.direct_channel(OWNER)
-        env.model.load([calls(("call_tool", WRITE)), say("not written"), say("a turn")])
-        post = fake.post_as(OWNER, dm, "write hello to a.txt")
-        text = str(notice(gw, dm)["message"])
+    # gatewayd names the socket; brokerd did not turn it on
+    with chat(stack, switch=False) as c:
+        assert not Path(chat_sock(c.rig)).exists()
+        post = c.ask_to_write("not written", "a turn")
+        text = c.notice()
         assert "Answer on the box: `bxctl approve`" in text
         assert CODE.search(text) is None
-        sent = fake.post_as(OWNER, dm, "yes abcdef")  # queued behind the held turn
-        held = wait_for(lambda: rig_pending(rig), "the call, still held", BOUND_S)
-        assert owner_says(rig, held, "no").kind == "answered"
-        assert gw.wait_replies(dm, post["id"])[0]["message"] == "not written"
-        assert gw.wait_replies(dm, sent["id"])[0]["message"] == "a turn"
-        assert not (rig.workspace / "a.txt").exists()
-        assert rig.daemon is not None
-        assert not any("chat answer" in ln for ln in rig.daemon.lines)
-    finally:
-        gw.stop()
+        sent = c.fake.post_as(OWNER, c.dm, "yes abcdef")  # queued behind the held turn
+        c.no_on_the_box()
+        assert c.reply(post) == "not written"
+        assert c.reply(sent) == "a turn"
+        assert not (c.rig.workspace / "a.txt").exists()
+        c.assert_brokerd_took_no_chat_answer()
 
 
-@pytest.mark.parametrize("chat", [False, True])
+@pytest.mark.parametrize("socket", [False, True])
 def test_an_answer_shaped_post_is_a_turn_without_chat_socket_or_a_held_call(
-    stack: tuple[ServeEnv, Rig, FakeMattermost], chat: bool
+    stack: tuple[ServeEnv, Rig, FakeMattermost], socket: bool
 ) -> None:
-    env, rig, fake = stack
-    start(env, rig)
-    gw = gateway(env, rig, fake, chat=chat)
-    try:
-        dm = fake.direct_channel(OWNER)
-        env.model.load([say("a turn")])
-        sent = fake.post_as(OWNER, dm, "no thanks")  # the shape, with nothing held
-        [reply] = gw.wait_replies(dm, sent["id"])
-        assert reply["message"] == "a turn"
-        assert rig.daemon is not None
-        assert not any("chat answer" in ln for ln in rig.daemon.lines)
-    finally:
-        gw.stop()
+    with chat(stack, socket=socket) as c:
+        c.env.model.load([say("a turn")])
+        sent = c.fake.post_as(OWNER, c.dm, "no thanks")  # the shape, with nothing held
+        assert c.reply(sent) == "a turn"
+        c.assert_brokerd_took_no_chat_answer()

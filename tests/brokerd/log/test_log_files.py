@@ -172,7 +172,7 @@ READER_MODULES = [
 def test_no_reader_of_brokerd_files_opens_one_bare(rel: str) -> None:
     """The files these modules read (grants, decision-log files, brokerd's config) go through
     session.files (open_regular, read_regular): no builtin open() nor Path.open()."""
-    root = Path(__file__).resolve().parents[2]
+    root = Path(__file__).resolve().parents[3]
     tree = ast.parse((root / rel).read_text())
     bare = [
         node.lineno

@@ -234,7 +234,7 @@ def test_replay_recomputes_the_taint_from_the_results_untrusted_flags() -> None:
 
 
 def test_the_examples_and_the_local_profile_say_what_the_code_does() -> None:
-    conf = Path(__file__).resolve().parents[2] / "conf"
+    conf = Path(__file__).resolve().parents[3] / "conf"
     # every commented limit in the example, uncommented, is the default it claims to be
     text = (conf / "brokerd.toml.example").read_text()
     shown = re.sub(r"^#(\w+ = \d+)$", r"\1", text, flags=re.M)
