@@ -118,7 +118,7 @@ def test_recall_joins_the_tools_array_after_a_fold_only_where_nothing_reaches_it
     assert folded_tools(CORE_SCHEMAS) == CORE_SCHEMAS  # find_tool finds it
 
 
-def test_recall_is_called_directly_and_errors_name_only_the_tools_where_every_tool_is_core() -> None:
+def test_with_every_tool_core_recall_is_called_directly_and_errors_name_only_the_tools() -> None:
     registry = broker_registry([READ, LIST], core=("clock", "read_file", "list_dir"))
     assert [s.name for s in registry.search("")] == ["recall"]
     recall = resolve(ToolCall("r", "recall", '{"epoch": 0, "seq": 1}'), registry)
