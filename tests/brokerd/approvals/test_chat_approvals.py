@@ -89,7 +89,8 @@ def test_yes_from_the_chat_runs_that_call_and_logs_the_post_and_user(rig: Rig) -
 def test_no_from_the_chat_denies_and_is_logged(rig: Rig) -> None:
     turn_on(rig)
     call = Call(rig, "write_file", {"path": "a.txt", "content": "hello"})
-    code = listed(rig)[call.wait_needed()["id"]]["code"]
+    call_id = call.wait_needed()["id"]  # first: listed() is read before its subscript
+    code = listed(rig)[call_id]["code"]
     assert said(rig, code, "no")[0] == "answered"
     assert call.result() == "error: denied: the owner did not approve (no)"
     assert not (rig.workspace / "a.txt").exists()
