@@ -34,6 +34,7 @@ BRIEF_DEFAULTS: list[tuple[str, Any]] = [
     ("inference.thinking_cap", 4096),
     ("inference.thinking_overrun", 256),
     ("inference.max_tokens", 8192),
+    ("inference.parallel_tool_calls", None),
     ("inference.queue_length", 8),
     ("inference.retry_attempts", 4),
     ("inference.retry_delays_ms", (2000, 8000, 30_000)),

@@ -82,6 +82,8 @@ def chat_body(
         "max_tokens": config.max_tokens,
     }
     body |= config.sampling.params()
+    if config.parallel_tool_calls is not None and req.tools:
+        body["parallel_tool_calls"] = config.parallel_tool_calls
     body["chat_template_kwargs"] = {"enable_thinking": req.thinking}
     for key, value in (extra or {}).items():
         if key in RESERVED_KEYS:

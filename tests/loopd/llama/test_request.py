@@ -181,3 +181,17 @@ def test_extra_replaces_in_place_and_appends_in_order(sock_dir: Path) -> None:
 def test_extra_may_not_change_what_the_client_relies_on(sock_dir: Path, key: str) -> None:
     with pytest.raises(ValueError, match=f"extra request field '{key}'"):
         chat_body(ChatRequest(0, (UserMessage("x"),)), make_config(sock_dir / "s"), {key: 1})
+
+
+def test_parallel_tool_calls_is_sent_with_tools_when_set(sock_dir: Path) -> None:
+    """[inference] parallel_tool_calls (issue 40): sent on every request that offers tools, after
+    the sampling; never sent without tools, nor when unset."""
+    cfg = make_config(sock_dir / "s", parallel_tool_calls=False)
+    with_tools = orjson.loads(chat_body(ChatRequest(0, (UserMessage("x"),), (WEATHER,)), cfg))
+    assert with_tools["parallel_tool_calls"] is False
+    bare = orjson.loads(chat_body(ChatRequest(0, (UserMessage("x"),)), cfg))
+    assert "parallel_tool_calls" not in bare
+    unset = make_config(sock_dir / "s")
+    assert "parallel_tool_calls" not in orjson.loads(
+        chat_body(ChatRequest(0, (UserMessage("x"),), (WEATHER,)), unset)
+    )
