@@ -10,8 +10,8 @@ SmolLM2: the local profile's SmolLM2-135M never starts a tool call on its own (c
 [selftest]: only a prefilled `<tool_call>` with tool_choice "required" gets one), so a turn of it
 cannot be made to meet a held call. The plain turns through the real model are
 tests/e2e/test_gateway_stack.py's. The chat answer (brokerd's switch on) needs gatewayd on a uid
-of its own, which one `make run` as one user cannot give: tests/brokerd/approvals/test_chat_gateway.py runs
-it with real uids.
+of its own, which one `make run` as one user cannot give:
+tests/brokerd/approvals/test_chat_gateway.py runs it with real uids.
 """
 
 from __future__ import annotations
