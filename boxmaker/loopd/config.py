@@ -113,14 +113,10 @@ class InferenceConfig:
     thinking_cap: Annotated[int, TOKENS] = 4096
     thinking_overrun: Annotated[int, integer(0, MAX_TOKENS, "tokens")] = 256
     max_tokens: Annotated[int, TOKENS] = 8192
-    # Sent on every request when set. False: at most one tool call per completion, so a model
-    # that asks to read a file and write its copy at once (the write made from a guess) reads,
-    # sees the text, then writes (issue 40: the tool profile).
-    parallel_tool_calls: Annotated[bool | None, BOOL] = None
+    parallel_tool_calls: Annotated[bool | None, BOOL] = None  # sent with tools when set
     queue_length: Annotated[int, integer(0, 1024, "requests waiting per slot")] = 8
-    # Issue 19: a new session's slot. "spread": the one with the fewest sessions active within
-    # slot_window_ms, then the least busy, then the least recently used; "first": slots[0]
-    # (the old behaviour, kept for `make bench`'s comparison).
+    # A new session's slot (issue 19): "spread", the fewest sessions active in slot_window_ms,
+    # then least busy, then least recently used; "first", slots[0] (`make bench`'s comparison).
     slot_choice: Annotated[str, choice("spread", "first")] = "spread"
     slot_window_ms: Annotated[int, MS] = 600_000
     retry_attempts: Annotated[int, integer(1, 100, "attempts in all, the first included")] = 4

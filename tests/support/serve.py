@@ -275,14 +275,20 @@ def serve_env() -> Iterator[ServeEnv]:
 
 
 def children(pid: int) -> set[int]:
-    """The live child processes of `pid` (every thread's: each worker is spawned by one)."""
+    """The live child processes of `pid`, by their parent in /proc/<p>/status. Not
+    /proc/<pid>/task/*/children: a worker spawned by a thread that has since ended is moved to
+    another thread's list, and a read during the move missed it (a two-worker run under load)."""
     found: set[int] = set()
-    for task in os.listdir(f"/proc/{pid}/task"):
-        try:
-            text = Path(f"/proc/{pid}/task/{task}/children").read_text()
-        except FileNotFoundError:
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
             continue
-        found |= {int(p) for p in text.split()}
+        try:
+            status = Path(f"/proc/{entry}/status").read_text()
+        except (FileNotFoundError, ProcessLookupError):
+            continue
+        ppid = next((ln.split()[1] for ln in status.splitlines() if ln.startswith("PPid:")), "")
+        if ppid == str(pid):
+            found.add(int(entry))
     return {p for p in found if alive(p)}
 
 
