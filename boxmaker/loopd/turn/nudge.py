@@ -21,7 +21,9 @@ And before a call runs, **read first** (read_first()): a write_file or edit_file
 message names another file before the one written ("copy todo.txt to todo-backup.txt"), which
 no call of this turn has read or written, is not run: its result says to read that file first.
 So is one of a file the owner named and asked to change ("change the port in server.conf",
-"add milk to shopping.md": MODIFY_ASKED) before this turn has read it.
+"add milk to shopping.md": MODIFY_ASKED) before this turn has read it, unless it is an edit_file
+whose old text the owner wrote out ('replace "flour" with "sugar"'): nothing in it is guessed,
+and brokerd refuses an old text the file does not hold.
 A small model otherwise writes invented text ("Copy of todo.txt") and says it is done. It asks
 the owner nothing (the call never reaches brokerd) and spends the call's round.
 
@@ -169,7 +171,9 @@ def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str |
             f"not run: you have not read {source} in this turn. Call read_file on {source} "
             f"first, then {tool} {path} from what it holds."
         )
-    if MODIFY_ASKED.search(owner) and target not in touched:
+    old = args.get("old") if tool == "edit_file" else None
+    given = isinstance(old, str) and old.strip() != "" and old in owner  # the owner's exact text
+    if MODIFY_ASKED.search(owner) and target not in touched and not given:
         return (
             f"not run: you have not read {path} in this turn. You were asked to change it: call "
             f"read_file on {path} first, then {tool} it from what it holds, keeping the rest of "

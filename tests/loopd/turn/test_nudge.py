@@ -341,3 +341,17 @@ def test_the_loop_answers_an_unread_copy_itself_and_runs_it_after_the_read() -> 
     assert ran == ["read_file", "write_file"]  # the first write never reached brokerd
     assert results[0].startswith("not run: you have not read a.txt in this turn.")
     assert isinstance(action.outcome, TurnDone)
+
+
+def test_an_edit_whose_old_text_the_owner_wrote_out_runs_unread() -> None:
+    """tests/e2e/test_tool_model.py's approved edit: 'replace "flour" with "sugar"' guesses
+    nothing, and brokerd refuses an old text the file does not hold."""
+    records = _turn('In the file shopping.txt, replace "flour" with "sugar".')
+    given = '{"path": "shopping.txt", "old": "flour", "new": "sugar"}'
+    assert read_first(records, "edit_file", given) is None
+    guessed = '{"path": "shopping.txt", "old": "flour\\nsugar", "new": "sugar"}'
+    said = read_first(records, "edit_file", guessed)
+    assert said is not None
+    assert said.startswith("not run: you have not read shopping.txt")
+    rewrite = '{"path": "shopping.txt", "content": "sugar"}'
+    assert read_first(records, "write_file", rewrite) is not None
