@@ -120,7 +120,7 @@ help:
 	@echo "make ctl            supervisorctl on it: CMD=\"restart loopd\" (default: status)"
 	@echo "make install        the .venv, the compiled twins, bubblewrap"
 	@echo "make build          the compiled twins (Cython) only"
-	@echo "make test           every test (about 30 minutes on 2 cores, the tool model included)"
+	@echo "make test           every test (about 23 minutes on 2 cores, the tool model included)"
 	@echo "make llama-server   build llama-server and fetch the model once, into ~/.cache/boxmaker"
 	@echo "make tool-model     fetch the tool-calling model (Qwen2.5-Coder-1.5B) once, into ~/.cache/boxmaker"
 	@echo "make verify-device  the on-device checks on a stack of their own (GATEWAY=gateway.toml adds the gateway's, GATEWAY_ONLY=1 those alone)"
