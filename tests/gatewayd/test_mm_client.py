@@ -509,6 +509,25 @@ def test_close_ends_events_while_reconnecting(mm: FakeMattermost) -> None:
     run(body)
 
 
+def test_close_during_an_upgrade_ends_events_when_the_upgrade_lands(mm: FakeMattermost) -> None:
+    """close() while the upgrade is on the wire: the socket it brings is closed, not served."""
+    slow = 0.5  # under LIMITS' open timeout (its pong_timeout_ms), so the upgrade succeeds
+
+    async def body() -> None:
+        r = Run(mm)
+        await r.until("connected", lambda: bool(r.connected()), reconnect_s())
+        mm.slow_upgrades(slow)
+        upgrades = len(mm.upgrades)
+        mm.restart()  # the socket drops; the client's next upgrade waits `slow` for its answer
+        await r.until("a reconnect begun", lambda: len(mm.upgrades) > upgrades, reconnect_s())
+        await r.close()
+        assert r.error is None
+        await r.until("the late socket closed", lambda: mm.live_sockets() == 0, SLACK)
+        assert len(r.connected()) == 1
+
+    run(body)
+
+
 def _mocked(handler: Callable[[httpx.Request], httpx.Response]) -> MattermostClient:
     """A client whose REST calls go to `handler` (httpx's own mock transport), not a socket."""
     client = MattermostClient("http://mm.invalid", "sekrit-token", LIMITS)

@@ -155,6 +155,9 @@ class MattermostClient:
             self._failed(f"the upgrade failed: {type(e).__name__}: {e}")
             return None
         assert isinstance(ws, _TimedConnection)
+        if self._closing:  # close() came while the upgrade was on the wire: serve nothing
+            ws.transport.abort()
+            return None
         ws.last_bytes = ws.loop.time()
         self._ws = ws
         return ws

@@ -10,7 +10,7 @@ The socket follows web_conn.go: `hello` (seq 0) carries `connection_id`, every e
 seq, events wait in a bounded queue per connection while it is away, a resume
 (`?connection_id=&sequence_number=`) replays from that queue with no hello, and a resume it cannot
 serve gets a new connection_id and a new hello. Faults on demand: drop_after, go_deaf/wake,
-restart, forget_connections, refuse_auth, slow_rest, rate_limit, lose_next.
+restart, forget_connections, refuse_auth, slow_rest, slow_upgrades, rate_limit, lose_next.
 """
 
 from __future__ import annotations
@@ -126,6 +126,7 @@ class FakeMattermost(routes.Routes):
         self._refuse = False
         self._upgrade_status = 0  # refuse_upgrades: the status every upgrade gets, 0: none
         self._slow = 0.0
+        self._slow_upgrade = 0.0
         self._limited: list[tuple[int, float | None, bool]] = []  # (n left, wait, reset header)
         self._drop_after: int | None = None
         self._lose = 0
@@ -306,6 +307,10 @@ class FakeMattermost(routes.Routes):
     def slow_rest(self, seconds: float) -> None:
         self._call(lambda: setattr(self, "_slow", seconds))
 
+    def slow_upgrades(self, seconds: float) -> None:
+        """Every socket upgrade is answered only after `seconds` (0: at once again)."""
+        self._call(lambda: setattr(self, "_slow_upgrade", seconds))
+
     def rate_limit(self, n: int, *, retry_after: float | None, reset_header: bool) -> None:
         """The next n REST requests get 429, saying `retry_after` seconds in Retry-After, or in
         X-RateLimit-Reset (whole seconds, as Mattermost) when reset_header; None: no header."""
@@ -398,6 +403,8 @@ class FakeMattermost(routes.Routes):
             self._hung.add(writer)
             await reader.read()  # held: answered by nothing until the client or wake() drops it
             return
+        if self._slow_upgrade:
+            await asyncio.sleep(self._slow_upgrade)
         proto = ServerProtocol(max_size=2**20)
         has_header = "authorization" in req.headers
         if (has_header and not self._authed(req)) or self._refuse:
