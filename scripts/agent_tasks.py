@@ -84,6 +84,8 @@ def line(side: str, task: Task, outcome: Outcome, seconds: float, label: str) ->
         "label": label, "side": side, "task": task.name, "kind": task.kind,
         "pass": why is None, "why": why or "", "seconds": round(seconds, 1),
         "calls": [c.tool for c in outcome.calls], "answers": [a[:300] for a in outcome.answers],
+        "trace": [[c.tool, orjson.dumps(c.args).decode()[:200], c.result[:200]]
+                  for c in outcome.calls],  # what each call asked and got, to read a failure by
         "errors": outcome.errors, "load": os.getloadavg()[0],
     }  # fmt: skip
 

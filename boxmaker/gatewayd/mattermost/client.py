@@ -185,8 +185,7 @@ class MattermostClient:
         event = parse_event(frame)
         if event is None or event.event != "hello":
             raise self._error("the socket's first frame is not a hello")
-        cid = event.data.get("connection_id")
-        return cid if isinstance(cid, str) else ""
+        return cid if isinstance(cid := event.data.get("connection_id"), str) else ""
 
     def _failed(self, why: str) -> None:
         self.socket_failures += 1
