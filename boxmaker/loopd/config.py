@@ -245,7 +245,7 @@ class LoopConfig:
     tool_timeout_ms: Annotated[int, MS] = 30_000
     # A turn that does not say (bxctl chat without --thinking/--no-thinking) asks for reasoning
     # when this is true; false for a model with no reasoning mode (its answer would land in
-    # reasoning_content). nudge: turn.nudge's one retry of advice or an unsupported claim.
+    # reasoning_content). nudge: turn.nudge's retries and turn.hold's held calls.
     thinking: Annotated[bool, BOOL] = True
     nudge: Annotated[bool, BOOL] = False
 

@@ -41,8 +41,10 @@ def parse_arguments(
         want = types[arg]
         if type(value) is not want:
             return f"{name}: {arg} must be a {'string' if want is str else 'whole number'}"
-        if isinstance(value, int) and not 0 <= value <= MAX_OFFSET:
-            return f"{name}: {arg} must be 0 to {MAX_OFFSET}"
+        if isinstance(value, int) and value < 0:  # a model asking for "the end" sends -1
+            return f"{name}: {arg} cannot be negative ({value}); leave {arg} out for its default"
+        if isinstance(value, int) and value > MAX_OFFSET:
+            return f"{name}: {arg} must be at most {MAX_OFFSET}"
     if tool.parse is None:
         return args, args
     try:

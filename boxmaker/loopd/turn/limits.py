@@ -5,7 +5,7 @@
 | Tool iterations per turn | `tool_iterations`  | 8       | asking for round N+1 ends the turn |
 | Repeated identical call  | `repeat_detection` | on      | not run; a second repeat ends it   |
 | Tool result size         | `tool_result_cap`  | 16 KiB  | cut at a character, marked         |
-| A nudge (turn.nudge)     | `nudge`            | off     | one per turn, spends a tool round  |
+| A nudge (turn.nudge)     | `nudge`            | off     | two a turn, a tool round each      |
 
 The thinking cap is the client's (`Usage.thinking_capped`); context full is an HTTP 400 the loop
 maps to `session_full`. Both live in `turn.loop`.
@@ -45,13 +45,19 @@ class LoopLimits:
     tool_iterations: int = 8
     repeat_detection: bool = True
     tool_result_cap: int = 16_384  # bytes of UTF-8
-    nudge: bool = False  # [loop] nudge: turn.nudge's one retry
+    nudge: bool = False  # [loop] nudge: turn.nudge and turn.hold
 
     @classmethod
     def from_config(cls, config: LoopConfig) -> LoopLimits:
         return cls(
             config.tool_iterations, config.repeat_detection, config.tool_result_cap, config.nudge
         )
+
+
+REPEATED_NOTE: Final = (
+    "not run: this call repeats an earlier call of this turn (the same tool with the same "
+    "arguments); its result is above. Use it, or change the arguments."
+)
 
 
 class Verdict(enum.Enum):
@@ -69,10 +75,7 @@ class BatchPlan:
         """The ToolResult content of call `i` when it is not run, else None."""
         verdict = self.verdicts[i]
         if verdict is Verdict.REPEATED:
-            return (
-                "not run: this call repeats an earlier call of this turn (the same tool with "
-                "the same arguments); its result is above. Use it, or change the arguments."
-            )
+            return REPEATED_NOTE
         if verdict is Verdict.NOT_RUN:
             return f"not run: {self.ends_turn}"
         return None

@@ -19,15 +19,15 @@ The turn:
 3. `Assistant` and `Usage` are appended; `CacheLoss` too when the completion lost the cache the
    session's previous completion (in any turn) left.
 4. No tool calls: done, with the content and the last Usage; unless `[loop] nudge` is on and
-   `turn.nudge` finds the answer is advice with no call or an unsupported claim of a write: then
-   (once a turn, spending one tool round) its note is appended as a `user` record and step 2
+   `turn.nudge` finds the answer wants one more try (advice, an unsupported claim, unread): then
+   (at most twice a turn, a round each) its note is appended as a `user` record and step 2
    again. The note is an ordinary message of the log, so replay and the cache see it like any.
 5. Otherwise the batch is judged by `turn.limits`, numbered from the session's call counter in
    call order, and resolved by `tools.registry` (unknown or invalid calls and `find_tool` are
-   answered here; the port sees only valid calls of its tools). The port's calls go out in one
-   `RunTools`, concurrently or not as the runner is set; the results come back in call order, are
-   capped, appended as `ToolResult`s in call order and reported. Then step 2 again, unless the
-   batch ended the turn (`turn_limit`).
+   answered here, and with the nudge on so are `turn.hold`'s; the port sees only valid calls of
+   its tools). The port's calls go out in one `RunTools`, concurrently or not as the runner is
+   set; the results come back in call order, are capped, appended as `ToolResult`s in call order
+   and reported. Then step 2 again, unless the batch ended the turn (`turn_limit`).
 
 An HTTP 400 ends the turn with `session_full` and nothing appended for that request; any other
 inference error ends it with `inference`. What was appended stays, and the session stays usable.
@@ -47,8 +47,9 @@ from boxmaker.loopd.llama.errors import HttpStatus, InferError
 from boxmaker.loopd.llama.types import ChatRequest, Completion
 from boxmaker.loopd.tools.registry import Answer, Registry, Resolution, resolve
 from boxmaker.loopd.turn import compact as comp
-from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, cap_result, text_problem
-from boxmaker.loopd.turn.nudge import is_nudge, nudge, read_first
+from boxmaker.loopd.turn.hold import after_repeat, hold
+from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, Verdict, cap_result, text_problem
+from boxmaker.loopd.turn.nudge import is_nudge, nudge
 from boxmaker.loopd.turn.outcome import outcome_of
 from boxmaker.loopd.turn.records import (
     cache_loss,
@@ -323,8 +324,10 @@ class TurnLoop:
         plans: list[Resolution] = []
         for i, call in enumerate(calls):
             note = plan.note(i)
-            if note is None and self._limits.nudge:
-                note = read_first(self.records, call.name, call.arguments)
+            if self._limits.nudge:  # turn.hold: a repeat's next step; a call answered unrun
+                repeated = plan.verdicts[i] is Verdict.REPEATED
+                note = after_repeat(self.records) if repeated else note
+                note = note or hold(self.records, call.name, call.arguments)
             plans.append(
                 resolve(call, self._registry)
                 if note is None

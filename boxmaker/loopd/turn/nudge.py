@@ -1,36 +1,33 @@
-"""The nudge rule (issue 40.2): one more completion when a turn's answer is advice or an
-unsupported claim. [core]
+"""The nudge rule (issue 40.2): one more completion when a turn's answer is advice, an
+unsupported claim, or given without reading what it is about. [core]
 
 A small tool model often answers an owner's request with instructions ("you can use the
-`read_file` function..."), or says a file was written when no call wrote it. With `[loop] nudge`
-on, a turn whose completion has no tool call is judged here before it ends:
+`read_file` function..."), says a file was written when no call wrote it, or answers "which
+letter is from the bank?" from the folder's names. With `[loop] nudge` on, a turn whose
+completion has no tool call is judged here before it ends; the first rule that fits gives the
+nudge:
 
-- **advice**: the turn made no call at all, and the answer tells the owner how to do it or says
-  it cannot (NUDGE_ADVICE);
+- with no call at all this turn, **the call it wants** (wanted()): the owner asked to remember
+  something (note), or named a web page (fetch), a folder (`reports/`: list_dir) or a file
+  (`config.ini`: read_file); the answer cannot have come from it. Else, when the answer is
+  advice or says it cannot (NUDGE_ADVICE);
 - **claim**: the owner asked for a change (write, copy, save, note...; CHANGE_ASKED), the
   answer says something was written, saved, edited or noted, and no result of this turn supports
   it (write_file's `wrote `, edit_file's `edited `, note's `noted in `, or a shell run that did
   not fail) (NUDGE_CLAIM). Asked only to look ("List the files in box."), an answer such as
   "the files saved in box are..." is a description, not a claim: nudged, the model wrote files to
   make it true (verify-device's list_dir check, issue 40);
-- **unread**: the turn made no call at all, and the owner's message names a file, a folder or a
-  web page (`config.ini`, `reports/`, `http://...`): the answer cannot have come from it
-  (unread(): the nudge names it and the tool that reads it).
-
-And before a call runs, **read first** (read_first()): a write_file or edit_file whose owner's
-message names another file before the one written ("copy todo.txt to todo-backup.txt"), which
-no call of this turn has read or written, is not run: its result says to read that file first.
-So is one of a file the owner named and asked to change ("change the port in server.conf",
-"add milk to shopping.md": MODIFY_ASKED) before this turn has read it, unless it is an edit_file
-whose old text the owner wrote out ('replace "flour" with "sugar"'): nothing in it is guessed,
-and brokerd refuses an old text the file does not hold.
-A small model otherwise writes invented text ("Copy of todo.txt") and says it is done. It asks
-the owner nothing (the call never reaches brokerd) and spends the call's round.
+- **listed, not read**: the owner asked what files say ("which letter in letters/ is from the
+  bank?": CONTENT_ASKED), the turn listed folders and read nothing, so the answer came from the
+  names;
+- **intent**: the answer says it will make a call ("I'll call the `fetch` function on ...")
+  and makes none (NUDGE_INTENT).
 
 The nudge is an ordinary `user` record whose text starts with NUDGE_PREFIX: replay turns it into
 a user message like any other, so a resumed session's request holds it byte for byte and the
-prompt cache keeps hitting. At most one per turn, and it spends one of the turn's tool rounds
-(`tool_iterations`): a turn that has used them all ends as it would have.
+prompt cache keeps hitting. At most NUDGES_PER_TURN a turn, never the same text twice, and each
+spends one of the turn's tool rounds (`tool_iterations`): a turn that has used them all ends as
+it would have. What is held before a call runs is turn.hold's.
 """
 
 from __future__ import annotations
@@ -41,9 +38,12 @@ from typing import Final
 
 from boxmaker.proto import Assistant, ToolResult, User
 from boxmaker.proto.log import LogRecord
-from boxmaker.proto.tool import call_tool_target, tool_and_arguments
+from boxmaker.proto.tool import call_tool_target
 
 NUDGE_PREFIX: Final = "[loopd] "
+# Two: told once, Qwen2.5-Coder often answered "I'll call the `fetch` function on ..." and
+# stopped; a second, different text is one more round, and the same text twice never helps.
+NUDGES_PER_TURN: Final = 2
 NUDGE_ADVICE: Final = (
     NUDGE_PREFIX + "Do it yourself now with your tools instead of telling me how: call the tool "
     "(read or list first when it is about a file or folder), then answer from its result."
@@ -51,6 +51,10 @@ NUDGE_ADVICE: Final = (
 NUDGE_CLAIM: Final = (
     NUDGE_PREFIX + "No tool result in this turn shows that: nothing was written or noted. Call "
     "the tool now (read the file first if you need its text), or say plainly it was not done."
+)
+NUDGE_INTENT: Final = (
+    NUDGE_PREFIX + "You said what you would call but sent no call. Send the tool call itself "
+    "now, then answer from its result."
 )
 
 _ADVICE = re.compile(
@@ -60,6 +64,11 @@ _ADVICE = re.compile(
     r"\bi (?:cannot|can't|can not|am unable to|am not able to|don't have|do not have)\b|"
     r"\bi'm (?:unable|not able)\b|as an ai|please (?:provide|share|paste)|"
     r"provide (?:me with )?the (?:content|contents|text)|```(?!json)",
+    re.I,
+)
+_INTENT = re.compile(
+    r"\b(?:i'?ll|i will|i am going to|i'm going to|let me|i need to|i'll need to)\s+(?:now\s+)?"
+    r"(?:call|use|fetch|run|read|list|open|check|look|write|edit|save|create|note)\b",
     re.I,
 )
 _CLAIM = re.compile(
@@ -83,17 +92,29 @@ CHANGE_ASKED: Final = re.compile(
     r"rename|replace|insert|fix|correct|set|store|note|remember|record|delete|remove)\b",
     re.I,
 )
+# The owner's message asks for something to be kept in memory (the note tool).
+REMEMBER_ASKED: Final = re.compile(
+    r"\b(?:remember|note|jot|memo|remind|forget|keep in mind|keep track)\b", re.I
+)
+# The owner asks what files say, which their names cannot tell ("which letter is from the bank",
+# "which receipt was over 100 euros", "which note mentions the dentist").
+CONTENT_ASKED: Final = re.compile(
+    r"\b(?:which|what|who|where|when)\b.*\b(?:mentions?|says?|said|contains?|talks?|about|from|"
+    r"over|under|more than|less than|costs?|written|wrote|is in it|inside)\b",
+    re.I | re.S,
+)
 _NEGATED = re.compile(
     r"\b(?:not|no|never|denied|refused|declined|unable|cannot|failed)\b|n't\b", re.I
 )
 _SUPPORTS = ("wrote ", "edited ", "noted in ")
+_READERS = frozenset({"read_file", "shell", "fetch"})  # what shows a file's text
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`]+", re.I)
 # a path the owner names: a name with a lettered extension (config.ini, notes/todo.txt) or a
 # folder ending in a slash (reports/); not inside a URL, a version (1.5) or an e-mail address
 _PATH = re.compile(
     r"(?<![\w@/.:-])((?:\./)?(?:[\w-]+/)*[\w-]+\.[A-Za-z][A-Za-z0-9]{0,5}|(?:[\w-]+/)+)(?![\w/@-])"
 )
-_NOT_PATHS = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
+NOT_PATHS: Final = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
 
 
 def is_nudge(record: LogRecord) -> bool:
@@ -101,104 +122,72 @@ def is_nudge(record: LogRecord) -> bool:
     return type(record) is User and record.content.startswith(NUDGE_PREFIX)
 
 
-def _turn_start(records: Sequence[LogRecord]) -> int:
-    """The index of the owner's message of this turn (nudges are skipped)."""
+def this_turn(records: Sequence[LogRecord]) -> tuple[Sequence[LogRecord], str]:
+    """The records from the owner's message of this turn on (nudges are not the owner's), and
+    that message."""
     for i in range(len(records) - 1, -1, -1):
-        if type(records[i]) is User and not is_nudge(records[i]):
-            return i
-    return 0
+        r = records[i]
+        if isinstance(r, User) and not is_nudge(r):
+            return records[i:], r.content
+    return records, ""
+
+
+def named_paths(message: str) -> list[str]:
+    """The paths `message` names, in order (URLs, versions and addresses are not paths)."""
+    found = (m.group(1).rstrip(".") for m in _PATH.finditer(_URL.sub(" ", message)))
+    return [p for p in found if p.lower() not in NOT_PATHS]
 
 
 def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
     """The nudge for a completion with no tool call whose text is `answer`, with the turn's
     records so far (the owner's message last among the user records); None: the turn ends."""
-    turn = records[_turn_start(records) :]
-    if any(is_nudge(r) for r in turn):
-        return None  # one per turn
-    ran = _calls(turn)
-    if not ran and _ADVICE.search(answer):
-        return NUDGE_ADVICE
-    owner = turn[0].content if turn and type(turn[0]) is User else ""
-    if (
-        CHANGE_ASKED.search(owner)
-        and _claims(answer)
-        and not any(_supports(name, content) for name, content in ran)
-    ):
-        return NUDGE_CLAIM
-    return unread(owner) if not ran else None
+    turn, owner = this_turn(records)
+    given = [r.content for r in turn if isinstance(r, User) and is_nudge(r)]
+    if len(given) >= NUDGES_PER_TURN:
+        return None
+    ran = answered_calls(turn)
+    candidates: list[str | None] = []
+    wrote = any(shows_write(name, content) for name, content in ran)
+    if CHANGE_ASKED.search(owner) and _claims(answer) and not wrote:
+        candidates.append(NUDGE_CLAIM)
+    if not ran:
+        candidates.append(wanted(owner))
+        if _ADVICE.search(answer):
+            candidates.append(NUDGE_ADVICE)
+    read = any(name in _READERS and not _failed(content) for name, content in ran)
+    if CONTENT_ASKED.search(owner) and any(name == "list_dir" for name, _ in ran) and not read:
+        candidates.append(
+            f"{NUDGE_PREFIX}You listed the folder but read none of its files, and their names "
+            "do not say what they hold. Call read_file on each file that could answer, then "
+            "answer from what they hold."
+        )
+    if _INTENT.search(answer):
+        candidates.append(NUDGE_INTENT)
+    return next((c for c in candidates if c is not None and c not in given), None)
 
 
-def unread(message: str) -> str | None:
-    """The nudge for an answer given with no call to a message that names something to read:
-    its first URL (fetch), else its first path (list_dir for a folder, read_file for a file)."""
+def wanted(message: str) -> str | None:
+    """The nudge for an answer given with no call to a message that asks something be kept
+    (note), or names something to read: its first URL (fetch), else its first path (list_dir
+    for a folder, read_file for a file)."""
+    if REMEMBER_ASKED.search(message):
+        return (
+            f"{NUDGE_PREFIX}Nothing was kept: call note now with what I asked you to remember, "
+            "then answer."
+        )
     url = _URL.search(message)
     if url is not None:
         name, tool = url.group(0).rstrip(".,;:!?)"), "fetch"
     else:
-        paths = (m.group(1).rstrip(".") for m in _PATH.finditer(_URL.sub(" ", message)))
-        name = next((p for p in paths if p.lower() not in _NOT_PATHS), "")
-        if not name:
+        paths = named_paths(message)
+        if not paths:
             return None
+        name = paths[0]
         tool = "list_dir" if name.endswith("/") else "read_file"
     return (
         f"{NUDGE_PREFIX}You answered without reading {name}. Call {tool} on it now, then "
         "answer from what it holds."
     )
-
-
-WRITERS: Final = frozenset({"write_file", "edit_file"})
-_TOUCHERS: Final = frozenset({"read_file", "list_dir", "write_file", "edit_file"})
-
-
-def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
-    """The `not run:` result for a write that comes before the file the owner named as its
-    source was read this turn; None: the call runs."""
-    tool, args = tool_and_arguments(name, arguments)
-    path = args.get("path") if tool in WRITERS else None
-    if not isinstance(path, str) or not path:
-        return None
-    turn = records[_turn_start(records) :]
-    owner = turn[0].content if turn and type(turn[0]) is User else ""
-    named = [m.group(1).rstrip(".") for m in _PATH.finditer(_URL.sub(" ", owner))]
-    target = _plain(path)
-    if target not in map(_plain, named):
-        return None  # the owner did not name this file: nothing says what it is copied from
-    touched = {_plain(p) for p in _paths_touched(turn)}
-    for source in named[: [_plain(n) for n in named].index(target)]:
-        if source.endswith("/") or source.lower() in _NOT_PATHS or _plain(source) in touched:
-            continue
-        return (
-            f"not run: you have not read {source} in this turn. Call read_file on {source} "
-            f"first, then {tool} {path} from what it holds."
-        )
-    old = args.get("old") if tool == "edit_file" else None
-    given = isinstance(old, str) and old.strip() != "" and old in owner  # the owner's exact text
-    if MODIFY_ASKED.search(owner) and target not in touched and not given:
-        return (
-            f"not run: you have not read {path} in this turn. You were asked to change it: call "
-            f"read_file on {path} first, then {tool} it from what it holds, keeping the rest of "
-            "its text."
-        )
-    return None
-
-
-def _plain(path: str) -> str:
-    return path.strip().removeprefix("./").lower()
-
-
-def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
-    """The paths the turn's answered calls read, listed or wrote (a failed read counts; a read
-    asked in the same completion as the write does not: the write was made without its text)."""
-    answered = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
-    out: list[str] = []
-    for r in records:
-        if isinstance(r, Assistant):
-            for call in r.tool_calls:
-                tool, args = tool_and_arguments(call.name, call.arguments)
-                path = args.get("path")
-                if call.id in answered and tool in _TOUCHERS and isinstance(path, str):
-                    out.append(path)
-    return out
 
 
 def _claims(answer: str) -> bool:
@@ -207,7 +196,7 @@ def _claims(answer: str) -> bool:
     return any(_CLAIM.search(s) and not _NEGATED.search(s) for s in sentences)
 
 
-def _calls(records: Sequence[LogRecord]) -> list[tuple[str, str]]:
+def answered_calls(records: Sequence[LogRecord]) -> list[tuple[str, str]]:
     """(the tool run, its result's content) for each answered call of `records`."""
     names: dict[str, str] = {}
     for r in records:
@@ -223,9 +212,11 @@ def _target(name: str, arguments: str) -> str:
     return name if target is None else target
 
 
-def _supports(tool: str, content: str) -> bool:
+def _failed(content: str) -> bool:
+    return content.startswith(("error:", "not run:"))
+
+
+def shows_write(tool: str, content: str) -> bool:
     """Whether a result shows something was written. A shell run that did not fail may have
     written anything: a claim after one is not second-guessed."""
-    if tool == "shell":
-        return not content.startswith(("error:", "not run:"))
-    return content.startswith(_SUPPORTS)
+    return not _failed(content) if tool == "shell" else content.startswith(_SUPPORTS)

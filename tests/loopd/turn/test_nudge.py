@@ -1,7 +1,8 @@
-"""The nudge rule (issue 40.2, turn.nudge) in the sans-IO turn loop: advice with no call, or a
-claimed write no result shows, gets one logged `[loopd]` user message and one more completion;
-never twice a turn, never past tool_iterations, never with `[loop] nudge` off; and the log it
-leaves replays to the very request the loop sent (the cache sees an ordinary message)."""
+"""The nudge rule (issue 40.2, turn.nudge) and the held calls (turn.hold) in the sans-IO turn
+loop: advice with no call, a claimed write no result shows, an answer given unread gets a logged
+`[loopd]` user message and one more completion; at most two a turn, never the same text twice,
+never past tool_iterations, never with `[loop] nudge` off; and the log it leaves replays to the
+very request the loop sent (the cache sees an ordinary message)."""
 
 from __future__ import annotations
 
@@ -11,15 +12,16 @@ import pytest
 
 from boxmaker.loopd.llama.types import ChatRequest, Completion, FinishReason
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
-from boxmaker.loopd.turn.limits import LoopLimits
+from boxmaker.loopd.turn.hold import after_repeat, hold, read_first
+from boxmaker.loopd.turn.limits import REPEATED_NOTE, LoopLimits
 from boxmaker.loopd.turn.loop import Append, Complete, Done, RunTools, TurnLoop
 from boxmaker.loopd.turn.nudge import (
     NUDGE_ADVICE,
     NUDGE_CLAIM,
+    NUDGE_INTENT,
     is_nudge,
     nudge,
-    read_first,
-    unread,
+    wanted,
 )
 from boxmaker.proto import (
     Assistant,
@@ -97,18 +99,24 @@ def test_advice_with_no_call_gets_one_nudge_then_the_turn_goes_on() -> None:
     call = ToolCall("c1", "clock", "{}")
     records, requests, done = drive(
         [completion(ADVICE), completion(None, call), completion("It is noon.")],
-        iter(["2026-11-30T12:00:00Z"]), nudge=True,
+        iter(["2026-11-30T12:00:00Z"]), content="what time is it?", nudge=True,
     )  # fmt: skip
-    assert users(records) == ["what's the port in config.ini?", NUDGE_ADVICE]
+    assert users(records) == ["what time is it?", NUDGE_ADVICE]
     assert requests[1].messages[-1].to_json() == {"role": "user", "content": NUDGE_ADVICE}
     assert done.content == "It is noon."
 
 
-def test_a_second_advice_in_the_same_turn_ends_it() -> None:
-    records, requests, done = drive([completion(ADVICE), completion(ADVICE)], nudge=True)
-    assert users(records) == ["what's the port in config.ini?", NUDGE_ADVICE]
-    assert len(requests) == 2
+def test_two_nudges_a_turn_each_a_different_text_then_it_ends() -> None:
+    """The call it wants first (config.ini is named), then the advice text; a third advice ends
+    the turn with the model's own answer."""
+    records, requests, done = drive([completion(ADVICE)] * 3, nudge=True)
+    first = wanted("what's the port in config.ini?")
+    assert users(records) == ["what's the port in config.ini?", first, NUDGE_ADVICE]
+    assert len(requests) == 3
     assert done.content == ADVICE
+    records, requests, done = drive([completion(ADVICE)] * 2, content="what time?", nudge=True)
+    assert users(records) == ["what time?", NUDGE_ADVICE]  # one text fits: never twice
+    assert len(requests) == 2
 
 
 def test_a_claimed_write_with_no_write_result_is_nudged() -> None:
@@ -157,13 +165,16 @@ def test_off_by_default_and_within_the_tool_rounds() -> None:
 
 
 def test_what_is_nudged_and_what_is_not() -> None:
-    owner: list[LogRecord] = [START, User(T, "copy a.txt upper-cased to b.txt")]
-    assert nudge(owner, "I cannot read files from the workspace.") == NUDGE_ADVICE
-    assert nudge(owner, "```bash\ncat a.txt\n```") == NUDGE_ADVICE
-    assert nudge(owner, "The port is 7411.") == unread("copy a.txt upper-cased to b.txt")
+    asked = "copy a.txt upper-cased to b.txt"
+    owner: list[LogRecord] = [START, User(T, asked)]
+    plain: list[LogRecord] = [START, User(T, "make the backup copy")]  # no file named
+    assert nudge(plain, "I cannot read files from the workspace.") == NUDGE_ADVICE
+    assert nudge(plain, "```bash\ncat a.txt\n```") == NUDGE_ADVICE
+    # the call it wants comes before the advice text: it names the file and the tool
+    assert nudge(owner, "I cannot read files from the workspace.") == wanted(asked)
+    assert nudge(owner, "The port is 7411.") == wanted("copy a.txt upper-cased to b.txt")
     assert nudge([START, User(T, "what time is it?")], "It is noon.") is None
     assert nudge(owner, "Done: b.txt has been created.") == NUDGE_CLAIM
-    plain: list[LogRecord] = [START, User(T, "make the backup copy")]  # no file named
     assert nudge(plain, "The file was not written: you denied it.") is None
     assert nudge(plain, "b.txt has not been written, since you said no.") is None
     denied = ToolCall("w", "write_file", '{"path": "b.txt"}')
@@ -173,7 +184,9 @@ def test_what_is_nudged_and_what_is_not() -> None:
     assert nudge(refused, "I have written b.txt.") == NUDGE_CLAIM  # a denial supports nothing
     assert nudge(refused, "I can't: you did not approve the write.") is None  # a call was made
     nudged: list[LogRecord] = [*owner, User(T, NUDGE_ADVICE)]
-    assert nudge(nudged, ADVICE) is None  # once a turn
+    assert nudge(nudged, ADVICE) == wanted("copy a.txt upper-cased to b.txt")  # another text
+    twice: list[LogRecord] = [*nudged, User(T, NUDGE_CLAIM)]
+    assert nudge(twice, ADVICE) is None  # two a turn
 
 
 def test_the_log_with_a_nudge_replays_to_the_request_sent() -> None:
@@ -188,7 +201,8 @@ def test_the_log_with_a_nudge_replays_to_the_request_sent() -> None:
     for request in requests:
         sent = [m.to_json() for m in request.messages]
         assert replayed[: len(sent)] == sent
-    assert {"role": "user", "content": NUDGE_ADVICE} in replayed
+    said = wanted("what's the port in config.ini?")
+    assert {"role": "user", "content": said} in replayed
 
 
 @pytest.mark.parametrize(
@@ -218,7 +232,7 @@ def test_a_message_that_names_something_to_read_is_nudged_when_nothing_was_calle
     if named is None:
         assert said is None
     else:
-        assert said == unread(message)
+        assert said == wanted(message)
         assert said is not None
         assert f"without reading {named}. Call {tool} on it now" in said
 
@@ -355,3 +369,122 @@ def test_an_edit_whose_old_text_the_owner_wrote_out_runs_unread() -> None:
     assert said.startswith("not run: you have not read shopping.txt")
     rewrite = '{"path": "shopping.txt", "content": "sugar"}'
     assert read_first(records, "write_file", rewrite) is not None
+
+
+# ---- what else is held, and the nudges a turn with calls gets (issue 40, fifth session) -------
+
+
+@pytest.mark.parametrize(
+    ("message", "command", "instead"),
+    [
+        ("what's the port in config.ini?", "cat config.ini", ("read_file", "config.ini")),
+        ("last line of journal.md?", "tail -1 journal.md", ("read_file", "journal.md")),
+        ("what's in reports/?", "ls -la reports/", ("list_dir", "reports/")),
+        ("what's here?", "ls", ("list_dir", ".")),
+        ("what's the port in config.ini?", "cat config.ini | grep port", None),  # a pipeline
+        ("what's the port in config.ini?", "cat a.ini b.ini", None),  # two files
+        ("what's the port in config.ini?", "cat *.ini", None),  # a glob
+        ("what's the port in config.ini?", "grep port config.ini", None),  # not only a read
+        ("run cat on config.ini", "cat config.ini", None),  # the owner asked for the command
+        ("use the shell to show config.ini", "cat config.ini", None),
+        ("what's the port in config.ini?", "cat 'config.ini", None),  # not shell words
+    ],
+)
+def test_a_shell_command_that_only_reads_is_answered_with_the_reader(
+    message: str, command: str, instead: tuple[str, str] | None
+) -> None:
+    """The port task: `cat config.ini` through shell asked the owner, who said no, and the model
+    gave up; read_file reads it without asking."""
+    records = _turn(message)
+    args = '{"command": "' + command.replace("'", "\\u0027") + '"}'
+    said = hold(records, "shell", args)
+    if instead is None:
+        assert said is None
+    else:
+        tool, path = instead
+        assert said == (
+            f"not run: {tool} shows {path} without asking the owner, and shell asks them. "
+            f'Call {tool} with {{"path": "{path}"}} now.'
+        )
+
+
+@pytest.mark.parametrize(
+    ("message", "held"),
+    [
+        ("which of my notes mentions the dentist?", "list_dir the folder that holds them"),
+        ("put the title of book.md in capital letters into title.txt", "about book.md, title.txt"),
+        ("what's in todo.txt?", "I asked about todo.txt: use read_file"),
+        ("remember that my bike lock code is 4471", None),
+        ("make a note: dentist on the 14th", None),
+        ("don't forget the milk", None),
+    ],
+)
+def test_a_note_the_owner_did_not_ask_for_is_not_run(message: str, held: str | None) -> None:
+    said = hold(_turn(message), "note", '{"text": "x"}')
+    if held is None:
+        assert said is None
+    else:
+        assert said is not None
+        assert said.startswith("not run: note keeps what I ask you to remember")
+        assert held in said
+    assert hold(_turn(message), "clock", "{}") is None
+
+
+def test_a_repeat_names_the_write_while_a_change_asked_for_is_not_made() -> None:
+    """port-change and typo: an edit missed, the model read the file three times, and the repeat
+    rule ended the turn with the file unchanged."""
+    read = ToolCall("r", "read_file", '{"path": "server.conf"}')
+    asked = _turn("change the port in server.conf to 9090", read)
+    said = after_repeat(asked)
+    assert said.startswith(REPEATED_NOTE)
+    assert said.endswith("call edit_file now with old copied exactly from the file's text above, "
+                         "or write_file with the whole new text.")  # fmt: skip
+    wrote = [*asked, Assistant(T, None, None, (ToolCall("w", "write_file", "{}"),)),
+             ToolResult(T, 0, "w", "wrote server.conf: 9 bytes", ResultClass.PUBLIC, False,
+                        False)]  # fmt: skip
+    assert after_repeat(wrote) == REPEATED_NOTE
+    assert after_repeat(_turn("what's the port in server.conf?", read)) == REPEATED_NOTE
+
+
+def test_the_loop_adds_the_next_step_to_a_repeat_only_with_the_nudge_on() -> None:
+    read = ToolCall("r1", "clock", "{}")
+    again = ToolCall("r2", "clock", "{}")
+    for on in (True, False):
+        records, _, _ = drive(
+            [completion(None, read), completion(None, again), completion("It is noon.")],
+            iter(["noon"]), "change the time in a.txt", nudge=on,
+        )  # fmt: skip
+        repeat = [r.content for r in records if isinstance(r, ToolResult)][1]
+        assert (repeat == REPEATED_NOTE) is not on
+        assert repeat.startswith(REPEATED_NOTE)
+
+
+def test_an_answer_from_a_listing_alone_is_nudged_to_read_when_the_files_text_was_asked() -> None:
+    """bank-letter and receipt: list_dir, then an answer from the names."""
+    listed = ToolCall("l", "list_dir", '{"path": "letters/"}')
+    content = "which letter in letters/ is from the bank?"
+    said = nudge(_turn(content, listed), "The letters are a.txt, b.txt and c.txt.")
+    assert said is not None
+    assert said.startswith("[loopd] You listed the folder but read none of its files")
+    read = ToolCall("r", "read_file", '{"path": "letters/b.txt"}')
+    assert nudge(_turn(content, listed, read), "b.txt is from the bank.") is None
+    for message in ("how many files are in reports/?", "what's the pdf in scans/ called?",
+                    "what's in my downloads folder?"):  # fmt: skip
+        assert nudge(_turn(message, listed), "Three: a, b, c.") is None
+
+
+def test_a_said_call_that_was_not_sent_is_nudged() -> None:
+    """coffee: told to fetch, the model answered "I'll call the `fetch` function on ..."."""
+    owner = "how much is a coffee? the menu is at http://127.0.0.1:9/prices"
+    first = wanted(owner)
+    records: list[LogRecord] = [START, User(T, owner), User(T, str(first))]
+    said = nudge(records, "I'll call the `fetch` function on http://127.0.0.1:9/prices to read it.")
+    assert said == NUDGE_INTENT
+    assert nudge(records, "A coffee is 3.40.") is None  # an answer, not an intent
+
+
+def test_remember_with_no_call_is_nudged_to_note() -> None:
+    said = nudge(_turn("remember that my bike lock code is 4471"), "Write it on paper.")
+    assert said == wanted("remember that my bike lock code is 4471")
+    assert said is not None
+    assert said.startswith("[loopd] Nothing was kept: call note now")
