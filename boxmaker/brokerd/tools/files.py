@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import codecs
 import difflib
+from collections import Counter
 from collections.abc import Callable
 from typing import Any
 
@@ -73,7 +74,8 @@ class FileTools:
         """The folder's names, less those `hidden` says a grant denies (a denied name is not
         there, as far as the model can tell)."""
         names = [n for n in list_entries(self.ws, parts) if not hidden((*parts, n.rstrip("/")))]
-        return response("\n".join(names) if names else "(empty folder)", self.cap, untrusted=True)
+        text = f"{tally(names)}:\n" + "\n".join(names) if names else "(empty folder)"
+        return response(text, self.cap, untrusted=True)
 
     def _old(self, parts: tuple[str, ...]) -> bytes | None:
         """The whole file an edit rewrites (None: there is none). Over max_write_bytes it is
@@ -165,6 +167,24 @@ class FileTools:
 _MISSING = "no such file or folder"
 SHOWN_ENTRIES = 40  # the most names a missing file's error lists
 NEAREST_LINES = 3
+
+
+def tally(names: list[str]) -> str:
+    """The counts of a listing, by kind and extension ("4 files (3 .csv, 1 .txt), 1 folder"):
+    a small model counting the lines itself said 4 for 3 (issue 40)."""
+    files = [n for n in names if not n.endswith("/")]
+    tails = (n.rsplit(".", 1)[1].lower() for n in files if "." in n[1:])
+    exts = Counter(t for t in tails if t.isalnum() and len(t) <= 8)
+    folders = len(names) - len(files)
+    out = []
+    if files:
+        kinds = ", ".join(f"{count} .{ext}" for ext, count in sorted(exts.items()))
+        out.append(
+            f"{len(files)} file{'s' if len(files) != 1 else ''}" + (f" ({kinds})" if kinds else "")
+        )
+    if folders:
+        out.append(f"{folders} folder{'s' if folders != 1 else ''}")
+    return ", ".join(out)
 
 
 def _nearest(text: str, old: str) -> str:

@@ -6,6 +6,7 @@ import os
 
 import pytest
 
+from boxmaker.brokerd.tools.files import tally
 from tests.support.brokerd.rig import Rig
 
 
@@ -32,7 +33,7 @@ def test_a_cut_never_splits_a_character(rig: Rig) -> None:
     (rig.workspace / "wide.txt").write_text("é" * 1000)
     rig.start()
     body = rig.call("list_dir", {"path": "."})
-    assert body["content"] == "wide.txt"
+    assert body["content"] == "1 file (1 .txt):\nwide.txt"
     content = rig.call("read_file", {"path": "wide.txt"})["content"]
     assert "\ufffd" not in content
     assert content.endswith("call again with offset=160]")  # the half is left for the next
@@ -152,7 +153,12 @@ def test_odd_names_and_bytes_come_back_as_valid_text(rig: Rig) -> None:
     rig.grants_text = rig.grants_text + '\n[[grant]]\ntool = "edit_file"\nmode = "ask"\n'
     rig.start()
     listing = rig.call("list_dir", {"path": "."})["content"]
-    assert listing.splitlines() == ["bad\ufffdname/", "latin1.txt", "two\\nlines"]
+    assert listing.splitlines() == [
+        "2 files (1 .txt), 1 folder:",  # "two\nlines" has no extension
+        "bad\ufffdname/",
+        "latin1.txt",
+        "two\\nlines",
+    ]
     conn = rig.loopd()
     with conn.sock:
         args = '{"path":"latin1.txt","old":"old","new":"new"}'
@@ -286,3 +292,18 @@ def test_an_edit_of_a_file_over_max_write_bytes_names_that_key(rig: Rig, size: i
     assert "max_write_bytes" in body["content"], body
     assert "max_file_bytes" not in body["content"], body
     assert (rig.workspace / "big.txt").read_text().endswith("tail")  # nothing cut
+
+
+@pytest.mark.parametrize(
+    ("names", "counted"),
+    [
+        (["feb.csv", "jan.csv", "mar.csv", "notes.txt"], "4 files (3 .csv, 1 .txt)"),
+        (["a/", "b.PDF", "c.pdf", "README"], "3 files (2 .pdf), 1 folder"),
+        (["old/", "new/"], "2 folders"),
+        ([".bashrc", "x.tar.gz", "odd.na me"], "3 files (1 .gz)"),
+        (["one.md"], "1 file (1 .md)"),
+    ],
+)
+def test_a_listing_is_counted_by_kind_and_extension(names: list[str], counted: str) -> None:
+    """csv-count (issue 40): the model counted the lines of a listing itself and said 4 for 3."""
+    assert tally(names) == counted
