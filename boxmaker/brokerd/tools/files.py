@@ -309,7 +309,11 @@ READ_FILE = _file_tool(
             "type": "object",
             "properties": {
                 "path": PATH,
-                "offset": {"type": "integer", "description": "The first byte to read."},
+                "offset": {
+                    "type": "integer",
+                    "description": "The first byte to read, from the start (0 or more); leave "
+                    "it out to read the file from its start.",
+                },
                 "limit": {"type": "integer", "description": "How many bytes at most."},
             },
             "required": ["path"],

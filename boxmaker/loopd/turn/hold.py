@@ -16,12 +16,14 @@ on offers the file tools (the qwen-coder profile's core).
   an edit_file whose old text the owner wrote out ('replace "flour" with "sugar"'): nothing in
   it is guessed, and brokerd refuses an old text the file does not hold.
 - **read, not shell** (shell_read()): a shell command that only shows one file or lists one
-  folder (`cat`, `head`, `tail`, `less`, `more`, `ls`; no pipe, redirect or glob) when the
-  owner did not ask for the shell or a command.
+  folder (`cat`, `head`, `tail`, `less`, `more`, `grep`, `ls`, piped at most through `grep`,
+  `head` or `tail`; no redirect, glob or substitution) when the owner did not ask for the shell
+  or a command.
 - **a note not asked for** (unasked_note()): note when the owner's message asks nothing be
   remembered (REMEMBER_ASKED).
-- **after a repeat** (after_repeat()): a repeated call's answer (turn.limits) also says, when the
-  owner asked a named file to be changed and nothing is written yet, to write it now.
+- **after a repeat** (after_repeat()): a repeated call's answer (turn.limits) also says what to
+  do next: that a call which failed or was held fails again; when the owner asked for a named
+  file to be changed and nothing is written yet, to write it now.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from boxmaker.loopd.turn.nudge import (
     REMEMBER_ASKED,
     answered_calls,
     named_paths,
+    plain_path,
     shows_write,
     this_turn,
 )
@@ -48,12 +51,17 @@ from boxmaker.proto.tool import tool_and_arguments
 
 WRITERS: Final = frozenset({"write_file", "edit_file"})
 _TOUCHERS: Final = frozenset({"read_file", "list_dir", "write_file", "edit_file"})
-_SHOWS: Final = {"cat": "read_file", "head": "read_file", "tail": "read_file",
-                 "less": "read_file", "more": "read_file", "ls": "list_dir"}  # fmt: skip
+_SHOWS: Final = {"cat": "read_file", "head": "read_file", "tail": "read_file", "less": "read_file",
+                 "more": "read_file", "grep": "read_file", "ls": "list_dir"}  # fmt: skip
+_FILTERS: Final = frozenset({"grep", "head", "tail"})  # after a `|`: still only showing lines
 _SHELL_ASKED = re.compile(
     r"\b(?:shell|command|terminal|console|bash|run|cat|head|tail|less|more|ls)\b", re.I
 )
-_MORE_THAN_A_READ = re.compile(r"[|;&<>`$*?(){}\[\]~\n]")
+# "what did I write on the last line of journal.md?" asks nothing to be written
+_QUESTION = re.compile(
+    r"\s*(?:what|which|who|whose|where|when|why|how|is|are|did|does|do)\b.*\?\s*$", re.I | re.S
+)
+_MORE_THAN_A_READ = re.compile(r"[;&<>`$*?(){}\[\]~\n]")
 
 
 def hold(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
@@ -74,12 +82,12 @@ def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str |
         return None
     turn, owner = this_turn(records)
     named = named_paths(owner)
-    target = _plain(path)
-    if target not in map(_plain, named):
+    target = plain_path(path)
+    if target not in map(plain_path, named):
         return None  # the owner did not name this file: nothing says what it is copied from
-    touched = {_plain(p) for p in _paths_touched(turn)}
-    for source in named[: [_plain(n) for n in named].index(target)]:
-        if source.endswith("/") or source.lower() in NOT_PATHS or _plain(source) in touched:
+    touched = {plain_path(p) for p in _paths_touched(turn)}
+    for source in named[: [plain_path(n) for n in named].index(target)]:
+        if source.endswith("/") or source.lower() in NOT_PATHS or plain_path(source) in touched:
             continue
         return (
             f"not run: you have not read {source} in this turn. Call read_file on {source} "
@@ -101,19 +109,26 @@ def shell_read(records: Sequence[LogRecord], name: str, arguments: str) -> str |
     read_file or list_dir does without asking the owner; None: the call runs."""
     tool, args = tool_and_arguments(name, arguments)
     command = args.get("command") if tool == "shell" else None
-    if not isinstance(command, str) or _MORE_THAN_A_READ.search(command):
+    if not isinstance(command, str) or _MORE_THAN_A_READ.search(command) or "||" in command:
         return None
     if _SHELL_ASKED.search(this_turn(records)[1]):
         return None  # the owner asked for the shell or a command: run what was asked
     try:
-        words = shlex.split(command)
+        stages = [shlex.split(stage) for stage in command.split("|")]
     except ValueError:
         return None
-    reader = _SHOWS.get(words[0]) if words else None
-    paths = [w for w in words[1:] if not w.startswith("-")]
-    if reader is None or len(paths) > 1 or (reader == "read_file" and not paths):
+    if not all(stages) or any(s[0] not in _FILTERS for s in stages[1:]):
+        return None  # `cat a | wc -l` computes something: it runs, asking
+    first = stages[0]
+    reader = _SHOWS.get(first[0])
+    operands = [w for w in first[1:] if not w.startswith("-")]
+    if first[0] == "grep" and operands:
+        operands = operands[1:]  # the pattern
+    if reader is None or len(operands) > 1 or (reader == "read_file" and not operands):
         return None
-    path = paths[0] if paths else "."
+    if reader == "list_dir" and len(stages) > 1:
+        return None
+    path = operands[0] if operands else "."
     return (
         f"not run: {reader} shows {path} without asking the owner, and shell asks them. "
         f'Call {reader} with {{"path": "{path}"}} now.'
@@ -132,18 +147,25 @@ def unasked_note(records: Sequence[LogRecord], name: str, arguments: str) -> str
         f"I asked about {', '.join(paths)}: use read_file, list_dir, write_file or edit_file on "
         f"{'it' if len(paths) == 1 else 'them'}."
         if paths
-        else "To find something in my files, list_dir the folder that holds them and read_file "
-        "the files."
+        else 'To find something in my files, call list_dir with {"path": "."} and read_file the '
+        "files that could say it."
     )
     return f"not run: note keeps what I ask you to remember, and I asked for nothing. {where}"
 
 
-def after_repeat(records: Sequence[LogRecord]) -> str:
-    """REPEATED_NOTE with the next step when the owner asked for a named file to be changed and
-    this turn has written nothing: a small model that missed an edit reads the file again and
-    again until the repeat rule ends the turn."""
+def after_repeat(records: Sequence[LogRecord], name: str, arguments: str) -> str:
+    """REPEATED_NOTE with the next step: when the call did not run or failed the first time
+    (Qwen2.5-Coder sent read_file with offset -1 three times over the error), that it fails
+    again; when the owner asked for a named file to be changed and this turn has written
+    nothing, to write it now (a model that missed an edit read the file until the turn ended)."""
     turn, owner = this_turn(records)
-    if not (CHANGE_ASKED.search(owner) and named_paths(owner)):
+    first = _first_result(turn, name, arguments)
+    if first is not None and first.startswith(("error:", "not run:")):
+        return (
+            f"{REPEATED_NOTE} It did not run the first time and will not now: do what its "
+            "answer says instead."
+        )
+    if not (CHANGE_ASKED.search(owner) and named_paths(owner)) or _QUESTION.match(owner):
         return REPEATED_NOTE
     if any(shows_write(tool, content) for tool, content in answered_calls(turn)):
         return REPEATED_NOTE
@@ -153,8 +175,12 @@ def after_repeat(records: Sequence[LogRecord]) -> str:
     )
 
 
-def _plain(path: str) -> str:
-    return path.strip().removeprefix("./").lower()
+def _first_result(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
+    """The result of the first call of `records` with this name and these arguments."""
+    ids = [c.id for r in records if isinstance(r, Assistant) for c in r.tool_calls
+           if (c.name, c.arguments) == (name, arguments)]  # fmt: skip
+    results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
+    return next((results[i] for i in ids if i in results), None)
 
 
 def _paths_touched(records: Sequence[LogRecord]) -> list[str]:

@@ -326,7 +326,7 @@ class TurnLoop:
             note = plan.note(i)
             if self._limits.nudge:  # turn.hold: a repeat's next step; a call answered unrun
                 repeated = plan.verdicts[i] is Verdict.REPEATED
-                note = after_repeat(self.records) if repeated else note
+                note = after_repeat(self.records, call.name, call.arguments) if repeated else note
                 note = note or hold(self.records, call.name, call.arguments)
             plans.append(
                 resolve(call, self._registry)

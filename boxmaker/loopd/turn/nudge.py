@@ -18,8 +18,9 @@ nudge:
   "the files saved in box are..." is a description, not a claim: nudged, the model wrote files to
   make it true (verify-device's list_dir check, issue 40);
 - **listed, not read**: the owner asked what files say ("which letter in letters/ is from the
-  bank?": CONTENT_ASKED), the turn listed folders and read nothing, so the answer came from the
-  names;
+  bank?": CONTENT_ASKED), the turn listed a folder of a few files and has not read them all (it
+  answered from the names, or from the first file it read: "bakery.txt" for the receipt over
+  100 euros);
 - **intent**: the answer says it will make a call ("I'll call the `fetch` function on ...")
   and makes none (NUDGE_INTENT).
 
@@ -36,9 +37,9 @@ import re
 from collections.abc import Sequence
 from typing import Final
 
-from boxmaker.proto import Assistant, ToolResult, User
+from boxmaker.proto import Assistant, ToolCall, ToolResult, User
 from boxmaker.proto.log import LogRecord
-from boxmaker.proto.tool import call_tool_target
+from boxmaker.proto.tool import call_tool_target, tool_and_arguments
 
 NUDGE_PREFIX: Final = "[loopd] "
 # Two: told once, Qwen2.5-Coder often answered "I'll call the `fetch` function on ..." and
@@ -107,7 +108,7 @@ _NEGATED = re.compile(
     r"\b(?:not|no|never|denied|refused|declined|unable|cannot|failed)\b|n't\b", re.I
 )
 _SUPPORTS = ("wrote ", "edited ", "noted in ")
-_READERS = frozenset({"read_file", "shell", "fetch"})  # what shows a file's text
+_MOST_TO_READ: Final = 10  # files of a listing the unread-files nudge asks to be read
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`]+", re.I)
 # a path the owner names: a name with a lettered extension (config.ini, notes/todo.txt) or a
 # folder ending in a slash (reports/); not inside a URL, a version (1.5) or an e-mail address
@@ -154,13 +155,8 @@ def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
         candidates.append(wanted(owner))
         if _ADVICE.search(answer):
             candidates.append(NUDGE_ADVICE)
-    read = any(name in _READERS and not _failed(content) for name, content in ran)
-    if CONTENT_ASKED.search(owner) and any(name == "list_dir" for name, _ in ran) and not read:
-        candidates.append(
-            f"{NUDGE_PREFIX}You listed the folder but read none of its files, and their names "
-            "do not say what they hold. Call read_file on each file that could answer, then "
-            "answer from what they hold."
-        )
+    if CONTENT_ASKED.search(owner):
+        candidates.append(_unread_listed(turn))
     if _INTENT.search(answer):
         candidates.append(NUDGE_INTENT)
     return next((c for c in candidates if c is not None and c not in given), None)
@@ -188,6 +184,44 @@ def wanted(message: str) -> str | None:
         f"{NUDGE_PREFIX}You answered without reading {name}. Call {tool} on it now, then "
         "answer from what it holds."
     )
+
+
+def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
+    """The nudge for an answer about what files say given before every file of the folders
+    the turn listed was read (a few files: a folder of many is a search, not a read)."""
+    listed: list[str] = []
+    read: set[str] = set()
+    for call, result in _calls_with_results(turn):
+        tool, args = tool_and_arguments(call.name, call.arguments)
+        path = args.get("path")
+        if not isinstance(path, str) or _failed(result):
+            continue
+        if tool == "read_file":
+            read.add(plain_path(path))
+        elif tool == "list_dir":
+            folder = plain_path(path).rstrip("/")
+            lines = result.splitlines()[1:]  # the first counts them (brokerd's list_dir)
+            listed += [f"{folder}/{n}" if folder not in ("", ".") else n
+                       for n in lines if n and not n.endswith("/")]  # fmt: skip
+    unread = [p for p in dict.fromkeys(listed) if plain_path(p) not in read]
+    if not unread or len(listed) > _MOST_TO_READ:
+        return None
+    return (
+        f"{NUDGE_PREFIX}You have not read {', '.join(unread)} yet, and the answer may be in "
+        f"{'it' if len(unread) == 1 else 'them'}: file names do not say what a file holds. Call "
+        "read_file on each, then answer from what they hold."
+    )
+
+
+def _calls_with_results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, str]]:
+    results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
+    return [(c, results[c.id]) for r in records if isinstance(r, Assistant)
+            for c in r.tool_calls if c.id in results]  # fmt: skip
+
+
+def plain_path(path: str) -> str:
+    """A path as the owner and the model both may spell it (./A.TXT is a.txt)."""
+    return path.strip().removeprefix("./").lower()
 
 
 def _claims(answer: str) -> bool:

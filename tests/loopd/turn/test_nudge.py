@@ -381,10 +381,22 @@ def test_an_edit_whose_old_text_the_owner_wrote_out_runs_unread() -> None:
         ("last line of journal.md?", "tail -1 journal.md", ("read_file", "journal.md")),
         ("what's in reports/?", "ls -la reports/", ("list_dir", "reports/")),
         ("what's here?", "ls", ("list_dir", ".")),
-        ("what's the port in config.ini?", "cat config.ini | grep port", None),  # a pipeline
-        ("what's the port in config.ini?", "cat a.ini b.ini", None),  # two files
-        ("what's the port in config.ini?", "cat *.ini", None),  # a glob
-        ("what's the port in config.ini?", "grep port config.ini", None),  # not only a read
+        # seen: the model's own pipeline, which the owner refused
+        ("port in config.ini?", "cat config.ini | grep 'port'", ("read_file", "config.ini")),
+        ("port in config.ini?", "grep -i port config.ini", ("read_file", "config.ini")),
+        (
+            "port in config.ini?",
+            "cat config.ini | grep port | head -1",
+            ("read_file", "config.ini"),
+        ),
+        ("how long is a.txt?", "cat a.txt | wc -l", None),  # computes something
+        ("what's in reports/?", "ls reports/ | grep pdf", None),
+        ("port in config.ini?", "cat config.ini || true", None),
+        ("port in config.ini?", "cat a.ini b.ini", None),  # two files
+        ("port in config.ini?", "cat *.ini", None),  # a glob
+        ("port in config.ini?", "cat config.ini > b.ini", None),  # a write
+        ("port in config.ini?", "cat $(ls)", None),
+        ("port in config.ini?", "sed -n 1p config.ini", None),  # not one of the readers
         ("run cat on config.ini", "cat config.ini", None),  # the owner asked for the command
         ("use the shell to show config.ini", "cat config.ini", None),
         ("what's the port in config.ini?", "cat 'config.ini", None),  # not shell words
@@ -411,7 +423,7 @@ def test_a_shell_command_that_only_reads_is_answered_with_the_reader(
 @pytest.mark.parametrize(
     ("message", "held"),
     [
-        ("which of my notes mentions the dentist?", "list_dir the folder that holds them"),
+        ("which of my notes mentions the dentist?", 'call list_dir with {"path": "."}'),
         ("put the title of book.md in capital letters into title.txt", "about book.md, title.txt"),
         ("what's in todo.txt?", "I asked about todo.txt: use read_file"),
         ("remember that my bike lock code is 4471", None),
@@ -435,15 +447,33 @@ def test_a_repeat_names_the_write_while_a_change_asked_for_is_not_made() -> None
     rule ended the turn with the file unchanged."""
     read = ToolCall("r", "read_file", '{"path": "server.conf"}')
     asked = _turn("change the port in server.conf to 9090", read)
-    said = after_repeat(asked)
+    said = after_repeat(asked, read.name, read.arguments)
     assert said.startswith(REPEATED_NOTE)
     assert said.endswith("call edit_file now with old copied exactly from the file's text above, "
                          "or write_file with the whole new text.")  # fmt: skip
     wrote = [*asked, Assistant(T, None, None, (ToolCall("w", "write_file", "{}"),)),
              ToolResult(T, 0, "w", "wrote server.conf: 9 bytes", ResultClass.PUBLIC, False,
                         False)]  # fmt: skip
-    assert after_repeat(wrote) == REPEATED_NOTE
-    assert after_repeat(_turn("what's the port in server.conf?", read)) == REPEATED_NOTE
+    assert after_repeat(wrote, read.name, read.arguments) == REPEATED_NOTE
+    for question in ("what's the port in server.conf?", "what did I write in server.conf?"):
+        assert after_repeat(_turn(question, read), read.name, read.arguments) == REPEATED_NOTE
+
+
+def test_a_repeat_of_a_call_that_failed_says_it_fails_again() -> None:
+    """last-line: read_file with offset -1, refused, sent twice more; dentist: a held note,
+    twice more."""
+    bad = ToolCall("r", "read_file", '{"path": "journal.md", "offset": -1}')
+    records: list[LogRecord] = [START, User(T, "what did I write on the last line of journal.md?"),
+        Assistant(T, None, None, (bad,)),
+        ToolResult(T, 0, "r", "error: denied: bad request: read_file: offset cannot be negative",
+                   ResultClass.PUBLIC, False, False)]  # fmt: skip
+    said = after_repeat(records, bad.name, bad.arguments)
+    assert said == (
+        f"{REPEATED_NOTE} It did not run the first time and will not now: do what its answer "
+        "says instead."
+    )
+    good = _turn("what did I write on the last line of journal.md?", bad)  # its result: "ok"
+    assert after_repeat(good, bad.name, bad.arguments) == REPEATED_NOTE
 
 
 def test_the_loop_adds_the_next_step_to_a_repeat_only_with_the_nudge_on() -> None:
@@ -459,18 +489,38 @@ def test_the_loop_adds_the_next_step_to_a_repeat_only_with_the_nudge_on() -> Non
         assert repeat.startswith(REPEATED_NOTE)
 
 
-def test_an_answer_from_a_listing_alone_is_nudged_to_read_when_the_files_text_was_asked() -> None:
-    """bank-letter and receipt: list_dir, then an answer from the names."""
-    listed = ToolCall("l", "list_dir", '{"path": "letters/"}')
+def _answered(message: str, *calls: tuple[str, str, str]) -> list[LogRecord]:
+    """The owner's message, then each (tool, arguments, result) answered."""
+    out: list[LogRecord] = [START, User(T, message)]
+    for i, (tool, args, result) in enumerate(calls):
+        call = ToolCall(f"c{i}", tool, args)
+        out += [Assistant(T, None, None, (call,)), ToolResult(T, 0, call.id, result,
+                ResultClass.PUBLIC, False, False)]  # fmt: skip
+    return out
+
+
+def test_an_answer_before_the_listed_files_were_read_is_nudged_to_read_them() -> None:
+    """bank-letter and receipt: list_dir, then an answer from the names, or from the first
+    file read ("bakery.txt" for the receipt over 100 euros)."""
+    listed = ("list_dir", '{"path": "letters/"}', "3 files (3 .txt):\na.txt\nb.txt\nc.txt")
     content = "which letter in letters/ is from the bank?"
-    said = nudge(_turn(content, listed), "The letters are a.txt, b.txt and c.txt.")
+    said = nudge(_answered(content, listed), "The letters are a.txt, b.txt and c.txt.")
+    assert said == (
+        "[loopd] You have not read letters/a.txt, letters/b.txt, letters/c.txt yet, and the "
+        "answer may be in them: file names do not say what a file holds. Call read_file on "
+        "each, then answer from what they hold."
+    )
+    one = ("read_file", '{"path": "./letters/A.txt"}', "Dear neighbour")
+    said = nudge(_answered(content, listed, one), "a.txt is from the bank.")
     assert said is not None
-    assert said.startswith("[loopd] You listed the folder but read none of its files")
-    read = ToolCall("r", "read_file", '{"path": "letters/b.txt"}')
-    assert nudge(_turn(content, listed, read), "b.txt is from the bank.") is None
-    for message in ("how many files are in reports/?", "what's the pdf in scans/ called?",
-                    "what's in my downloads folder?"):  # fmt: skip
-        assert nudge(_turn(message, listed), "Three: a, b, c.") is None
+    assert said.startswith("[loopd] You have not read letters/b.txt, letters/c.txt yet")
+    every = [("read_file", f'{{"path": "letters/{n}.txt"}}', "x") for n in "abc"]
+    assert nudge(_answered(content, listed, *every), "b.txt is from the bank.") is None
+    for message in ("how many files are in letters/?", "what's the pdf in letters/ called?",
+                    "what's in my letters folder?"):  # fmt: skip
+        assert nudge(_answered(message, listed), "Three: a, b, c.") is None
+    many = ("list_dir", '{"path": "."}', "11 files:\n" + "\n".join(f"{i}.txt" for i in range(11)))
+    assert nudge(_answered(content, many), "None.") is None  # a search, not a read
 
 
 def test_a_said_call_that_was_not_sent_is_nudged() -> None:
