@@ -50,7 +50,9 @@ def split_path(path: str, workspace: str) -> tuple[str, ...]:
     if path.startswith("/"):
         root = workspace.rstrip("/") + "/"
         if path != workspace.rstrip("/") and not path.startswith(root):
-            raise BadTarget(f"{path} is outside the workspace {workspace}; give a path inside it")
+            inside = path.lstrip("/")  # a model's "/inbox" for the workspace's inbox
+            hint = f'a path inside it, as "{inside}"' if inside else "a path inside it"
+            raise BadTarget(f"{path} is outside the workspace {workspace}; give {hint}")
         path = path[len(root) :] if path.startswith(root) else ""
     parts = tuple(p for p in path.split("/") if p not in ("", "."))
     if ".." in parts:

@@ -109,6 +109,15 @@ def test_paths_that_are_refused_before_the_kernel_sees_them(path: str) -> None:
         split_path(path, WS)
 
 
+def test_an_absolute_path_outside_is_refused_with_the_relative_spelling() -> None:
+    """inbox (issue 40): the model sent list_dir "/inbox" for the workspace's inbox/ and, told
+    only "give a path inside it", gave up."""
+    with pytest.raises(BadTarget, match=f'^/inbox is outside the workspace {WS}; give a path '
+                       'inside it, as "inbox"$'):  # fmt: skip
+        split_path("/inbox", WS)
+    assert split_path("inbox", WS) == ("inbox",)
+
+
 @pytest.mark.parametrize(
     ("text", "message"),
     [

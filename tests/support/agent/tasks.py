@@ -333,7 +333,7 @@ TASKS: tuple[Task, ...] = (
     Task("date", "time", ("what's today's date?",), date_quoted),
     # -- shell
     Task("word-count", "shell", ("run wc -w on essay.txt and tell me how many words it has",),
-         all_of(read_first("shell"), says("12", "twelve")),
+         all_of(read_first("shell"), says("13", "thirteen")),  # wc -w counts "day." too
          {"essay.txt": "The quick brown fox jumps over the lazy dog three times a day.\n"}, YES),
     Task("echo-sum", "shell", ("use the shell to work out 17 * 23 with expr",),
          all_of(read_first("shell"), says("391")), {}, YES),
