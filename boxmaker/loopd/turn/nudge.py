@@ -24,8 +24,9 @@ nudge:
 - **intent**: the answer says it will make a call ("I'll call the `fetch` function on ...")
   and makes none (NUDGE_INTENT).
 
-The nudge is an ordinary `user` record whose text starts with NUDGE_PREFIX: replay turns it into
-a user message like any other, so a resumed session's request holds it byte for byte and the
+The nudge is an ordinary `user` record, known by its opening (_NUDGE_OPENING, with no marker
+the model would read: a prefix cost the call): replay turns it into a user message like any
+other, so a resumed session's request holds it byte for byte and the
 prompt cache keeps hitting. At most NUDGES_PER_TURN a turn, never the same text twice, and each
 spends one of the turn's tool rounds (`tool_iterations`): a turn that has used them all ends as
 it would have. What is held before a call runs is turn.hold's.
@@ -33,6 +34,7 @@ it would have. What is held before a call runs is turn.hold's.
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Sequence
 from typing import Final
@@ -41,20 +43,22 @@ from boxmaker.proto import Assistant, ToolCall, ToolResult, User
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import call_tool_target, tool_and_arguments
 
-NUDGE_PREFIX: Final = "[loopd] "
+# Before 2026-12-03 every nudge began "[loopd] "; on Qwen2.5-Coder any such prefix ("[loopd] ",
+# "(loopd) ", "Reminder: ", "Owner: ") made the model repeat its advice where the bare instruction
+# got the call (docs/decisions/agent-tasks.md, the probe). So a nudge is known by its opening.
 # Two: told once, Qwen2.5-Coder often answered "I'll call the `fetch` function on ..." and
 # stopped; a second, different text is one more round, and the same text twice never helps.
 NUDGES_PER_TURN: Final = 2
 NUDGE_ADVICE: Final = (
-    NUDGE_PREFIX + "Do it yourself now with your tools instead of telling me how: call the tool "
+    "Do it yourself now with your tools instead of telling me how: call the tool "
     "(read or list first when it is about a file or folder), then answer from its result."
 )
 NUDGE_CLAIM: Final = (
-    NUDGE_PREFIX + "No tool result in this turn shows that: nothing was written or noted. Call "
+    "No tool result in this turn shows that: nothing was written or noted. Call "
     "the tool now (read the file first if you need its text), or say plainly it was not done."
 )
 NUDGE_INTENT: Final = (
-    NUDGE_PREFIX + "You said what you would call but sent no call. Send the tool call itself "
+    "You said what you would call but sent no call. Send the tool call itself "
     "now, then answer from its result."
 )
 
@@ -109,6 +113,22 @@ _NEGATED = re.compile(
 )
 _SUPPORTS = ("wrote ", "edited ", "noted in ")
 _MOST_TO_READ: Final = 10  # files of a listing the unread-files nudge asks to be read
+# "remember that my code is 4471" -> note's text "my code is 4471"
+_REMEMBER_LEAD = re.compile(
+    r"^(?:please\s+)?(?:remember|make a note|note down|note|jot down|don'?t forget|keep in mind)"
+    r"(?:\s+that\b|\s+of\b|\s*:)?\s*",
+    re.I,
+)
+# How each nudge text opens (and the legacy prefix): how a replayed log tells loopd's user
+# records from the owner's. Long, exact phrases an owner does not type.
+_NUDGE_OPENING = re.compile(
+    r"\[loopd\] |Do it yourself now with your tools instead of telling me how: "
+    r"|No tool result in this turn shows that: |You said what you would call but sent no call\. "
+    r"|Nothing was kept\. Call note now with \{"
+    r"|You answered without reading .{1,2100}?\. Call (?:read_file|list_dir|fetch) with \{"
+    r"|You have not read .{1,4000}? yet, and the answer may be in (?:it|them): ",
+    re.S,
+)
 _URL = re.compile(r"\bhttps?://[^\s<>\"'`]+", re.I)
 # a path the owner names: a name with a lettered extension (config.ini, notes/todo.txt) or a
 # folder ending in a slash (reports/); not inside a URL, a version (1.5) or an e-mail address
@@ -120,7 +140,7 @@ NOT_PATHS: Final = frozenset({"e.g", "i.e", "etc", "vs", "a.m", "p.m"})
 
 def is_nudge(record: LogRecord) -> bool:
     """A user record loopd wrote (a nudge), not the owner's message."""
-    return type(record) is User and record.content.startswith(NUDGE_PREFIX)
+    return type(record) is User and _NUDGE_OPENING.match(record.content) is not None
 
 
 def this_turn(records: Sequence[LogRecord]) -> tuple[Sequence[LogRecord], str]:
@@ -167,23 +187,26 @@ def wanted(message: str) -> str | None:
     (note), or names something to read: its first URL (fetch), else its first path (list_dir
     for a folder, read_file for a file)."""
     if REMEMBER_ASKED.search(message):
-        return (
-            f"{NUDGE_PREFIX}Nothing was kept: call note now with what I asked you to remember, "
-            "then answer."
-        )
+        text = _REMEMBER_LEAD.sub("", message.strip(), count=1).rstrip(".!") or message
+        return f"Nothing was kept. Call note now with {_json({'text': text})}, then answer."
     url = _URL.search(message)
     if url is not None:
-        name, tool = url.group(0).rstrip(".,;:!?)"), "fetch"
+        name, tool, arg = url.group(0).rstrip(".,;:!?)"), "fetch", "url"
     else:
         paths = named_paths(message)
         if not paths:
             return None
-        name = paths[0]
+        name, arg = paths[0], "path"
         tool = "list_dir" if name.endswith("/") else "read_file"
     return (
-        f"{NUDGE_PREFIX}You answered without reading {name}. Call {tool} on it now, then "
+        f"You answered without reading {name}. Call {tool} with {_json({arg: name})} now, then "
         "answer from what it holds."
     )
+
+
+def _json(args: dict[str, str]) -> str:
+    """The call's arguments as the model writes them: told the exact call, it makes it."""
+    return json.dumps(args, ensure_ascii=False)
 
 
 def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
@@ -207,7 +230,7 @@ def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
     if not unread or len(listed) > _MOST_TO_READ:
         return None
     return (
-        f"{NUDGE_PREFIX}You have not read {', '.join(unread)} yet, and the answer may be in "
+        f"You have not read {', '.join(unread)} yet, and the answer may be in "
         f"{'it' if len(unread) == 1 else 'them'}: file names do not say what a file holds. Call "
         "read_file on each, then answer from what they hold."
     )

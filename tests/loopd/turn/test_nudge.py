@@ -1,6 +1,6 @@
 """The nudge rule (issue 40.2, turn.nudge) and the held calls (turn.hold) in the sans-IO turn
 loop: advice with no call, a claimed write no result shows, an answer given unread gets a logged
-`[loopd]` user message and one more completion; at most two a turn, never the same text twice,
+user message and one more completion; at most two a turn, never the same text twice,
 never past tool_iterations, never with `[loop] nudge` off; and the log it leaves replays to the
 very request the loop sent (the cache sees an ordinary message)."""
 
@@ -234,7 +234,10 @@ def test_a_message_that_names_something_to_read_is_nudged_when_nothing_was_calle
     else:
         assert said == wanted(message)
         assert said is not None
-        assert f"without reading {named}. Call {tool} on it now" in said
+        arg = "url" if tool == "fetch" else "path"
+        assert said.startswith(
+            f'You answered without reading {named}. Call {tool} with {{"{arg}": "{named}"}} now'
+        )
 
 
 def _turn(message: str, *calls: ToolCall) -> list[LogRecord]:
@@ -506,14 +509,14 @@ def test_an_answer_before_the_listed_files_were_read_is_nudged_to_read_them() ->
     content = "which letter in letters/ is from the bank?"
     said = nudge(_answered(content, listed), "The letters are a.txt, b.txt and c.txt.")
     assert said == (
-        "[loopd] You have not read letters/a.txt, letters/b.txt, letters/c.txt yet, and the "
+        "You have not read letters/a.txt, letters/b.txt, letters/c.txt yet, and the "
         "answer may be in them: file names do not say what a file holds. Call read_file on "
         "each, then answer from what they hold."
     )
     one = ("read_file", '{"path": "./letters/A.txt"}', "Dear neighbour")
     said = nudge(_answered(content, listed, one), "a.txt is from the bank.")
     assert said is not None
-    assert said.startswith("[loopd] You have not read letters/b.txt, letters/c.txt yet")
+    assert said.startswith("You have not read letters/b.txt, letters/c.txt yet")
     every = [("read_file", f'{{"path": "letters/{n}.txt"}}', "x") for n in "abc"]
     assert nudge(_answered(content, listed, *every), "b.txt is from the bank.") is None
     for message in ("how many files are in letters/?", "what's the pdf in letters/ called?",
@@ -537,4 +540,28 @@ def test_remember_with_no_call_is_nudged_to_note() -> None:
     said = nudge(_turn("remember that my bike lock code is 4471"), "Write it on paper.")
     assert said == wanted("remember that my bike lock code is 4471")
     assert said is not None
-    assert said.startswith("[loopd] Nothing was kept: call note now")
+    kept = '{"text": "my bike lock code is 4471"}'
+    assert said == f"Nothing was kept. Call note now with {kept}, then answer."
+
+
+def test_every_nudge_is_known_as_one_and_the_owners_words_are_not() -> None:
+    """No marker the model reads (a prefix cost the call on the probe), so a nudge is known by
+    its opening: every text nudge() writes, and the "[loopd] " of logs written before."""
+    listed = ("list_dir", '{"path": "a/"}', "2 files (2 .txt):\na.txt\nb.txt")
+    texts = [
+        NUDGE_ADVICE,
+        NUDGE_CLAIM,
+        NUDGE_INTENT,
+        wanted("remember: gate code 12"),
+        wanted("what's in notes/?"),
+        wanted("read http://127.0.0.1:9/x"),
+        wanted("see a.md"),
+        nudge(_answered("which of a/ says hi?", listed), "a.txt."),
+        "[loopd] Do it now.",
+    ]
+    for text in texts:
+        assert text is not None
+        assert is_nudge(User(T, text)), text
+    for owner in ("Do it yourself.", "You answered without reading it, read config.ini",
+                  "You have not read b.txt, read it", "Nothing was kept?", "[loopd]"):  # fmt: skip
+        assert not is_nudge(User(T, owner)), owner
