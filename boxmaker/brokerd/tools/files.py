@@ -53,7 +53,8 @@ class FileTools:
     def read_file(self, parts: tuple[str, ...], args: dict[str, Any]) -> ToolResponse:
         offset = args.get("offset", 0)
         # The window leaves room under the cap for the line that says where to go on.
-        limit = min(args.get("limit", self.cap), self.cap - WINDOW_NOTE_BYTES)
+        # A limit of 0 is "no limit" (Qwen2.5-Coder sent limit 0 and read nothing of book.md).
+        limit = min(args.get("limit") or self.cap, self.cap - WINDOW_NOTE_BYTES)
         data, size = read_window(self.ws, parts, offset, limit, self.max_file)
         # A character cut at the window's end is left for the next window, not mangled.
         decoder = codecs.getincrementaldecoder("utf-8")("replace")
@@ -314,7 +315,10 @@ READ_FILE = _file_tool(
                     "description": "The first byte to read, from the start (0 or more); leave "
                     "it out to read the file from its start.",
                 },
-                "limit": {"type": "integer", "description": "How many bytes at most."},
+                "limit": {
+                    "type": "integer",
+                    "description": "How many bytes at most; 0 or left out: as many as fit.",
+                },
             },
             "required": ["path"],
         },

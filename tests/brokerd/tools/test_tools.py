@@ -25,6 +25,8 @@ def test_read_file_windows_and_the_cap(rig: Rig) -> None:
     assert window["truncated"] is False
     past = rig.call("read_file", {"path": "long.txt", "offset": 9000})
     assert past["content"] == ""
+    # limit 0 is "no limit": the first window, not nothing and "call again with offset=0"
+    assert rig.call("read_file", {"path": "long.txt", "offset": 0, "limit": 0}) == first
 
 
 def test_a_cut_never_splits_a_character(rig: Rig) -> None:
