@@ -20,6 +20,7 @@ import io
 import os
 import pwd
 import signal
+import subprocess
 import sys
 import time
 from collections import defaultdict
@@ -46,6 +47,9 @@ def start(before: Path | None = None, upstream: str | None = None) -> Run:
     stack = _Stack({})
     if before is not None:
         stack.source = before / "conf" / "loopd.qwen-coder.toml"
+        # its compiled twins, in place: the earlier tree's inferproxy imports its own
+        subprocess.run([sys.executable, "setup.py", "--quiet", "build_ext", "--inplace"],
+                       cwd=before, check=True, stdout=subprocess.DEVNULL)  # fmt: skip
     stack.upstream = upstream
     stack.extra_grants = FETCH_GRANT
     if os.geteuid() == 0:  # shell's sandbox user must reach the workspace (tool_model_run)
@@ -57,6 +61,9 @@ def start(before: Path | None = None, upstream: str | None = None) -> Run:
     saved = os.environ.get("PYTHONPATH")
     if before is not None:  # the stack's programs and its bxctl run the earlier tree's code
         os.environ["PYTHONPATH"] = str(before)
+        # and `python -m` must not put the current folder (this tree) before it: loopd's session
+        # workers ran this tree's turn loop beside the earlier brokerd until 2026-12-03
+        os.environ["PYTHONSAFEPATH"] = "1"
     try:
         stack.start()
         stack.wait_loopd()
@@ -65,6 +72,7 @@ def start(before: Path | None = None, upstream: str | None = None) -> Run:
         raise
     finally:
         os.environ.pop("PYTHONPATH", None)
+        os.environ.pop("PYTHONSAFEPATH", None)
         if saved is not None:
             os.environ["PYTHONPATH"] = saved
     return run
