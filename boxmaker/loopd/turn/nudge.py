@@ -124,8 +124,7 @@ _REMEMBER_LEAD = re.compile(
 _NUDGE_OPENING = re.compile(
     r"\[loopd\] |Do it yourself now with your tools instead of telling me how: "
     r"|No tool result in this turn shows that: |You said what you would call but sent no call\. "
-    r"|Nothing was kept\. Call note now with \{"
-    r"|You answered without reading .{1,2100}?\. Call (?:read_file|list_dir|fetch) with \{"
+    r"|Call (?:read_file|list_dir|fetch|note) with \{.*\}\.\Z"
     r"|You have not read .{1,4000}? yet, and the answer may be in (?:it|them): ",
     re.S,
 )
@@ -185,10 +184,12 @@ def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
 def wanted(message: str) -> str | None:
     """The nudge for an answer given with no call to a message that asks something be kept
     (note), or names something to read: its first URL (fetch), else its first path (list_dir
-    for a folder, read_file for a file)."""
+    for a folder, read_file for a file). Only the call, spelled out: on the probe the bare
+    `Call list_dir with {"path": "scans/"}.` got the call 7 times of 7 where any sentence before
+    it ("You answered without reading scans/.") or a prefix lost some."""
     if REMEMBER_ASKED.search(message):
         text = _REMEMBER_LEAD.sub("", message.strip(), count=1).rstrip(".!") or message
-        return f"Nothing was kept. Call note now with {_json({'text': text})}, then answer."
+        return f"Call note with {_json({'text': text})}."
     url = _URL.search(message)
     if url is not None:
         name, tool, arg = url.group(0).rstrip(".,;:!?)"), "fetch", "url"
@@ -198,10 +199,7 @@ def wanted(message: str) -> str | None:
             return None
         name, arg = paths[0], "path"
         tool = "list_dir" if name.endswith("/") else "read_file"
-    return (
-        f"You answered without reading {name}. Call {tool} with {_json({arg: name})} now, then "
-        "answer from what it holds."
-    )
+    return f"Call {tool} with {_json({arg: name})}."
 
 
 def _json(args: dict[str, str]) -> str:

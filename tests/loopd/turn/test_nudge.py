@@ -235,9 +235,7 @@ def test_a_message_that_names_something_to_read_is_nudged_when_nothing_was_calle
         assert said == wanted(message)
         assert said is not None
         arg = "url" if tool == "fetch" else "path"
-        assert said.startswith(
-            f'You answered without reading {named}. Call {tool} with {{"{arg}": "{named}"}} now'
-        )
+        assert said == f'Call {tool} with {{"{arg}": "{named}"}}.'
 
 
 def _turn(message: str, *calls: ToolCall) -> list[LogRecord]:
@@ -541,7 +539,7 @@ def test_remember_with_no_call_is_nudged_to_note() -> None:
     assert said == wanted("remember that my bike lock code is 4471")
     assert said is not None
     kept = '{"text": "my bike lock code is 4471"}'
-    assert said == f"Nothing was kept. Call note now with {kept}, then answer."
+    assert said == f"Call note with {kept}."
 
 
 def test_every_nudge_is_known_as_one_and_the_owners_words_are_not() -> None:
@@ -562,6 +560,6 @@ def test_every_nudge_is_known_as_one_and_the_owners_words_are_not() -> None:
     for text in texts:
         assert text is not None
         assert is_nudge(User(T, text)), text
-    for owner in ("Do it yourself.", "You answered without reading it, read config.ini",
+    for owner in ("Do it yourself.", "Call read_file with {} and tell me", "call note with {}.",
                   "You have not read b.txt, read it", "Nothing was kept?", "[loopd]"):  # fmt: skip
         assert not is_nudge(User(T, owner)), owner
