@@ -40,12 +40,12 @@ from boxmaker.loopd.turn.nudge import (
     NOT_PATHS,
     REMEMBER_ASKED,
     answered_calls,
+    calls_with_results,
     named_paths,
     plain_path,
     shows_write,
     this_turn,
 )
-from boxmaker.proto import Assistant, ToolResult
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import tool_and_arguments
 
@@ -177,22 +177,17 @@ def after_repeat(records: Sequence[LogRecord], name: str, arguments: str) -> str
 
 def _first_result(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
     """The result of the first call of `records` with this name and these arguments."""
-    ids = [c.id for r in records if isinstance(r, Assistant) for c in r.tool_calls
-           if (c.name, c.arguments) == (name, arguments)]  # fmt: skip
-    results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
-    return next((results[i] for i in ids if i in results), None)
+    same = (r for c, r in calls_with_results(records) if (c.name, c.arguments) == (name, arguments))
+    return next(same, None)
 
 
 def _paths_touched(records: Sequence[LogRecord]) -> list[str]:
     """The paths the turn's answered calls read, listed or wrote (a failed read counts; a read
     asked in the same completion as the write does not: the write was made without its text)."""
-    answered = {r.tool_call_id for r in records if isinstance(r, ToolResult)}
     out: list[str] = []
-    for r in records:
-        if isinstance(r, Assistant):
-            for call in r.tool_calls:
-                tool, args = tool_and_arguments(call.name, call.arguments)
-                path = args.get("path")
-                if call.id in answered and tool in _TOUCHERS and isinstance(path, str):
-                    out.append(path)
+    for call, _ in calls_with_results(records):
+        tool, args = tool_and_arguments(call.name, call.arguments)
+        path = args.get("path")
+        if tool in _TOUCHERS and isinstance(path, str):
+            out.append(path)
     return out

@@ -212,7 +212,7 @@ def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
     the turn listed was read (a few files: a folder of many is a search, not a read)."""
     listed: list[str] = []
     read: set[str] = set()
-    for call, result in _calls_with_results(turn):
+    for call, result in calls_with_results(turn):
         tool, args = tool_and_arguments(call.name, call.arguments)
         path = args.get("path")
         if not isinstance(path, str) or _failed(result):
@@ -234,7 +234,8 @@ def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
     )
 
 
-def _calls_with_results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, str]]:
+def calls_with_results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, str]]:
+    """Each answered call of `records`, in call order, with its result's content."""
     results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
     return [(c, results[c.id]) for r in records if isinstance(r, Assistant)
             for c in r.tool_calls if c.id in results]  # fmt: skip
@@ -253,12 +254,7 @@ def _claims(answer: str) -> bool:
 
 def answered_calls(records: Sequence[LogRecord]) -> list[tuple[str, str]]:
     """(the tool run, its result's content) for each answered call of `records`."""
-    names: dict[str, str] = {}
-    for r in records:
-        if isinstance(r, Assistant):
-            names.update((c.id, _target(c.name, c.arguments)) for c in r.tool_calls)
-    results = [r for r in records if isinstance(r, ToolResult)]
-    return [(names.get(r.tool_call_id, ""), r.content) for r in results]
+    return [(_target(c.name, c.arguments), result) for c, result in calls_with_results(records)]
 
 
 def _target(name: str, arguments: str) -> str:
