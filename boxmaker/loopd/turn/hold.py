@@ -5,8 +5,8 @@ call's answer. [core]
 A small model otherwise writes invented text ("Copy of todo.txt") and says it is done, runs
 `cat config.ini` through shell (which asks the owner, who may well say no) when read_file reads
 it unasked. A held call is answered `not run: ...` here with the call to make instead: it never
-reaches brokerd or the owner, and it spends its round like any call. The rules assume the profile
-that turns the nudge on offers the file tools (the qwen-coder profile's core).
+reaches brokerd or the owner, and it spends its round like any call. The rules assume the profile that turns the nudge
+on offers the file tools (the qwen-coder profile's core).
 
 - **read first** (read_first()): a write_file or edit_file whose owner's message names another
   file before the one written ("copy todo.txt to todo-backup.txt"), which no call of this turn
