@@ -1,11 +1,12 @@
 """Calls held before they run (issue 40.2, `[loop] nudge`): a write made before what it is
-written from was read, a file read through the shell; and the next step added to a repeated
-call's answer. [core]
+written from was read, a file read through the shell, a note no one asked for; and the next
+step added to a repeated call's answer. [core]
 
 A small model otherwise writes invented text ("Copy of todo.txt") and says it is done, runs
 `cat config.ini` through shell (which asks the owner, who may well say no) when read_file reads
-it unasked. A held call is answered `not run: ...` here with the call to make instead: it never
-reaches brokerd or the owner, and it spends its round like any call. The rules assume the profile that turns the nudge
+it unasked, or answers "which of my notes mentions the dentist?" by writing a note. A held call
+is answered `not run: ...` here with the call to make instead: it never reaches brokerd or the
+owner, and it spends its round like any call. The rules assume the profile that turns the nudge
 on offers the file tools (the qwen-coder profile's core).
 
 - **read first** (read_first()): a write_file or edit_file whose owner's message names another
@@ -18,8 +19,8 @@ on offers the file tools (the qwen-coder profile's core).
   folder (`cat`, `head`, `tail`, `less`, `more`, `grep`, `ls`, piped at most through `grep`,
   `head` or `tail`; no redirect, glob or substitution) when the owner did not ask for the shell
   or a command.
-- (taken out: a note the owner's message did not ask for, held. verify-device's read_file
-  check read the file, then sent the held note again until the repeat rule ended the turn.)
+- **a note not asked for** (unasked_note()): note when the owner's message asks nothing be
+  remembered (REMEMBER_ASKED).
 - **after a repeat** (after_repeat()): a repeated call's answer (turn.limits) also says what to
   do next: that a call which failed or was held fails again; when the owner asked for a named
   file to be changed and nothing is written yet, to write it now.
@@ -37,6 +38,7 @@ from boxmaker.loopd.turn.nudge import (
     CHANGE_ASKED,
     MODIFY_ASKED,
     NOT_PATHS,
+    REMEMBER_ASKED,
     answered_calls,
     calls_with_results,
     named_paths,
@@ -64,7 +66,11 @@ _MORE_THAN_A_READ = re.compile(r"[;&<>`$*?(){}\[\]~\n]")
 
 def hold(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
     """The `not run:` answer for a call held before it runs; None: the call runs."""
-    return read_first(records, name, arguments) or shell_read(records, name, arguments)
+    return (
+        read_first(records, name, arguments)
+        or shell_read(records, name, arguments)
+        or unasked_note(records, name, arguments)
+    )
 
 
 def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
@@ -127,6 +133,24 @@ def shell_read(records: Sequence[LogRecord], name: str, arguments: str) -> str |
         f"not run: {reader} shows {path} without asking the owner, and shell asks them. "
         f'Call {reader} with {{"path": "{path}"}} now.'
     )
+
+
+def unasked_note(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
+    """The `not run:` result for a note the owner's message did not ask for; None: it runs."""
+    if tool_and_arguments(name, arguments)[0] != "note":
+        return None
+    owner = this_turn(records)[1]
+    if REMEMBER_ASKED.search(owner):
+        return None
+    paths = named_paths(owner)
+    where = (
+        f"I asked about {', '.join(paths)}: use read_file, list_dir, write_file or edit_file on "
+        f"{'it' if len(paths) == 1 else 'them'}."
+        if paths
+        else 'To find something in my files, call list_dir with {"path": "."} and read_file the '
+        "files that could say it."
+    )
+    return f"not run: note keeps what I ask you to remember, and I asked for nothing. {where}"
 
 
 def after_repeat(records: Sequence[LogRecord], name: str, arguments: str) -> str:

@@ -421,6 +421,28 @@ def test_a_shell_command_that_only_reads_is_answered_with_the_reader(
         )
 
 
+@pytest.mark.parametrize(
+    ("message", "held"),
+    [
+        ("which of my notes mentions the dentist?", 'call list_dir with {"path": "."}'),
+        ("put the title of book.md in capital letters into title.txt", "about book.md, title.txt"),
+        ("what's in todo.txt?", "I asked about todo.txt: use read_file"),
+        ("remember that my bike lock code is 4471", None),
+        ("make a note: dentist on the 14th", None),
+        ("don't forget the milk", None),
+    ],
+)
+def test_a_note_the_owner_did_not_ask_for_is_not_run(message: str, held: str | None) -> None:
+    said = hold(_turn(message), "note", '{"text": "x"}')
+    if held is None:
+        assert said is None
+    else:
+        assert said is not None
+        assert said.startswith("not run: note keeps what I ask you to remember")
+        assert held in said
+    assert hold(_turn(message), "clock", "{}") is None
+
+
 def test_a_repeat_names_the_write_while_a_change_asked_for_is_not_made() -> None:
     """port-change and typo: an edit missed, the model read the file three times, and the repeat
     rule ended the turn with the file unchanged."""
