@@ -58,7 +58,7 @@ _SHELL_ASKED = re.compile(
     r"\b(?:shell|command|terminal|console|bash|run|cat|head|tail|less|more|ls)\b", re.I
 )
 # "what did I write on the last line of journal.md?" asks nothing to be written
-_QUESTION = re.compile(
+QUESTION: Final = re.compile(
     r"\s*(?:what|which|who|whose|where|when|why|how|is|are|did|does|do)\b.*\?\s*$", re.I | re.S
 )
 _MORE_THAN_A_READ = re.compile(r"[;&<>`$*?(){}\[\]~\n]")
@@ -165,7 +165,7 @@ def after_repeat(records: Sequence[LogRecord], name: str, arguments: str) -> str
             f"{REPEATED_NOTE} It did not run the first time and will not now: do what its "
             "answer says instead."
         )
-    if not (CHANGE_ASKED.search(owner) and named_paths(owner)) or _QUESTION.match(owner):
+    if not (CHANGE_ASKED.search(owner) and named_paths(owner)) or QUESTION.match(owner):
         return REPEATED_NOTE
     if any(shows_write(tool, content) for tool, content in answered_calls(turn)):
         return REPEATED_NOTE

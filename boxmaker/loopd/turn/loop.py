@@ -57,6 +57,7 @@ from boxmaker.loopd.turn.records import (
     completion_records,
     turn_usage,
 )
+from boxmaker.loopd.turn.stuck import stuck
 from boxmaker.proto import (
     Assistant,
     ErrorCode,
@@ -313,6 +314,9 @@ class TurnLoop:
             if ended is not None:
                 yield Done(WireError(ErrorCode.TURN_LIMIT, ended))
                 return
+            note = stuck(self.records) if self._limits.nudge else None  # no call ran: what next
+            if note is not None and limiter.spend():
+                yield from self._append(User(self._now(), note))
 
     def _batch(
         self, calls: tuple[ToolCall, ...], limiter: TurnLimiter

@@ -124,7 +124,9 @@ _REMEMBER_LEAD = re.compile(
 _NUDGE_OPENING = re.compile(
     r"\[loopd\] |Do it yourself now with your tools instead of telling me how: "
     r"|No tool result in this turn shows that: |You said what you would call but sent no call\. "
-    r"|Call (?:read_file|list_dir|fetch|note) with \{.*\}\.\Z"
+    r"|Call (?:read_file|list_dir|fetch|note|edit_file) with \{.*\}\.\Z"
+    r"|Now call write_file on .{1,4000} with its whole new text\.\Z"
+    r"|Answer my question now, in words, from the text above\.\Z"
     r"|You have not read .{1,4000}? yet, and the answer may be in (?:it|them): ",
     re.S,
 )
@@ -175,7 +177,7 @@ def nudge(records: Sequence[LogRecord], answer: str) -> str | None:
         if _ADVICE.search(answer):
             candidates.append(NUDGE_ADVICE)
     if CONTENT_ASKED.search(owner):
-        candidates.append(_unread_listed(turn))
+        candidates.append(unread_listed(turn))
     if _INTENT.search(answer):
         candidates.append(NUDGE_INTENT)
     return next((c for c in candidates if c is not None and c not in given), None)
@@ -189,7 +191,7 @@ def wanted(message: str) -> str | None:
     it ("You answered without reading scans/.") or a prefix lost some."""
     if REMEMBER_ASKED.search(message):
         text = _REMEMBER_LEAD.sub("", message.strip(), count=1).rstrip(".!") or message
-        return f"Call note with {_json({'text': text})}."
+        return f"Call note with {json_args({'text': text})}."
     url = _URL.search(message)
     if url is not None:
         name, tool, arg = url.group(0).rstrip(".,;:!?)"), "fetch", "url"
@@ -199,15 +201,15 @@ def wanted(message: str) -> str | None:
             return None
         name, arg = paths[0], "path"
         tool = "list_dir" if name.endswith("/") else "read_file"
-    return f"Call {tool} with {_json({arg: name})}."
+    return f"Call {tool} with {json_args({arg: name})}."
 
 
-def _json(args: dict[str, str]) -> str:
+def json_args(args: dict[str, str]) -> str:
     """The call's arguments as the model writes them: told the exact call, it makes it."""
     return json.dumps(args, ensure_ascii=False)
 
 
-def _unread_listed(turn: Sequence[LogRecord]) -> str | None:
+def unread_listed(turn: Sequence[LogRecord]) -> str | None:
     """The nudge for an answer about what files say given before every file of the folders
     the turn listed was read (a few files: a folder of many is a search, not a read)."""
     listed: list[str] = []

@@ -6,11 +6,8 @@ very request the loop sent (the cache sees an ordinary message)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
-
 import pytest
 
-from boxmaker.loopd.llama.types import ChatRequest, Completion, FinishReason
 from boxmaker.loopd.tools.registry import CLOCK_SCHEMA, RegisteredTool, Registry
 from boxmaker.loopd.turn.hold import after_repeat, hold, read_first
 from boxmaker.loopd.turn.limits import REPEATED_NOTE, LoopLimits
@@ -26,8 +23,6 @@ from boxmaker.loopd.turn.nudge import (
 from boxmaker.proto import (
     Assistant,
     ResultClass,
-    SessionStart,
-    Timings,
     ToolCall,
     ToolResponse,
     ToolResult,
@@ -37,62 +32,11 @@ from boxmaker.proto import (
 )
 from boxmaker.proto.log import LogRecord
 from boxmaker.session.replay import request_messages
+from tests.support.nudge_turn import START, WRITE, T, completion, drive, users
 from tests.support.turn import Ticker, baseline
 
-T = "2026-11-30T12:00:00.000Z"
-START = SessionStart(T, "s1", 0, 1, baseline().hash)
-WRITE = ToolSchema(
-    "write_file",
-    "Writes a file.",
-    {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]},
-)
 ADVICE = "You can use the `read_file` function to read config.ini. Here's how: ..."
 CLAIM = "I have written the upper-cased text to b.txt."
-
-
-def registry() -> Registry:
-    return Registry([RegisteredTool(CLOCK_SCHEMA, True), RegisteredTool(WRITE, True)])
-
-
-def completion(content: str | None, *calls: ToolCall) -> Completion:
-    reason = FinishReason.TOOL_CALLS if calls else FinishReason.STOP
-    return Completion("id", content, None, calls, reason, Timings(0, 10, 2), 0, False)
-
-
-def drive(
-    replies: list[Completion],
-    tools: Iterator[str] | None = None,
-    content: str = "what's the port in config.ini?",
-    **limits: object,
-) -> tuple[list[LogRecord], list[ChatRequest], TurnDone]:
-    """The turn run to its end: the records appended, the requests sent, the outcome."""
-    loop = TurnLoop(
-        baseline=baseline(), records=[START], content=content,
-        thinking=False, registry=registry(), limits=LoopLimits(**limits),  # type: ignore[arg-type]
-        clock=Ticker(),
-    )  # fmt: skip
-    tools = tools or iter(())
-    appended: list[LogRecord] = []
-    requests: list[ChatRequest] = []
-    action = loop.start()
-    while not isinstance(action, Done):
-        result: object = None
-        if isinstance(action, Append):
-            appended.append(action.record)
-        elif isinstance(action, Complete):
-            requests.append(action.request)
-            result = replies.pop(0)
-        elif isinstance(action, RunTools):
-            result = tuple(ToolResponse(next(tools), ResultClass.PUBLIC, False, False)
-                           for _ in action.requests)  # fmt: skip
-        action = loop.send(result)
-    assert isinstance(action.outcome, TurnDone), action.outcome
-    assert not replies, "every scripted completion was asked for"
-    return appended, requests, action.outcome
-
-
-def users(records: list[LogRecord]) -> list[str]:
-    return [r.content for r in records if type(r) is User]
 
 
 def test_advice_with_no_call_gets_one_nudge_then_the_turn_goes_on() -> None:
