@@ -127,13 +127,14 @@ def test_the_repeat_rule_stops_the_call_tool_loop(
 ) -> None:
     """With brokerd's tools behind call_tool (`[tools] core = ["clock"]`) this model guesses
     write_file's arguments ({"file": ...}) and, after the errors, sends the same call again: the
-    first repeat is not run and says so (and, the first call having failed, that it fails
-    again); the second ends the turn with turn_limit, unless the model stops calling after the
-    first (seen since that sentence: it answered instead). Either way the loop is stopped and
-    nothing is written. What the model did after the first refusal is printed (the figure in
-    docs/decisions/core-tools.md)."""
+    first repeat is not run and says so; the second ends the turn with turn_limit, unless the
+    model stops calling after the first. Either way the loop is stopped and nothing is written.
+    The M2b rule alone: the profile's nudge is off here (with it, the round after a repeat gets
+    the next step, turn.stuck, tested in tests/loopd/turn/test_stuck.py). What the model did
+    after the first refusal is printed (the figure in docs/decisions/core-tools.md)."""
     table = tomllib.loads(run.stack.config_path.read_text())
     table["tools"]["core"] = ["clock"]
+    table.setdefault("loop", {})["nudge"] = False
     config = run.stack.run / "behind-call-tool.toml"
     config.write_text(toml_dumps(table))
     p = subprocess.run(
