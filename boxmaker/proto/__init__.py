@@ -94,7 +94,7 @@ from .log import (
     next_prev,
     verify_log,
 )
-from .rfc3339 import TIME_EXAMPLE, format_time, is_time
+from .rfc3339 import TIME_EXAMPLE, clock_text, format_time, is_time
 from .tool import ResultClass, ToolCall, ToolRequest, ToolResponse, ToolSchema
 from .wire import ErrorCode, WireError
 
@@ -175,6 +175,7 @@ __all__ = [
     "chain",
     "channel_frame",
     "chat_message_from_json",
+    "clock_text",
     "decode_body",
     "decode_line",
     "done_frames",

@@ -47,3 +47,13 @@ def format_time(dt: datetime) -> str:
         f"{u.year:04d}-{u.month:02d}-{u.day:02d}T{u.hour:02d}:{u.minute:02d}:{u.second:02d}"
         f".{u.microsecond // 1000:03d}Z"
     )
+
+
+_WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday")
+
+
+def clock_text(dt: datetime) -> str:
+    """The clock tool's answer (brokerd's, and loopd's own without brokerd): `format_time(dt)`,
+    then the weekday in brackets, `2026-12-03T23:22:03.954Z (Thursday)`. Asked what day of the
+    week it was, the tool model read the bare time out (issue 40); English whatever the locale."""
+    return f"{format_time(dt)} ({_WEEKDAYS[dt.astimezone(UTC).weekday()]})"

@@ -162,14 +162,17 @@ def target(shown: str) -> str:
 
 
 def clock_rule(now: datetime, slack_s: float) -> Rule:
-    """The result is an RFC 3339 time within `slack_s` of `now`; the answer quotes its hour and
-    minute (as HH:MM, or on a 12-hour clock)."""
+    """The result is an RFC 3339 time within `slack_s` of `now` and its weekday in brackets
+    (brokerd's clock); the answer quotes its hour and minute (as HH:MM, or on a 12-hour clock)."""
 
     def rule(content: str, answer: str) -> str | None:
+        stamp, _, weekday = content.strip().partition(" ")
         try:
-            when = datetime.fromisoformat(content.strip().replace("Z", "+00:00"))
+            when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         except ValueError:
             return "the result is not an RFC 3339 time"
+        if weekday != f"({when:%A})":
+            return f"the result's weekday {weekday!r} is not {when:%A}"
         if when.tzinfo is None or abs((when - now).total_seconds()) > slack_s:
             return f"the result is not the time now ({now:%H:%M} UTC, within {slack_s:g} s)"
         hour12 = when.hour % 12 or 12

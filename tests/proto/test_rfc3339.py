@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from boxmaker.proto.errors import EncodeError
-from boxmaker.proto.rfc3339 import TIME_EXAMPLE, format_time, is_time
+from boxmaker.proto.rfc3339 import TIME_EXAMPLE, clock_text, format_time, is_time
 
 GOOD = [
     TIME_EXAMPLE,
@@ -72,3 +72,13 @@ def test_every_formatted_time_is_a_time_and_names_the_same_millisecond(dt: datet
     assert is_time(s)
     back = datetime.strptime(s, "%Y-%m-%dT%H:%M:%S.%fZ").replace(tzinfo=UTC)
     assert back == dt.replace(microsecond=dt.microsecond // 1000 * 1000)
+
+
+def test_clock_text_is_the_time_then_its_weekday_in_utc() -> None:
+    thursday = datetime(2026, 12, 3, 23, 22, 3, 954000, tzinfo=UTC)
+    assert clock_text(thursday) == "2026-12-03T23:22:03.954Z (Thursday)"
+    # 01:30 on Friday at +02:00 is still Thursday in UTC: the weekday is the stamp's
+    friday_east = datetime(2026, 12, 4, 1, 30, tzinfo=timezone(timedelta(hours=2)))
+    assert clock_text(friday_east) == "2026-12-03T23:30:00.000Z (Thursday)"
+    week = [clock_text(thursday + timedelta(days=d)).split(" ")[1] for d in range(7)]
+    assert len(set(week)) == 7

@@ -1,5 +1,7 @@
-"""`clock`: the date and time in UTC. It reads nothing and reaches nothing, so it needs no grant
-(its row has no target); it is a core tool in every session's tools array (loopd's registry)."""
+"""`clock`: the date and time in UTC as RFC 3339 text, then the weekday in brackets (asked "what
+day of the week is it?", a small model given the RFC 3339 text alone read out the date: issue
+40). It reads nothing and reaches nothing, so it needs no grant (its row has no target); it is a
+core tool in every session's tools array (loopd's registry, whose description is M2b's text)."""
 
 from __future__ import annotations
 
@@ -7,12 +9,13 @@ from datetime import UTC, datetime
 
 from boxmaker.brokerd.tools.kind import Args, Context, GrantKind, Target, Tool
 from boxmaker.proto import ResultClass, ToolResponse, ToolSchema
-from boxmaker.proto.rfc3339 import format_time
+from boxmaker.proto.rfc3339 import clock_text
 
 
 def _run(_ctx: Context, _target: Target, _args: Args, _class: ResultClass) -> ToolResponse:
-    stamp = format_time(datetime.now(UTC))
-    return ToolResponse(stamp, ResultClass.PUBLIC, untrusted=False, truncated=False)
+    return ToolResponse(
+        clock_text(datetime.now(UTC)), ResultClass.PUBLIC, untrusted=False, truncated=False
+    )
 
 
 CLOCK = Tool(

@@ -32,7 +32,14 @@ from boxmaker.loopd.tools.registry import (
     core_schemas,
     local_registry,
 )
-from boxmaker.proto import ResultClass, ToolRequest, ToolResponse, ToolSchema, format_time
+from boxmaker.proto import (
+    ResultClass,
+    ToolRequest,
+    ToolResponse,
+    ToolSchema,
+    clock_text,
+    format_time,
+)
 from boxmaker.proto.broker import BROKER_KINDS
 from boxmaker.proto.errors import ProtocolError
 from boxmaker.proto.frame import Frame
@@ -54,10 +61,15 @@ def _public(content: str) -> ToolResponse:
     return ToolResponse(content, ResultClass.PUBLIC, untrusted=False, truncated=False)
 
 
+def clock_now() -> str:
+    """clock's answer now (proto.clock_text: the time and its weekday)."""
+    return clock_text(datetime.now(UTC))
+
+
 class LoopdClock:
     """`clock`, answered by loopd itself: the port when no broker socket is set."""
 
-    def __init__(self, clock: Callable[[], str] = utc_now) -> None:
+    def __init__(self, clock: Callable[[], str] = clock_now) -> None:
         self._clock = clock
 
     def call(self, request: ToolRequest) -> ToolResponse:

@@ -102,10 +102,14 @@ REMEMBER_ASKED: Final = re.compile(
     r"\b(?:remember|note|jot|memo|remind|forget|keep in mind|keep track)\b", re.I
 )
 # The owner asks what files say, which their names cannot tell ("which letter is from the bank",
-# "which receipt was over 100 euros", "which note mentions the dentist").
+# "which receipt was over 100 euros", "which note mentions the dentist", "which log in logs/ has
+# an error in it?", "one of my recipes uses coconut milk. Which one?"): a question word and a
+# word about content, in either order.
 CONTENT_ASKED: Final = re.compile(
-    r"\b(?:which|what|who|where|when)\b.*\b(?:mentions?|says?|said|contains?|talks?|about|from|"
-    r"over|under|more than|less than|costs?|written|wrote|is in it|inside)\b",
+    r"(?=.*\b(?:which|what|who|where|when)\b)"
+    r".*\b(?:mentions?|says?|said|contains?|talks?|about|from|over|under|more than|less than|"
+    r"costs?|written|wrote|is in it|inside|has|uses?|used|includes?|holds?|in it|"
+    r"in them|refers?)\b",
     re.I | re.S,
 )
 _NEGATED = re.compile(

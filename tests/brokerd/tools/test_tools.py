@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from datetime import UTC, date, datetime, timedelta
 
 import pytest
 
@@ -309,3 +310,15 @@ def test_an_edit_of_a_file_over_max_write_bytes_names_that_key(rig: Rig, size: i
 def test_a_listing_is_counted_by_kind_and_extension(names: list[str], counted: str) -> None:
     """csv-count (issue 40): the model counted the lines of a listing itself and said 4 for 3."""
     assert tally(names) == counted
+
+
+def test_the_clock_says_the_time_and_its_weekday(rig: Rig) -> None:
+    """RFC 3339 text, then the weekday that date falls on (issue 40: asked what day of the week
+    it is, the tool model read the bare timestamp out)."""
+    rig.start()
+    before = datetime.now(UTC)
+    content = rig.call("clock", {})["content"]
+    stamp, weekday = content.split(" ")
+    when = datetime.fromisoformat(stamp)
+    assert before - timedelta(seconds=1) <= when <= datetime.now(UTC)
+    assert weekday == f"({date(when.year, when.month, when.day):%A})"

@@ -6,6 +6,7 @@ directly; the default is the brief's three schemas exactly.
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -37,7 +38,9 @@ LIST = ToolSchema("list_dir", "Lists a folder.", {"type": "object", "properties"
 
 def test_loopd_answers_clock_and_nothing_else() -> None:
     port = LoopdClock()
-    assert is_time(port.call(ToolRequest(0, "clock", "{}")).content)
+    stamp, weekday = port.call(ToolRequest(0, "clock", "{}")).content.split(" ")
+    assert is_time(stamp)  # brokerd's answer: the time, then its weekday (proto.clock_text)
+    assert re.fullmatch(r"\([A-Z][a-z]+day\)", weekday), weekday
     for tool in ("echo", "read_file", "shell", "Clock", "clock "):
         with pytest.raises(ValueError, match="without brokerd"):
             port.call(ToolRequest(0, tool, '{"text": "x"}'))

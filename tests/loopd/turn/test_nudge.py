@@ -461,8 +461,15 @@ def test_an_answer_before_the_listed_files_were_read_is_nudged_to_read_them() ->
     assert said.startswith("You have not read letters/b.txt, letters/c.txt yet")
     every = [("read_file", f'{{"path": "letters/{n}.txt"}}', "x") for n in "abc"]
     assert nudge(_answered(content, listed, *every), "b.txt is from the bank.") is None
+    for message in (
+        "which letter in letters/ has the bank's address in it?",
+        "one of the letters in letters/ uses the word overdraft. Which one?",
+    ):
+        said = nudge(_answered(message, listed), "The letters are a.txt, b.txt and c.txt.")
+        assert said is not None, message
+        assert said.startswith("You have not read letters/a.txt"), message
     for message in ("how many files are in letters/?", "what's the pdf in letters/ called?",
-                    "what's in my letters folder?"):  # fmt: skip
+                    "what's in my letters folder?", "what do I have in letters/?"):  # fmt: skip
         assert nudge(_answered(message, listed), "Three: a, b, c.") is None
     many = ("list_dir", '{"path": "."}', "11 files:\n" + "\n".join(f"{i}.txt" for i in range(11)))
     assert nudge(_answered(content, many), "None.") is None  # a search, not a read
