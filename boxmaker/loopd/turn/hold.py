@@ -21,6 +21,11 @@ on offers the file tools (the qwen-coder profile's core).
   or a command.
 - **a note not asked for** (unasked_note()): note when the owner's message asks nothing be
   remembered (REMEMBER_ASKED).
+- **nothing lost** (lossy_write()): a write_file of a file this turn read, which keeps fewer than
+  all but one of its lines, when the owner asked for a change and for nothing to go (asked to
+  "put 'buy stamps' at the end of todo.md", the model wrote "mow lawn\nfix tap\nbuy stamps"
+  over "- mow lawn\n- fix tap"; before a read, "port = 9090\nother_config = value" over a
+  file of three lines).
 - **after a repeat** (after_repeat()): a repeated call's answer (turn.limits) also says what to
   do next: that a call which failed or was held fails again; when the owner asked for a named
   file to be changed and nothing is written yet, to write it now.
@@ -46,6 +51,7 @@ from boxmaker.loopd.turn.nudge import (
     shows_write,
     this_turn,
 )
+from boxmaker.proto import Assistant, ToolCall, ToolResult
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import tool_and_arguments
 
@@ -62,12 +68,20 @@ QUESTION: Final = re.compile(
     r"\s*(?:what|which|who|whose|where|when|why|how|is|are|did|does|do)\b.*\?\s*$", re.I | re.S
 )
 _MORE_THAN_A_READ = re.compile(r"[;&<>`$*?(){}\[\]~\n]")
+# The owner's message lets lines of a file go (or asks for the whole of it changed).
+DROP_ASKED: Final = re.compile(
+    r"\b(?:remove|delete|drop|clear|empty|wipe|erase|rewrite|overwrite|replace|cut|trim|shorten|"
+    r"sort|reorder|reverse|translate|reformat|format|summari[sz]e|instead|only|all|every|each|"
+    r"whole|entire)\b",
+    re.I,
+)
 
 
 def hold(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
     """The `not run:` answer for a call held before it runs; None: the call runs."""
     return (
         read_first(records, name, arguments)
+        or lossy_write(records, name, arguments)
         or shell_read(records, name, arguments)
         or unasked_note(records, name, arguments)
     )
@@ -102,6 +116,63 @@ def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str |
             "its text."
         )
     return None
+
+
+def lossy_write(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
+    """The `not run:` result for a write_file that drops lines of a file this turn read, where
+    the owner asked for a change that removes nothing; None: the call runs."""
+    tool, args = tool_and_arguments(name, arguments)
+    path, content = args.get("path"), args.get("content")
+    if tool != "write_file" or not isinstance(path, str) or not isinstance(content, str):
+        return None
+    turn, owner = this_turn(records)
+    if not CHANGE_ASKED.search(owner) or DROP_ASKED.search(owner):
+        return None
+    before = _known_text(turn, plain_path(path))
+    lines = [x.rstrip() for x in (before or "").splitlines() if x.strip()]
+    kept = {x.rstrip() for x in content.splitlines()}
+    lost = [x for x in dict.fromkeys(lines) if x not in kept]
+    if len(lines) < 2 or len(lost) <= 1:
+        return None  # one line changed (a port, a typo) is what a change is
+    shown = ", ".join(repr(x) for x in lost[:3]) + (", ..." if len(lost) > 3 else "")
+    return (
+        f"not run: this would lose {len(lost)} of the {len(lines)} lines {path} holds ({shown}), "
+        f"and I asked for none to go. Call write_file on {path} with every line of its text "
+        "above, exactly as written there, changed only where I asked."
+    )
+
+
+def _known_text(turn: Sequence[LogRecord], path: str) -> str | None:
+    """What the file at `path` holds as far as this turn's results show: its whole read (not
+    a window or a cut one), then each write and edit of it applied; None: not known."""
+    text: str | None = None
+    for call, result in _results(turn):
+        tool, args = tool_and_arguments(call.name, call.arguments)
+        if not isinstance(args.get("path"), str) or plain_path(args["path"]) != path:
+            continue
+        content, old, new = args.get("content"), args.get("old"), args.get("new")
+        if tool == "read_file":
+            whole = not (result.truncated or args.get("offset") or args.get("limit"))
+            text = result.content if whole and not _failed(result.content) else None
+        elif tool == "write_file" and result.content.startswith("wrote "):
+            text = content if isinstance(content, str) else None
+        elif tool == "edit_file" and result.content.startswith("edited "):
+            if text is not None and isinstance(old, str) and isinstance(new, str) and old in text:
+                text = text.replace(old, new, 1)
+            else:
+                text = None
+    return text
+
+
+def _results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, ToolResult]]:
+    """Each answered call of `records`, in call order, with its result record."""
+    results = {r.tool_call_id: r for r in records if isinstance(r, ToolResult)}
+    return [(c, results[c.id]) for r in records if isinstance(r, Assistant)
+            for c in r.tool_calls if c.id in results]  # fmt: skip
+
+
+def _failed(content: str) -> bool:
+    return content.startswith(("error:", "not run:"))
 
 
 def shell_read(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
