@@ -79,3 +79,16 @@ def test_a_task_passes_on_what_the_disk_and_the_calls_show(tmp_path: Path) -> No
     assert copy.judge(outcome) is None
     outcome.approvals = []  # brokerd's log shows no approval: the write did not go through it
     assert copy.judge(outcome) is not None
+
+
+def test_capital_letters_asked_are_judged_case_by_case(tmp_path: Path) -> None:
+    """title-upper passed on the title as book.md writes it until 2026-12-04 (the judge folded
+    case); asked for capitals, only capitals pass."""
+    (title,) = by_name(["title-upper"])
+    lay(title, tmp_path)
+    read = Call("read_file", {"path": "book.md"}, (tmp_path / "book.md").read_text())
+    outcome = Outcome(["Done."], [read], tmp_path, tmp_path / "memory", approvals=["yes"])
+    (tmp_path / "title.txt").write_text("# The Silent Harbour\n")
+    assert title.judge(outcome) is not None
+    (tmp_path / "title.txt").write_text("THE SILENT HARBOUR\n")
+    assert title.judge(outcome) is None

@@ -108,14 +108,16 @@ def read_first(*tools: str) -> Judge:
     return judge
 
 
-def file_holds(path: str, *words: str, keep: tuple[str, ...] = ()) -> Judge:
-    """`path` exists and holds every one of `words` and still holds every line of `keep`."""
+def file_holds(path: str, *words: str, keep: tuple[str, ...] = (), case: bool = False) -> Judge:
+    """`path` exists and holds every one of `words` and still holds every line of `keep`
+    (case-insensitive, unless `case`: "in capital letters")."""
 
     def judge(o: Outcome) -> str | None:
         text = o.text(path)
         if text is None:
             return f"no {path} on disk"
-        missing = [w for w in (*words, *keep) if w.lower() not in text.lower()]
+        fold = (lambda x: x) if case else str.lower
+        missing = [w for w in (*words, *keep) if fold(w) not in fold(text)]
         return f"{path} lacks {missing}: {text!r:.120}" if missing else None
 
     return judge
@@ -317,7 +319,8 @@ TASKS: tuple[Task, ...] = (
          {"contact.txt": "Ana Duarte\nPhone: 07700 900461\nEmail: ana@example.org\n"}, YES),
     Task("title-upper", "two-step",
          ("put the title of book.md in capital letters into title.txt",),
-         all_of(read_first("read_file", "shell"), file_holds("title.txt", "THE SILENT HARBOUR")),
+         all_of(read_first("read_file", "shell"),
+                file_holds("title.txt", "THE SILENT HARBOUR", case=True)),
          {"book.md": "# The Silent Harbour\n\nChapter one.\n"}, YES),
     Task("guest-count", "two-step",
          ("count the guests in guests.txt (one per line) and save the number in count.txt",),
