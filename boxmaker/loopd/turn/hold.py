@@ -21,6 +21,10 @@ on offers the file tools (the qwen-coder profile's core).
   or a command.
 - **a note not asked for** (unasked_note()): note when the owner's message asks nothing be
   remembered (REMEMBER_ASKED).
+- **a write not asked for** (unasked_write()): write_file or edit_file when the owner's
+  message only asks to look (a question, or "read", "show", "tell me"...) and names no change
+  (asked "Please read contacts.txt.", the model read it and wrote it back; the owner's answer
+  is asked for a write no one wanted).
 - **nothing lost** (lossy_write()): a write_file of a file this turn read, which keeps fewer than
   all but one of its lines, when the owner asked for a change and for nothing to go (asked to
   "put 'buy stamps' at the end of todo.md", the model wrote "mow lawn\nfix tap\nbuy stamps"
@@ -68,6 +72,22 @@ QUESTION: Final = re.compile(
     r"\s*(?:what|which|who|whose|where|when|why|how|is|are|did|does|do)\b.*\?\s*$", re.I | re.S
 )
 _MORE_THAN_A_READ = re.compile(r"[;&<>`$*?(){}\[\]~\n]")
+# The owner's message opens by asking to look ("Please read contacts.txt.", "could you tell me
+# what's on line 2 of list.txt?"); QUESTION is the other way to ask only that.
+LOOK_ASKED: Final = re.compile(
+    r"\s*(?:please\s+|can you\s+|could you\s+|would you\s+)?(?:read|show|tell|list|open|look|"
+    r"check|find|count|summari[sz]e|describe|print|display|see|search|give me)\b",
+    re.I,
+)
+# Verbs beyond CHANGE_ASKED's that still ask for a file to change ("check todo.md and tick off
+# the milk", "read names.txt and sort it").
+WRITE_HINTED: Final = re.compile(
+    r"\b(?:sort|tidy|clean|capitali[sz]e|format|convert|turn|empty|clear|wipe|translate|move|"
+    r"merge|fill|tick|mark|cross|strike|number|indent|reorder|reverse|upper-?case|lower-?case|"
+    r"complete|finish|draft|compose|prepare|generate|produce|log|keep|mend|repair|amend|"
+    r"overwrite)\b",
+    re.I,
+)
 # The owner's message lets lines of a file go (or asks for the whole of it changed).
 DROP_ASKED: Final = re.compile(
     r"\b(?:remove|delete|drop|clear|empty|wipe|erase|rewrite|overwrite|replace|cut|trim|shorten|"
@@ -80,7 +100,8 @@ DROP_ASKED: Final = re.compile(
 def hold(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
     """The `not run:` answer for a call held before it runs; None: the call runs."""
     return (
-        read_first(records, name, arguments)
+        unasked_write(records, name, arguments)
+        or read_first(records, name, arguments)
         or lossy_write(records, name, arguments)
         or shell_read(records, name, arguments)
         or unasked_note(records, name, arguments)
@@ -116,6 +137,24 @@ def read_first(records: Sequence[LogRecord], name: str, arguments: str) -> str |
             "its text."
         )
     return None
+
+
+def unasked_write(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:
+    """The `not run:` result for a write when the owner's message only asks to look; None: the
+    call runs."""
+    tool, args = tool_and_arguments(name, arguments)
+    path = args.get("path")
+    if tool not in WRITERS or not isinstance(path, str):
+        return None
+    owner = this_turn(records)[1]
+    if not (QUESTION.match(owner) or LOOK_ASKED.match(owner)):
+        return None
+    if CHANGE_ASKED.search(owner) or WRITE_HINTED.search(owner):
+        return None
+    return (
+        f"not run: I asked you to look, not to write: {path} stays as it is. Answer my "
+        "question in words from what you have read."
+    )
 
 
 def lossy_write(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:

@@ -59,7 +59,7 @@ def test_a_write_that_loses_the_lines_read_is_held_with_them() -> None:
                      id="removal-asked"),
         pytest.param("empty todo.md and write 'empty' in it instead", [read("todo.md", TODO)],
                      "empty", id="rewrite-asked"),
-        pytest.param("what does todo.md say?", [read("todo.md", TODO)], "x", id="no-change-asked"),
+        pytest.param("todo.md should say hi", [read("todo.md", TODO)], "x", id="no-change-asked"),
         pytest.param(STAMPS, [read("todo.md", TODO, cut=True)], "x", id="a-cut-read"),
         pytest.param(STAMPS, [("read_file", {"path": "todo.md", "offset": 5}, TODO, False)], "x",
                      id="a-window"),
@@ -91,3 +91,33 @@ def test_the_text_known_follows_the_turns_edits_and_writes() -> None:
     # an edit of text the turn did not see: what the file holds is no longer known
     blind = ("edit_file", {"path": "todo.md", "old": "zzz", "new": "y"}, "edited todo.md", False)
     assert hold(turn(STAMPS, *calls, blind), "write_file", write("todo.md", "x")) is None
+
+
+@pytest.mark.parametrize(
+    ("message", "held"),
+    [
+        ("Please read contacts.txt.", True),  # the tool model read it, then wrote it back
+        ("could you tell me what's on the second line of todo.md?", True),
+        ("what's the port in todo.md?", True),
+        ("show me todo.md", True),
+        ("read me the one from Tom", True),
+        ("read names.txt and sort it", False),
+        ("check todo.md and tick off the milk", False),
+        ("what's the port in todo.md? change it to 9090", False),
+        ("can you fix the typo in todo.md?", False),
+        ("put 'buy stamps' at the end of todo.md", False),
+        ("todo.md should say hello", False),  # neither a look nor a question: not judged
+        ("I keep my contacts in todo.md.", False),
+    ],
+)
+def test_a_write_when_the_owner_only_asked_to_look_is_held(message: str, held: bool) -> None:
+    edit = json.dumps({"path": "todo.md", "old": "a", "new": "b"})
+    for tool, args in (("write_file", write("todo.md", TODO)), ("edit_file", edit)):
+        said = hold(turn(message, read("todo.md", TODO)), tool, args)
+        if not held:
+            assert said is None or not said.startswith("not run: I asked you to look"), message
+            continue
+        assert said == (
+            "not run: I asked you to look, not to write: todo.md stays as it is. Answer my "
+            "question in words from what you have read."
+        ), message

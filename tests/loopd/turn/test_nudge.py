@@ -89,8 +89,9 @@ def test_a_claim_is_not_nudged_when_the_owner_asked_only_to_look() -> None:
 def test_a_claim_the_write_result_supports_ends_the_turn() -> None:
     call = ToolCall("c1", "write_file", '{"path": "b.txt"}')
     records, _, done = drive(
-        [completion(None, call), completion(CLAIM)], iter(["wrote b.txt: 5 bytes"]), nudge=True
-    )
+        [completion(None, call), completion(CLAIM)], iter(["wrote b.txt: 5 bytes"]),
+        "save hello in b.txt", nudge=True,
+    )  # fmt: skip
     assert not any(is_nudge(r) for r in records)
     assert done.content == CLAIM
 
