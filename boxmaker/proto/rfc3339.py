@@ -54,6 +54,8 @@ _WEEKDAYS = ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday",
 
 def clock_text(dt: datetime) -> str:
     """The clock tool's answer (brokerd's, and loopd's own without brokerd): `format_time(dt)`,
-    then the weekday in brackets, `2026-12-03T23:22:03.954Z (Thursday)`. Asked what day of the
-    week it was, the tool model read the bare time out (issue 40); English whatever the locale."""
-    return f"{format_time(dt)} ({_WEEKDAYS[dt.astimezone(UTC).weekday()]})"
+    then its weekday, `2026-12-03T23:22:03.954Z, a Thursday`. Asked what day of the week it
+    was, the tool model read the bare time out (issue 40); with the weekday in brackets it
+    answered "what's today's date?" with "Thank you!" (docs/decisions/agent-tasks.md). English
+    whatever the locale."""
+    return f"{format_time(dt)}, a {_WEEKDAYS[dt.astimezone(UTC).weekday()]}"

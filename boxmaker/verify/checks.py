@@ -21,7 +21,15 @@ from datetime import datetime
 from typing import Any
 
 from boxmaker.loopd.llama.info import CACHE_LOSS_SLACK_TOKENS
-from boxmaker.proto import Assistant, CacheLoss, ToolCall, ToolResult, ToolSchema, Usage
+from boxmaker.proto import (
+    Assistant,
+    CacheLoss,
+    ToolCall,
+    ToolResult,
+    ToolSchema,
+    Usage,
+    clock_text,
+)
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import call_tool_target
 
@@ -162,19 +170,19 @@ def target(shown: str) -> str:
 
 
 def clock_rule(now: datetime, slack_s: float) -> Rule:
-    """The result is an RFC 3339 time within `slack_s` of `now` and its weekday in brackets
-    (brokerd's clock); the answer quotes its hour and minute (as HH:MM, or on a 12-hour clock)."""
+    """The result is an RFC 3339 time within `slack_s` of `now` and its weekday (proto's
+    clock_text); the answer quotes its hour and minute (as HH:MM, or on a 12-hour clock)."""
 
     def rule(content: str, answer: str) -> str | None:
-        stamp, _, weekday = content.strip().partition(" ")
+        stamp = content.strip().partition(", a ")[0]
         try:
             when = datetime.fromisoformat(stamp.replace("Z", "+00:00"))
         except ValueError:
             return "the result is not an RFC 3339 time"
-        if weekday != f"({when:%A})":
-            return f"the result's weekday {weekday!r} is not {when:%A}"
         if when.tzinfo is None or abs((when - now).total_seconds()) > slack_s:
             return f"the result is not the time now ({now:%H:%M} UTC, within {slack_s:g} s)"
+        if clock_text(when) != content.strip():
+            return f"the result is not the time and its weekday ({clock_text(when)!r})"
         hour12 = when.hour % 12 or 12
         quoted = (f"{when:%H:%M}", f"{hour12}:{when:%M}")
         if not any(q in answer for q in quoted):

@@ -76,9 +76,9 @@ def test_every_formatted_time_is_a_time_and_names_the_same_millisecond(dt: datet
 
 def test_clock_text_is_the_time_then_its_weekday_in_utc() -> None:
     thursday = datetime(2026, 12, 3, 23, 22, 3, 954000, tzinfo=UTC)
-    assert clock_text(thursday) == "2026-12-03T23:22:03.954Z (Thursday)"
+    assert clock_text(thursday) == "2026-12-03T23:22:03.954Z, a Thursday"
     # 01:30 on Friday at +02:00 is still Thursday in UTC: the weekday is the stamp's
     friday_east = datetime(2026, 12, 4, 1, 30, tzinfo=timezone(timedelta(hours=2)))
-    assert clock_text(friday_east) == "2026-12-03T23:30:00.000Z (Thursday)"
-    week = [clock_text(thursday + timedelta(days=d)).split(" ")[1] for d in range(7)]
+    assert clock_text(friday_east) == "2026-12-03T23:30:00.000Z, a Thursday"
+    week = [clock_text(thursday + timedelta(days=d)).split(", a ")[1] for d in range(7)]
     assert len(set(week)) == 7

@@ -1,7 +1,8 @@
-"""`clock`: the date and time in UTC as RFC 3339 text, then the weekday in brackets (asked "what
-day of the week is it?", a small model given the RFC 3339 text alone read out the date: issue
-40). It reads nothing and reaches nothing, so it needs no grant (its row has no target); it is a
-core tool in every session's tools array (loopd's registry, whose description is M2b's text)."""
+"""`clock`: the date and time in UTC as RFC 3339 text, then its weekday (proto's clock_text:
+asked "what day of the week is it?", a small model given the RFC 3339 text alone read out the
+date: issue 40). It reads nothing and reaches nothing, so it needs no grant (its row has no
+target); it is a core tool in every session's tools array (loopd's registry, whose description
+is M2b's text)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ import orjson
 
 from boxmaker._client.owner import OwnerClient
 from boxmaker.loopd.config import Config, load_config
-from boxmaker.loopd.tools.port import BrokerPort, baseline_tools, broker_registry, utc_now
+from boxmaker.loopd.tools.port import BrokerPort, baseline_tools, broker_registry, clock_now
 from boxmaker.loopd.tools.registry import Answer, resolve
 from boxmaker.proto import ToolCall, ToolRequest
 from boxmaker.session.baseline import Baseline, assemble_baseline
@@ -56,7 +56,7 @@ class PeerTools:
         text = orjson.dumps(arguments).decode()
         n = next(self._n)
         if name == "clock":
-            content = utc_now()
+            content = clock_now()  # what loopd and brokerd answer
         elif name == "recall":
             content = "nothing to recall"
         else:
