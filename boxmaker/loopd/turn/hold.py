@@ -182,19 +182,21 @@ def lossy_write(records: Sequence[LogRecord], name: str, arguments: str) -> str 
 
 
 def _known_text(turn: Sequence[LogRecord], path: str) -> str | None:
-    """What the file at `path` holds as far as this turn's results show: its whole read (not
-    a window or a cut one), then each write and edit of it applied; None: not known."""
+    """What the owner's file at `path` holds as far as this turn's results show: its whole read
+    (not a window or a cut one) with each edit of it applied; None: not known, or replaced by a
+    write of this turn."""
     text: str | None = None
     for call, result in _results(turn):
         tool, args = tool_and_arguments(call.name, call.arguments)
         if not isinstance(args.get("path"), str) or plain_path(args["path"]) != path:
             continue
-        content, old, new = args.get("content"), args.get("old"), args.get("new")
+        old, new = args.get("old"), args.get("new")
         if tool == "read_file":
             whole = not (result.truncated or args.get("offset") or args.get("limit"))
             text = result.content if whole and not _failed(result.content) else None
         elif tool == "write_file" and result.content.startswith("wrote "):
-            text = content if isinstance(content, str) else None
+            text = None  # its lines are the model's own, not the owner's (guest-count wrote
+            # the names, then the count over them)
         elif tool == "edit_file" and result.content.startswith("edited "):
             if text is not None and isinstance(old, str) and isinstance(new, str) and old in text:
                 text = text.replace(old, new, 1)

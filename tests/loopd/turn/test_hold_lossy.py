@@ -84,10 +84,10 @@ def test_the_text_known_follows_the_turns_edits_and_writes() -> None:
     said = hold(turn(STAMPS, *calls), "write_file", write("todo.md", "buy stamps"))
     assert said is not None
     assert "('- mow lawn', '- fix the tap')" in said
-    # a write the turn made is what the file holds next
+    # a write of this turn replaced the owner's lines with the model's own: guest-count wrote
+    # the names into count.txt, then the count over them, which must run
     written = ("write_file", {"path": "todo.md", "content": "a\nb\nc\n"}, "wrote todo.md", False)
-    assert hold(turn(STAMPS, *calls, written), "write_file", write("todo.md", "a\nb\nc\nd")) is None
-    assert hold(turn(STAMPS, *calls, written), "write_file", write("todo.md", "d")) is not None
+    assert hold(turn(STAMPS, *calls, written), "write_file", write("todo.md", "d")) is None
     # an edit of text the turn did not see: what the file holds is no longer known
     blind = ("edit_file", {"path": "todo.md", "old": "zzz", "new": "y"}, "edited todo.md", False)
     assert hold(turn(STAMPS, *calls, blind), "write_file", write("todo.md", "x")) is None
