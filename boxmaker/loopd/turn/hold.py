@@ -49,13 +49,14 @@ from boxmaker.loopd.turn.nudge import (
     NOT_PATHS,
     REMEMBER_ASKED,
     answered_calls,
+    calls_with_records,
     calls_with_results,
+    failed,
     named_paths,
     plain_path,
     shows_write,
     this_turn,
 )
-from boxmaker.proto import Assistant, ToolCall, ToolResult
 from boxmaker.proto.log import LogRecord
 from boxmaker.proto.tool import tool_and_arguments
 
@@ -186,34 +187,23 @@ def _known_text(turn: Sequence[LogRecord], path: str) -> str | None:
     (not a window or a cut one) with each edit of it applied; None: not known, or replaced by a
     write of this turn."""
     text: str | None = None
-    for call, result in _results(turn):
+    for call, result in calls_with_records(turn):
         tool, args = tool_and_arguments(call.name, call.arguments)
         if not isinstance(args.get("path"), str) or plain_path(args["path"]) != path:
             continue
-        old, new = args.get("old"), args.get("new")
         if tool == "read_file":
             whole = not (result.truncated or args.get("offset") or args.get("limit"))
-            text = result.content if whole and not _failed(result.content) else None
+            text = result.content if whole and not failed(result.content) else None
         elif tool == "write_file" and result.content.startswith("wrote "):
             text = None  # its lines are the model's own, not the owner's (guest-count wrote
             # the names, then the count over them)
         elif tool == "edit_file" and result.content.startswith("edited "):
+            old, new = args.get("old"), args.get("new")
             if text is not None and isinstance(old, str) and isinstance(new, str) and old in text:
                 text = text.replace(old, new, 1)
             else:
                 text = None
     return text
-
-
-def _results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, ToolResult]]:
-    """Each answered call of `records`, in call order, with its result record."""
-    results = {r.tool_call_id: r for r in records if isinstance(r, ToolResult)}
-    return [(c, results[c.id]) for r in records if isinstance(r, Assistant)
-            for c in r.tool_calls if c.id in results]  # fmt: skip
-
-
-def _failed(content: str) -> bool:
-    return content.startswith(("error:", "not run:"))
 
 
 def shell_read(records: Sequence[LogRecord], name: str, arguments: str) -> str | None:

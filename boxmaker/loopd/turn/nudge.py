@@ -221,7 +221,7 @@ def unread_listed(turn: Sequence[LogRecord]) -> str | None:
     for call, result in calls_with_results(turn):
         tool, args = tool_and_arguments(call.name, call.arguments)
         path = args.get("path")
-        if not isinstance(path, str) or _failed(result):
+        if not isinstance(path, str) or failed(result):
             continue
         if tool == "read_file":
             read.add(plain_path(path))
@@ -240,11 +240,16 @@ def unread_listed(turn: Sequence[LogRecord]) -> str | None:
     )
 
 
-def calls_with_results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, str]]:
-    """Each answered call of `records`, in call order, with its result's content."""
-    results = {r.tool_call_id: r.content for r in records if isinstance(r, ToolResult)}
+def calls_with_records(records: Sequence[LogRecord]) -> list[tuple[ToolCall, ToolResult]]:
+    """Each answered call of `records`, in call order, with its result record."""
+    results = {r.tool_call_id: r for r in records if isinstance(r, ToolResult)}
     return [(c, results[c.id]) for r in records if isinstance(r, Assistant)
             for c in r.tool_calls if c.id in results]  # fmt: skip
+
+
+def calls_with_results(records: Sequence[LogRecord]) -> list[tuple[ToolCall, str]]:
+    """Each answered call of `records`, in call order, with its result's content."""
+    return [(c, r.content) for c, r in calls_with_records(records)]
 
 
 def plain_path(path: str) -> str:
@@ -269,11 +274,12 @@ def _target(name: str, arguments: str) -> str:
     return name if target is None else target
 
 
-def _failed(content: str) -> bool:
+def failed(content: str) -> bool:
+    """A result that says the call failed or did not run."""
     return content.startswith(("error:", "not run:"))
 
 
 def shows_write(tool: str, content: str) -> bool:
     """Whether a result shows something was written. A shell run that did not fail may have
     written anything: a claim after one is not second-guessed."""
-    return not _failed(content) if tool == "shell" else content.startswith(_SUPPORTS)
+    return not failed(content) if tool == "shell" else content.startswith(_SUPPORTS)

@@ -37,6 +37,7 @@ from boxmaker.loopd.turn.nudge import (
     MODIFY_ASKED,
     NUDGES_PER_TURN,
     calls_with_results,
+    failed,
     is_nudge,
     json_args,
     named_paths,
@@ -71,7 +72,7 @@ def stuck(records: Sequence[LogRecord]) -> str | None:
         if tool == "read_file" and isinstance(args.get("path"), str) and not _held(result)
     }
     candidates = [_owed(owner, read)]
-    if all(_failed(result) for _, result in answered):
+    if all(failed(result) for _, result in answered):
         candidates.append(wanted(owner))
     if CONTENT_ASKED.search(owner):
         candidates += [_search(owner, answered), unread_listed(turn)]
@@ -93,7 +94,7 @@ def _owed(owner: str, read: dict[str, str]) -> str | None:
             return f"Call read_file with {json_args({'path': path})}."
     quoted = [m.group(2) for m in _QUOTED.finditer(owner)]
     text = read.get(plain_path(target))
-    if text is not None and _failed(text):
+    if text is not None and failed(text):
         text = None  # a new file
     if len(quoted) == 2 and text is not None and text.count(quoted[0]) == 1:
         old, new = quoted
@@ -108,7 +109,7 @@ def _search(owner: str, answered: list[tuple[tuple[str, dict[str, object]], str]
     listed: dict[str, str] = {}
     for (tool, args), result in answered:
         path = args.get("path")
-        if tool == "list_dir" and isinstance(path, str) and not _failed(result):
+        if tool == "list_dir" and isinstance(path, str) and not failed(result):
             listed[plain_path(path).rstrip("/") or "."] = result
     if not listed:
         return f"Call list_dir with {json_args({'path': '.'})}."
@@ -132,10 +133,6 @@ def _ran_nothing(turn: Sequence[LogRecord]) -> bool:
         return False
     results = {c.id: r for c, r in calls_with_results(turn)}
     return all(results.get(c.id, "").startswith("not run:") for c in last.tool_calls)
-
-
-def _failed(content: str) -> bool:
-    return content.startswith(("error:", "not run:"))
 
 
 def _held(content: str) -> bool:
