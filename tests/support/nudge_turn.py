@@ -18,6 +18,7 @@ from boxmaker.proto import (
     ToolSchema,
     TurnDone,
     User,
+    WireError,
 )
 from boxmaker.proto.log import LogRecord
 from tests.support.turn import Ticker, baseline
@@ -47,6 +48,18 @@ def drive(
     **limits: object,
 ) -> tuple[list[LogRecord], list[ChatRequest], TurnDone]:
     """The turn run to its end: the records appended, the requests sent, the outcome."""
+    appended, requests, outcome = run(replies, tools, content, **limits)
+    assert isinstance(outcome, TurnDone), outcome
+    return appended, requests, outcome
+
+
+def run(
+    replies: list[Completion],
+    tools: Iterator[str] | None = None,
+    content: str = "what's the port in config.ini?",
+    **limits: object,
+) -> tuple[list[LogRecord], list[ChatRequest], TurnDone | WireError]:
+    """drive(), whatever the turn ends with."""
     loop = TurnLoop(
         baseline=baseline(), records=[START], content=content,
         thinking=False, registry=registry(), limits=LoopLimits(**limits),  # type: ignore[arg-type]
@@ -67,7 +80,6 @@ def drive(
             result = tuple(ToolResponse(next(tools), ResultClass.PUBLIC, False, False)
                            for _ in action.requests)  # fmt: skip
         action = loop.send(result)
-    assert isinstance(action.outcome, TurnDone), action.outcome
     assert not replies, "every scripted completion was asked for"
     return appended, requests, action.outcome
 

@@ -50,7 +50,7 @@ from boxmaker.loopd.turn import compact as comp
 from boxmaker.loopd.turn.hold import after_repeat, hold
 from boxmaker.loopd.turn.limits import LoopLimits, TurnLimiter, Verdict, cap_result, text_problem
 from boxmaker.loopd.turn.nudge import is_nudge, nudge
-from boxmaker.loopd.turn.outcome import outcome_of
+from boxmaker.loopd.turn.outcome import done_before, outcome_of
 from boxmaker.loopd.turn.records import (
     cache_loss,
     cache_loss_event,
@@ -312,7 +312,7 @@ class TurnLoop:
                 return
             ended = yield from self._batch(got.tool_calls, limiter)
             if ended is not None:
-                yield Done(WireError(ErrorCode.TURN_LIMIT, ended))
+                yield Done(WireError(ErrorCode.TURN_LIMIT, ended + done_before(self.records)))
                 return
             note = stuck(self.records) if self._limits.nudge else None  # no call ran: what next
             if note is not None and limiter.spend():

@@ -1,4 +1,5 @@
-"""What became of a tool call, in one word, for the channel's tool_result (issue 39 item 6). [core]
+"""What became of a tool call, in one word, for the channel's tool_result (issue 39 item 6); and
+what a turn ended by its limits had changed, for the owner's error line (done_before). [core]
 
 Read from what loopd recorded: its own note for a call it answered itself, or brokerd's
 `error: denied: ...` / `error: cancelled: ...` texts (brokerd/broker.py).
@@ -6,10 +7,19 @@ Read from what loopd recorded: its own note for a call it answered itself, or br
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Final
+
 from boxmaker.loopd.tools.registry import Answer, Resolution
+from boxmaker.loopd.turn.nudge import calls_with_results, this_turn
 from boxmaker.proto import ToolResponse
+from boxmaker.proto.log import LogRecord
+from boxmaker.proto.tool import tool_and_arguments
 
 _DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies on
+# The results that say a file or a note changed (brokerd's texts), by tool.
+_CHANGED: Final = {"write_file": "wrote ", "edit_file": "edited ", "note": "noted in "}
+_MOST_NAMED: Final = 5
 
 
 def outcome_of(plan: Resolution, outcome: object, content: str) -> str:
@@ -27,3 +37,25 @@ def outcome_of(plan: Resolution, outcome: object, content: str) -> str:
     if said.startswith("denied: "):
         return "refused"
     return "cancelled" if said.startswith("cancelled: ") else "failed"
+
+
+def done_before(records: Sequence[LogRecord]) -> str:
+    """What the turn now ending changed, as a sentence to add to its turn_limit message; "" when
+    nothing. A small model often writes the file right and then calls on (notes it, writes it
+    again) until a limit ends the turn: the owner's error line must not read as "nothing done".
+    """
+    done = dict.fromkeys(
+        content.splitlines()[0]
+        for call, content in calls_with_results(this_turn(records)[0])
+        if _changed(tool_and_arguments(call.name, call.arguments)[0], content)
+    )
+    if not done:
+        return ""
+    named = "; ".join(list(done)[:_MOST_NAMED])
+    more = f"; and {len(done) - _MOST_NAMED} more" if len(done) > _MOST_NAMED else ""
+    return f" Done before it ended: {named}{more}."
+
+
+def _changed(tool: str, content: str) -> bool:
+    said = _CHANGED.get(tool)
+    return said is not None and content.startswith(said)
