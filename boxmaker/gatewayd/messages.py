@@ -16,7 +16,10 @@ from boxmaker.proto import ErrorCode, WireError
 _HIDDEN = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp", "Co", "Cn"})
 
 _WHAT_TO_DO = {
-    ErrorCode.TURN_LIMIT: "The turn hit its tool-call limit. Ask again, in smaller steps.",
+    ErrorCode.TURN_LIMIT: (
+        "The turn hit its tool-call limit before it answered. Ask again, in smaller steps, for "
+        "what is not done. loopd said:"
+    ),
     ErrorCode.SESSION_FULL: (
         "This conversation's context is full. Start a new thread (or on the box: "
         "`bxctl chat --session {session}` then `/compact`)."
@@ -55,7 +58,10 @@ def code_block(text: str) -> str:
 
 def error_post(error: WireError, session: str) -> str:
     what = _WHAT_TO_DO.get(error.code, "Something failed on the box. Send your message again.")
-    return f"**{error.code.value}**: {what.format(session=session)}"
+    post = f"**{error.code.value}**: {what.format(session=session)}"
+    if error.code is ErrorCode.TURN_LIMIT:  # which limit, and what the turn changed before it
+        post += "\n" + code_block(error.message)
+    return post
 
 
 def loopd_down(session: str) -> str:

@@ -12,10 +12,11 @@ from hypothesis import strategies as st
 
 from boxmaker.gatewayd.catchup import Cursor, plan
 from boxmaker.gatewayd.mattermost.types import Post
-from boxmaker.gatewayd.messages import approval_post, code_block, escaped
+from boxmaker.gatewayd.messages import approval_post, code_block, error_post, escaped
 from boxmaker.gatewayd.queues import FULL, RUN, WAIT, SessionQueues
 from boxmaker.gatewayd.replies import missing, posted_parts, reply_props
 from boxmaker.gatewayd.sessions import client_ref, place_of
+from boxmaker.proto import ErrorCode, WireError
 from boxmaker.proto.ids import is_client_ref, is_session_id
 
 CH = "4ckrmjaeeb8mbpodbmo6bknpge"
@@ -192,3 +193,21 @@ def test_the_cursor_never_passes_a_post_in_flight_whatever_the_order(
         assert now >= at, "the cursor moved back"
         at = now
         assert all(n > now for n in taken - done), f"the cursor {c.at} passed a post in flight"
+
+
+def test_a_turn_limit_post_shows_what_the_turn_changed_fenced() -> None:
+    """loopd's turn_limit message names what the turn wrote before it ended (paths the model
+    chose): shown, escaped and fenced; the other errors stay one line of what to do."""
+    message = (
+        "a repeated tool call was repeated again (repeat_detection), so the turn ends. "
+        "Done before it ended: wrote ````x\u202e.txt: 3 bytes."
+    )
+    post = error_post(WireError(ErrorCode.TURN_LIMIT, message), "s1")
+    head, fenced = post.split("\n", 1)
+    assert head.startswith("**turn_limit**: The turn hit its tool-call limit before it answered.")
+    assert fenced == code_block(message)
+    assert "wrote ````x\\u202e.txt: 3 bytes." in fenced
+    assert fenced.startswith("`````\n")
+    other = error_post(WireError(ErrorCode.STOPPED, "stopped by bxctl"), "s1")
+    assert "\n" not in other
+    assert "stopped by bxctl" not in other

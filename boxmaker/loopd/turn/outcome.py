@@ -20,6 +20,7 @@ _DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies 
 # The results that say a file or a note changed (brokerd's texts), by tool.
 _CHANGED: Final = {"write_file": "wrote ", "edit_file": "edited ", "note": "noted in "}
 _MOST_NAMED: Final = 5
+_LINE_CHARS: Final = 200  # a result line, as named (a path may be long; a chat post is short)
 
 
 def outcome_of(plan: Resolution, outcome: object, content: str) -> str:
@@ -45,7 +46,7 @@ def done_before(records: Sequence[LogRecord]) -> str:
     again) until a limit ends the turn: the owner's error line must not read as "nothing done".
     """
     done = dict.fromkeys(
-        content.splitlines()[0]
+        _clip(content.splitlines()[0])
         for call, content in calls_with_results(this_turn(records)[0])
         if _changed(tool_and_arguments(call.name, call.arguments)[0], content)
     )
@@ -59,3 +60,7 @@ def done_before(records: Sequence[LogRecord]) -> str:
 def _changed(tool: str, content: str) -> bool:
     said = _CHANGED.get(tool)
     return said is not None and content.startswith(said)
+
+
+def _clip(line: str) -> str:
+    return line if len(line) <= _LINE_CHARS else line[: _LINE_CHARS - 3] + "..."

@@ -77,3 +77,9 @@ def test_past_five_the_rest_are_counted() -> None:
         " Done before it ended: wrote 0.txt: 1 bytes; wrote 1.txt: 1 bytes; wrote 2.txt: 1 bytes; "
         "wrote 3.txt: 1 bytes; wrote 4.txt: 1 bytes; and 2 more."
     )
+
+
+def test_a_long_result_line_is_cut() -> None:
+    long = "wrote " + "d/" * 300 + "a.txt: 1 bytes"
+    said = done_before([START, *answered("write it", ("write_file", long))])
+    assert said == f" Done before it ended: {long[:197]}...."
