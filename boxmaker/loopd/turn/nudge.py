@@ -115,7 +115,9 @@ CONTENT_ASKED: Final = re.compile(
 _NEGATED = re.compile(
     r"\b(?:not|no|never|denied|refused|declined|unable|cannot|failed)\b|n't\b", re.I
 )
-_SUPPORTS = ("wrote ", "edited ", "noted in ")
+# How brokerd's result says a tool changed a file or a note (what supports a claim of it).
+CHANGED_BY: Final = {"write_file": "wrote ", "edit_file": "edited ", "note": "noted in "}
+_SUPPORTS = tuple(CHANGED_BY.values())
 _MOST_TO_READ: Final = 10  # files of a listing the unread-files nudge asks to be read
 # "remember that my code is 4471" -> note's text "my code is 4471"
 _REMEMBER_LEAD = re.compile(

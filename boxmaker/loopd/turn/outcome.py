@@ -11,14 +11,11 @@ from collections.abc import Sequence
 from typing import Final
 
 from boxmaker.loopd.tools.registry import Answer, Resolution
-from boxmaker.loopd.turn.nudge import calls_with_results, this_turn
+from boxmaker.loopd.turn.nudge import CHANGED_BY, answered_calls, this_turn
 from boxmaker.proto import ToolResponse
 from boxmaker.proto.log import LogRecord
-from boxmaker.proto.tool import tool_and_arguments
 
 _DENIED = ("(no)", "(empty)", "(closed)")  # the owner's answers brokerd denies on
-# The results that say a file or a note changed (brokerd's texts), by tool.
-_CHANGED: Final = {"write_file": "wrote ", "edit_file": "edited ", "note": "noted in "}
 _MOST_NAMED: Final = 5
 _LINE_CHARS: Final = 200  # a result line, as named (a path may be long; a chat post is short)
 
@@ -47,19 +44,14 @@ def done_before(records: Sequence[LogRecord]) -> str:
     """
     done = dict.fromkeys(
         _clip(content.splitlines()[0])
-        for call, content in calls_with_results(this_turn(records)[0])
-        if _changed(tool_and_arguments(call.name, call.arguments)[0], content)
+        for tool, content in answered_calls(this_turn(records)[0])
+        if tool in CHANGED_BY and content.startswith(CHANGED_BY[tool])
     )
     if not done:
         return ""
     named = "; ".join(list(done)[:_MOST_NAMED])
     more = f"; and {len(done) - _MOST_NAMED} more" if len(done) > _MOST_NAMED else ""
     return f" Done before it ended: {named}{more}."
-
-
-def _changed(tool: str, content: str) -> bool:
-    said = _CHANGED.get(tool)
-    return said is not None and content.startswith(said)
 
 
 def _clip(line: str) -> str:
